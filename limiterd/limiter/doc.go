@@ -1,0 +1,35 @@
+// Package limiter is limiterd's rate-limit core: strategies that decide whether a client's
+// request gets through, and a store that keeps each client's state.
+//
+// A strategy (RateLimiter) is an immutable value built from one tier's parameters. It holds no
+// per-client state: it reads and updates a client's State, which a store keeps. Time is always a
+// parameter, so a decision is a pure function of (parameters, state, now, cost) and tests use
+// fixed instants instead of sleeping.
+//
+// # Strategies
+//
+//   - TokenBucket: a bucket of capacity tokens that starts full; refillRate tokens per
+//     refillPeriod accrue continuously. It is implemented as GCRA (generic cell rate algorithm):
+//     the state is one theoretical arrival time held exactly in integers (nanoseconds plus a
+//     fraction in units of 1/refillRate ns), so a billion decisions accumulate no rounding drift.
+//   - SlidingWindow: a hard cap; in any half-open interval [t, t+window) at most limit units are
+//     admitted. The state is a log of admitted instants (16 bytes an entry; requests admitted at
+//     the same nanosecond share an entry), so a client's memory is at most 16*limit bytes plus a
+//     64-byte header, and is released once its window is empty.
+//   - Unlimited: admits everything and keeps no state.
+//
+// A cost above a strategy's capacity (limit) can never be admitted: it is rejected and consumes
+// nothing.
+//
+// # Parameter changes
+//
+// Every strategy carries a stamp that identifies its algorithm and parameters, and a client's
+// state records the stamp of the strategy that last wrote it. When a policy is swapped, nothing
+// is rewritten; the next decision for a client converts its state lazily (O(1)):
+//
+//   - same stamp (parameters unchanged): the state is kept as it is;
+//   - same algorithm, new parameters: the usage carries over, clamped to the new limits (a token
+//     bucket keeps the tokens it had used, at most the new capacity; a sliding window keeps the
+//     admissions still inside the new window, at most the new limit, dropping the oldest);
+//   - another algorithm: the client starts fresh.
+package limiter

@@ -1,0 +1,174 @@
+package limiter
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Decision is the answer to one request. It is returned by value and never allocates.
+type Decision struct {
+	// Allowed reports whether the request was admitted.
+	Allowed bool
+	// Limit is the strategy's capacity (token bucket) or limit (sliding window); 0 for Unlimited.
+	Limit int64
+	// Remaining is how many more units the client could be admitted right now.
+	Remaining int64
+	// ResetAfter is how long until the client's state is fresh again (bucket full, window empty).
+	ResetAfter time.Duration
+	// RetryAfter is, for a rejected request, how long until the same cost could be admitted.
+	// For a cost the strategy can never admit (above its capacity) it equals ResetAfter.
+	RetryAfter time.Duration
+}
+
+// Algorithm names a strategy's algorithm.
+type Algorithm uint8
+
+// The algorithms.
+const (
+	AlgorithmUnlimited Algorithm = iota
+	AlgorithmTokenBucket
+	AlgorithmSlidingWindow
+)
+
+// String returns the algorithm's API name.
+func (a Algorithm) String() string {
+	switch a {
+	case AlgorithmTokenBucket:
+		return "TokenBucket"
+	case AlgorithmSlidingWindow:
+		return "SlidingWindow"
+	default:
+		return "Unlimited"
+	}
+}
+
+// RateLimiter is a rate-limit strategy: the immutable parameters of one algorithm. It decides
+// for one client on the State a store keeps for that client. Implementations are safe for
+// concurrent use; a State is not, and the store serialises decisions on it.
+type RateLimiter interface {
+	// Decide admits cost units for the client whose state is s at instant now, or rejects
+	// them and leaves s as it was. cost must be at least 1.
+	Decide(s *State, now time.Time, cost int64) Decision
+	// Peek reports what Decide would answer for one unit, without changing s.
+	Peek(s *State, now time.Time) Decision
+	// Fresh reports whether s has decayed back to the state of a client never seen (bucket full,
+	// window empty), so that dropping it changes no future decision.
+	Fresh(s *State, now time.Time) bool
+	// Algorithm returns the strategy's algorithm.
+	Algorithm() Algorithm
+	// Limit returns the capacity or limit (0 for Unlimited).
+	Limit() int64
+	// Window returns the interval the limit is expressed over, for the RateLimit-Policy header:
+	// the time a token bucket takes to refill completely, or a sliding window's window.
+	Window() time.Duration
+	// Stamp identifies the algorithm and parameters: equal stamps, equal strategies.
+	Stamp() uint32
+}
+
+// State is one client's state under a strategy. The zero value is a client never seen.
+// It is not safe for concurrent use.
+type State struct {
+	stamp uint32     // Stamp of the strategy that last wrote the state; 0: fresh
+	frac  uint32     // token bucket: fraction of tat, in units of 1/refillRate ns
+	tat   int64      // token bucket: theoretical arrival time, Unix ns
+	log   *windowLog // sliding window: admitted instants
+}
+
+// stamps interns strategy parameters: equal parameters share one stamp, so a state written by
+// a strategy can find the strategy (and its parameters) that wrote it. Policies hold a handful of
+// tiers, so the table stays small; it only grows with distinct parameter sets ever compiled.
+var stamps struct {
+	sync.Mutex
+	byParams map[any]uint32
+	byStamp  atomic.Pointer[[]RateLimiter] // index stamp-1; copied on write, read without the lock
+}
+
+// intern returns the canonical strategy for params, creating it with build on first use.
+func intern(params any, build func(stamp uint32) RateLimiter) RateLimiter {
+	stamps.Lock()
+	defer stamps.Unlock()
+	if stamps.byParams == nil {
+		stamps.byParams = make(map[any]uint32)
+	}
+	var all []RateLimiter
+	if p := stamps.byStamp.Load(); p != nil {
+		all = *p
+	}
+	if s, ok := stamps.byParams[params]; ok {
+		return all[s-1]
+	}
+	s := uint32(len(all) + 1)
+	rl := build(s)
+	stamps.byParams[params] = s
+	grown := append(all[:len(all):len(all)], rl)
+	stamps.byStamp.Store(&grown)
+	return rl
+}
+
+// strategyOf returns the strategy that wrote a state, or nil for a fresh state.
+func strategyOf(stamp uint32) RateLimiter {
+	if stamp == 0 {
+		return nil
+	}
+	return (*stamps.byStamp.Load())[stamp-1]
+}
+
+// adopt prepares s for a decision by rl: it applies the rule for parameter changes (see the
+// package documentation) when s was last written by another strategy.
+func adopt(rl RateLimiter, s *State, now int64) {
+	if s.stamp == rl.Stamp() || s.stamp == 0 {
+		return
+	}
+	switch to := rl.(type) {
+	case *TokenBucket:
+		if from, ok := strategyOf(s.stamp).(*TokenBucket); ok {
+			to.carryFrom(from, s, now)
+			return
+		}
+	case *SlidingWindow:
+		if _, ok := strategyOf(s.stamp).(*SlidingWindow); ok {
+			to.carryFrom(s, now)
+			return
+		}
+	}
+	*s = State{}
+}
+
+// Validation bounds shared with the API's validation.
+const (
+	MaxCapacity     = 1_000_000_000
+	MaxWindowLimit  = 100_000
+	MinPeriod       = time.Millisecond
+	MaxPeriod       = 24 * time.Hour
+	MaxRefillWindow = 366 * 24 * time.Hour // a full refill takes at most this long
+)
+
+func checkPositive(name string, v, max int64) error {
+	if v < 1 || v > max {
+		return fmt.Errorf("%s must be between 1 and %d, got %d", name, max, v)
+	}
+	return nil
+}
+
+func checkPeriod(name string, d time.Duration) error {
+	if d < MinPeriod || d > MaxPeriod {
+		return fmt.Errorf("%s must be between %v and %v, got %v", name, MinPeriod, MaxPeriod, d)
+	}
+	return nil
+}
+
+// unlimited admits everything.
+type unlimited struct{}
+
+// Unlimited is the strategy that admits every request and keeps no state.
+var Unlimited RateLimiter = unlimited{}
+
+func (unlimited) Decide(*State, time.Time, int64) Decision { return Decision{Allowed: true} }
+func (unlimited) Peek(*State, time.Time) Decision          { return Decision{Allowed: true} }
+func (unlimited) Fresh(*State, time.Time) bool             { return true }
+func (unlimited) Algorithm() Algorithm                     { return AlgorithmUnlimited }
+func (unlimited) Limit() int64                             { return 0 }
+func (unlimited) Window() time.Duration                    { return 0 }
+func (unlimited) Stamp() uint32                            { return 0 }

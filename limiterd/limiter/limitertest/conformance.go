@@ -1,0 +1,236 @@
+// Package limitertest holds the conformance table that every limiter.Store must pass with every
+// strategy: the same steps and the same expected decisions for the memory store and for Redis.
+package limitertest
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/limiterd/limiterd/limiterd/limiter"
+)
+
+// T0 is the instant conformance steps are relative to.
+var T0 = time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+
+// Step is one decision of a conformance case and what it must answer. Fields left at -1 are
+// not checked.
+type Step struct {
+	At         time.Duration // since T0
+	Key        string        // default "client"
+	Cost       int64         // default 1
+	Allowed    bool
+	Remaining  int64
+	RetryAfter time.Duration // checked when the request is rejected
+	ResetAfter time.Duration // -1: not checked
+	// Then switches the strategy for the following steps (a policy swap).
+	Then limiter.RateLimiter
+}
+
+// Case is a named sequence of decisions with one strategy (until a step switches it).
+type Case struct {
+	Name     string
+	Strategy limiter.RateLimiter
+	Steps    []Step
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+// Cases returns the conformance table.
+func Cases() []Case {
+	tb := func(capacity, rate int64, period time.Duration) limiter.RateLimiter {
+		return must(limiter.NewTokenBucket(capacity, rate, period))
+	}
+	sw := func(limit int64, window time.Duration) limiter.RateLimiter {
+		return must(limiter.NewSlidingWindow(limit, window))
+	}
+	const ms = time.Millisecond
+	return []Case{
+		{Name: "token bucket starts full and refills continuously", Strategy: tb(3, 1, time.Second), Steps: []Step{
+			{At: 0, Allowed: true, Remaining: 2, ResetAfter: time.Second},
+			{At: 0, Allowed: true, Remaining: 1, ResetAfter: 2 * time.Second},
+			{At: 0, Allowed: true, Remaining: 0, ResetAfter: 3 * time.Second},
+			{At: 0, Allowed: false, Remaining: 0, RetryAfter: time.Second, ResetAfter: 3 * time.Second},
+			{At: 500 * ms, Allowed: false, Remaining: 0, RetryAfter: 500 * ms, ResetAfter: 2500 * ms},
+			{At: time.Second, Allowed: true, Remaining: 0, ResetAfter: 3 * time.Second},
+			{At: 10 * time.Second, Allowed: true, Remaining: 2, ResetAfter: time.Second},
+		}},
+		{Name: "token bucket fractions of a token accrue", Strategy: tb(1, 3, time.Second), Steps: []Step{
+			{At: 0, Allowed: true, Remaining: 0, ResetAfter: 333333334},
+			{At: 333333333, Allowed: false, Remaining: 0, RetryAfter: 1, ResetAfter: 1},
+			{At: 333333334, Allowed: true, Remaining: 0, ResetAfter: 333333334},
+		}},
+		{Name: "token bucket cost", Strategy: tb(10, 10, time.Second), Steps: []Step{
+			{At: 0, Cost: 7, Allowed: true, Remaining: 3, ResetAfter: 700 * ms},
+			{At: 0, Cost: 4, Allowed: false, Remaining: 3, RetryAfter: 100 * ms, ResetAfter: 700 * ms},
+			{At: 100 * ms, Cost: 4, Allowed: true, Remaining: 0, ResetAfter: time.Second},
+		}},
+		{Name: "token bucket cost above capacity consumes nothing", Strategy: tb(5, 1, time.Second), Steps: []Step{
+			{At: 0, Cost: 6, Allowed: false, Remaining: 5, RetryAfter: 5 * time.Second, ResetAfter: 0},
+			{At: 0, Cost: 5, Allowed: true, Remaining: 0, ResetAfter: 5 * time.Second},
+		}},
+		{Name: "token bucket clock jumps backwards", Strategy: tb(2, 1, time.Second), Steps: []Step{
+			{At: 10 * time.Second, Allowed: true, Remaining: 1, ResetAfter: time.Second},
+			{At: 10 * time.Second, Allowed: true, Remaining: 0, ResetAfter: 2 * time.Second},
+			{At: 5 * time.Second, Allowed: false, Remaining: 0, RetryAfter: time.Second, ResetAfter: 2 * time.Second},
+			{At: 12 * time.Second, Allowed: true, Remaining: 1, ResetAfter: time.Second},
+		}},
+		{Name: "token bucket huge limits", Strategy: tb(1_000_000_000, 1_000_000_000, time.Second), Steps: []Step{
+			{At: 0, Cost: 999_999_999, Allowed: true, Remaining: 1, ResetAfter: 999_999_999},
+			{At: 0, Cost: 2, Allowed: false, Remaining: 1, RetryAfter: 1, ResetAfter: 999_999_999},
+			{At: 1, Cost: 2, Allowed: true, Remaining: 0, ResetAfter: time.Second},
+		}},
+		{Name: "token bucket tiny rate", Strategy: tb(1, 1, 24*time.Hour), Steps: []Step{
+			{At: 0, Allowed: true, Remaining: 0, ResetAfter: 24 * time.Hour},
+			{At: 24*time.Hour - 1, Allowed: false, Remaining: 0, RetryAfter: 1, ResetAfter: 1},
+			{At: 24 * time.Hour, Allowed: true, Remaining: 0, ResetAfter: 24 * time.Hour},
+		}},
+		{Name: "token bucket clients are isolated", Strategy: tb(1, 1, time.Second), Steps: []Step{
+			{At: 0, Key: "a", Allowed: true, Remaining: 0, ResetAfter: time.Second},
+			{At: 0, Key: "a", Allowed: false, Remaining: 0, RetryAfter: time.Second, ResetAfter: time.Second},
+			{At: 0, Key: "b", Allowed: true, Remaining: 0, ResetAfter: time.Second},
+		}},
+		{Name: "sliding window is a hard cap over any window", Strategy: sw(3, time.Second), Steps: []Step{
+			{At: 0, Allowed: true, Remaining: 2, ResetAfter: time.Second},
+			{At: 400 * ms, Allowed: true, Remaining: 1, ResetAfter: time.Second},
+			{At: 800 * ms, Allowed: true, Remaining: 0, ResetAfter: time.Second},
+			{At: 999 * ms, Allowed: false, Remaining: 0, RetryAfter: 1 * ms, ResetAfter: 801 * ms},
+			{At: time.Second, Allowed: true, Remaining: 0, ResetAfter: time.Second},
+			{At: 1300 * ms, Allowed: false, Remaining: 0, RetryAfter: 100 * ms, ResetAfter: 700 * ms},
+			{At: 1400 * ms, Allowed: true, Remaining: 0, ResetAfter: time.Second},
+			{At: 5 * time.Second, Allowed: true, Remaining: 2, ResetAfter: time.Second},
+		}},
+		{Name: "sliding window cost and retry", Strategy: sw(10, time.Second), Steps: []Step{
+			{At: 0, Cost: 4, Allowed: true, Remaining: 6, ResetAfter: time.Second},
+			{At: 100 * ms, Cost: 3, Allowed: true, Remaining: 3, ResetAfter: time.Second},
+			{At: 200 * ms, Cost: 3, Allowed: true, Remaining: 0, ResetAfter: time.Second},
+			{At: 300 * ms, Cost: 5, Allowed: false, Remaining: 0, RetryAfter: 800 * ms, ResetAfter: 900 * ms},
+			{At: 300 * ms, Cost: 11, Allowed: false, Remaining: 0, RetryAfter: 900 * ms, ResetAfter: 900 * ms},
+			{At: 1100 * ms, Cost: 5, Allowed: true, Remaining: 2, ResetAfter: time.Second},
+		}},
+		{Name: "sliding window clock jumps backwards", Strategy: sw(2, time.Second), Steps: []Step{
+			{At: 10 * time.Second, Allowed: true, Remaining: 1, ResetAfter: time.Second},
+			{At: 10 * time.Second, Allowed: true, Remaining: 0, ResetAfter: time.Second},
+			{At: 9 * time.Second, Allowed: false, Remaining: 0, RetryAfter: time.Second, ResetAfter: time.Second},
+			{At: 11 * time.Second, Allowed: true, Remaining: 1, ResetAfter: time.Second},
+		}},
+		{Name: "unlimited admits everything", Strategy: limiter.Unlimited, Steps: []Step{
+			{At: 0, Cost: 1_000_000_000, Allowed: true, ResetAfter: -1},
+			{At: 0, Cost: 1_000_000_000, Allowed: true, ResetAfter: -1},
+		}},
+		{Name: "same parameters keep state across a swap", Strategy: tb(2, 1, time.Second), Steps: []Step{
+			{At: 0, Allowed: true, Remaining: 1, ResetAfter: time.Second, Then: tb(2, 1, time.Second)},
+			{At: 0, Allowed: true, Remaining: 0, ResetAfter: 2 * time.Second},
+		}},
+		{Name: "token bucket carries usage to new parameters, clamped", Strategy: tb(10, 1, time.Second), Steps: []Step{
+			{At: 0, Cost: 6, Allowed: true, Remaining: 4, ResetAfter: 6 * time.Second, Then: tb(20, 2, time.Second)},
+			{At: 0, Allowed: true, Remaining: 13, ResetAfter: 3500 * ms, Then: tb(3, 1, time.Second)},
+			{At: 0, Allowed: false, Remaining: 0, RetryAfter: time.Second, ResetAfter: 3 * time.Second},
+		}},
+		{Name: "sliding window carries usage to new parameters, clamped", Strategy: sw(10, time.Second), Steps: []Step{
+			{At: 0, Cost: 3, Allowed: true, Remaining: 7, ResetAfter: time.Second},
+			{At: 500 * ms, Cost: 5, Allowed: true, Remaining: 2, ResetAfter: time.Second, Then: sw(6, 2*time.Second)},
+			{At: 600 * ms, Allowed: false, Remaining: 0, RetryAfter: 1400 * ms, ResetAfter: 1900 * ms, Then: sw(10, 200*ms)},
+			{At: 700 * ms, Cost: 10, Allowed: true, Remaining: 0, ResetAfter: 200 * ms},
+		}},
+		{Name: "a new algorithm starts fresh", Strategy: tb(1, 1, time.Minute), Steps: []Step{
+			{At: 0, Allowed: true, Remaining: 0, ResetAfter: time.Minute},
+			{At: 0, Allowed: false, Remaining: 0, RetryAfter: time.Minute, ResetAfter: time.Minute, Then: sw(1, time.Minute)},
+			{At: 0, Allowed: true, Remaining: 0, ResetAfter: time.Minute, Then: tb(1, 1, time.Minute)},
+			{At: 0, Allowed: true, Remaining: 0, ResetAfter: time.Minute},
+		}},
+	}
+}
+
+// Run runs the conformance table against stores made by newStore, each case on a fresh store.
+func Run(t *testing.T, newStore func(t *testing.T) limiter.Store) {
+	for _, c := range Cases() {
+		t.Run(c.Name, func(t *testing.T) {
+			store := newStore(t)
+			rl := c.Strategy
+			for i, s := range c.Steps {
+				key, cost := s.Key, s.Cost
+				if key == "" {
+					key = "client"
+				}
+				if cost == 0 {
+					cost = 1
+				}
+				got, err := store.Decide(context.Background(), key, rl, T0.Add(s.At), cost)
+				if err != nil {
+					t.Fatalf("step %d: %v", i, err)
+				}
+				want := limiter.Decision{Allowed: s.Allowed, Limit: rl.Limit(), Remaining: s.Remaining, ResetAfter: s.ResetAfter}
+				if !s.Allowed {
+					want.RetryAfter = s.RetryAfter
+				}
+				if s.ResetAfter < 0 {
+					got.ResetAfter, want.ResetAfter = 0, 0
+				}
+				if got != want {
+					t.Fatalf("step %d (t0+%v, key %s, cost %d):\n got  %+v\n want %+v", i, s.At, key, cost, got, want)
+				}
+				if s.Then != nil {
+					rl = s.Then
+				}
+			}
+		})
+	}
+}
+
+// RunConcurrent checks that racing decisions on one key admit exactly what a serial run admits:
+// workers goroutines each ask perWorker times at one instant, against a token bucket and a
+// sliding window of capacity limit.
+func RunConcurrent(t *testing.T, store limiter.Store, workers, perWorker int, limit int64) {
+	for _, rl := range []limiter.RateLimiter{
+		must(limiter.NewTokenBucket(limit, 1, time.Hour)),
+		must(limiter.NewSlidingWindow(limit, time.Hour)),
+	} {
+		t.Run(rl.Algorithm().String(), func(t *testing.T) {
+			key := fmt.Sprintf("race-%s", rl.Algorithm())
+			var (
+				wg      sync.WaitGroup
+				mu      sync.Mutex
+				allowed int64
+				errs    []error
+			)
+			for w := 0; w < workers; w++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					n := int64(0)
+					for i := 0; i < perWorker; i++ {
+						d, err := store.Decide(context.Background(), key, rl, T0, 1)
+						if err != nil {
+							mu.Lock()
+							errs = append(errs, err)
+							mu.Unlock()
+							return
+						}
+						if d.Allowed {
+							n++
+						}
+					}
+					mu.Lock()
+					allowed += n
+					mu.Unlock()
+				}()
+			}
+			wg.Wait()
+			if len(errs) > 0 {
+				t.Fatalf("decisions failed: %v", errs[0])
+			}
+			want := min(limit, int64(workers*perWorker))
+			if allowed != want {
+				t.Fatalf("%d goroutines admitted %d requests on one key, a serial run admits %d", workers, allowed, want)
+			}
+		})
+	}
+}

@@ -1,0 +1,128 @@
+package limiter_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/limiterd/limiterd/limiterd/limiter"
+	"github.com/limiterd/limiterd/limiterd/limiter/limitertest"
+)
+
+func TestMemoryConformance(t *testing.T) {
+	limitertest.Run(t, func(*testing.T) limiter.Store { return limiter.NewMemory(nil) })
+}
+
+func TestMemoryConcurrentDecisionsOnOneKey(t *testing.T) {
+	limitertest.RunConcurrent(t, limiter.NewMemory(nil), 16, 200, 1000)
+}
+
+func mustTB(t testing.TB, capacity, rate int64, period time.Duration) *limiter.TokenBucket {
+	t.Helper()
+	b, err := limiter.NewTokenBucket(capacity, rate, period)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func mustSW(t testing.TB, limit int64, window time.Duration) *limiter.SlidingWindow {
+	t.Helper()
+	w, err := limiter.NewSlidingWindow(limit, window)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+func TestMemorySweepDropsOnlyFreshClients(t *testing.T) {
+	ctx := context.Background()
+	budget := limiter.NewBudget(0)
+	m := limiter.NewMemory(budget)
+	tb := mustTB(t, 2, 1, time.Second)
+	sw := mustSW(t, 2, time.Second)
+	t0 := limitertest.T0
+	m.Decide(ctx, "tb-idle", tb, t0, 1)
+	m.Decide(ctx, "tb-busy", tb, t0.Add(time.Second), 2)
+	m.Decide(ctx, "sw-idle", sw, t0, 1)
+	m.Decide(ctx, "sw-busy", sw, t0.Add(time.Second), 1)
+	if got := budget.Tracked(); got != 4 {
+		t.Fatalf("tracked = %d, want 4", got)
+	}
+	m.Sweep(t0.Add(1500 * time.Millisecond)) // tb-idle refilled, sw-idle window empty
+	if got := m.Len(); got != 2 {
+		t.Fatalf("after sweep, %d clients kept, want 2", got)
+	}
+	if budget.Tracked() != 2 || budget.Dropped() != 2 || budget.Evictions() != 0 {
+		t.Fatalf("tracked %d dropped %d evictions %d, want 2 2 0", budget.Tracked(), budget.Dropped(), budget.Evictions())
+	}
+	// The busy clients kept their usage.
+	if d, _ := m.Decide(ctx, "tb-busy", tb, t0.Add(1500*time.Millisecond), 1); d.Allowed {
+		t.Fatalf("tb-busy admitted after sweep: its state was lost")
+	}
+	if d, _ := m.Decide(ctx, "sw-busy", sw, t0.Add(1500*time.Millisecond), 2); d.Allowed {
+		t.Fatalf("sw-busy admitted 2 after sweep: its state was lost")
+	}
+}
+
+func TestMemoryBudgetEvictsClosestToFresh(t *testing.T) {
+	ctx := context.Background()
+	const max = 1000
+	budget := limiter.NewBudget(max)
+	m := limiter.NewMemory(budget)
+	tb := mustTB(t, 10, 1, time.Second)
+	t0 := limitertest.T0
+	// A flood of distinct keys, each using one token: every one still has usage.
+	for i := 0; i < 5*max; i++ {
+		m.Decide(ctx, fmt.Sprintf("flood-%d", i), tb, t0, 1)
+	}
+	if got := budget.Tracked(); got > max+256 {
+		t.Fatalf("tracked %d clients with a budget of %d", got, max)
+	}
+	if got := int64(m.Len()); got != budget.Tracked() {
+		t.Fatalf("Len %d != Tracked %d", got, budget.Tracked())
+	}
+	if budget.Evictions() == 0 {
+		t.Fatalf("evictions of clients with usage were not counted")
+	}
+}
+
+func TestMemoryEvictionPrefersFreshState(t *testing.T) {
+	ctx := context.Background()
+	budget := limiter.NewBudget(1)
+	m := limiter.NewMemory(budget)
+	tb := mustTB(t, 10, 1, time.Second)
+	t0 := limitertest.T0
+	m.Decide(ctx, "old", tb, t0, 1)
+	// Ten seconds later "old" has refilled: evicting it loses nothing.
+	m.Decide(ctx, "new", tb, t0.Add(10*time.Second), 1)
+	if budget.Evictions() != 0 {
+		t.Fatalf("evicting a fresh client counted as lost usage")
+	}
+}
+
+func TestMemoryResetAndPeek(t *testing.T) {
+	ctx := context.Background()
+	m := limiter.NewMemory(nil)
+	tb := mustTB(t, 2, 1, time.Minute)
+	t0 := limitertest.T0
+	m.Decide(ctx, "k", tb, t0, 2)
+	p, _ := m.Peek(ctx, "k", tb, t0)
+	if p.Allowed || p.Remaining != 0 || p.RetryAfter != time.Minute {
+		t.Fatalf("peek of an empty bucket = %+v", p)
+	}
+	p2, _ := m.Peek(ctx, "k", tb, t0)
+	if p2 != p {
+		t.Fatalf("peek changed the state: %+v then %+v", p, p2)
+	}
+	if p, _ := m.Peek(ctx, "unknown", tb, t0); !p.Allowed || p.Remaining != 2 || m.Len() != 1 {
+		t.Fatalf("peek of an unknown client = %+v, len %d", p, m.Len())
+	}
+	if err := m.Reset(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := m.Decide(ctx, "k", tb, t0, 2); !d.Allowed {
+		t.Fatalf("decision after reset rejected: %+v", d)
+	}
+}

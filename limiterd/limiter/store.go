@@ -1,0 +1,21 @@
+package limiter
+
+import (
+	"context"
+	"time"
+)
+
+// Store keeps the state of one policy's clients and applies a strategy to one client's state
+// atomically: concurrent decisions on one key behave as some serial order of them.
+// Memory keeps state in process memory; the redis package keeps it in Redis, shared by replicas.
+type Store interface {
+	// Decide decides cost units for the client key by rl at instant now (a store may use its
+	// own clock instead, as Redis does, and says so).
+	Decide(ctx context.Context, key string, rl RateLimiter, now time.Time, cost int64) (Decision, error)
+	// Peek reports what a one-unit decision would answer, without consuming anything.
+	Peek(ctx context.Context, key string, rl RateLimiter, now time.Time) (Decision, error)
+	// Reset forgets the client's state: its next request is decided as its first.
+	Reset(ctx context.Context, key string) error
+}
+
+var _ Store = (*Memory)(nil)

@@ -1,0 +1,201 @@
+package limiter_test
+
+import (
+	"math/big"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/limiterd/limiterd/limiterd/limiter"
+	"github.com/limiterd/limiterd/limiterd/limiter/limitertest"
+)
+
+func TestConstructorsRejectOutOfBounds(t *testing.T) {
+	bad := []struct {
+		name string
+		err  error
+	}{
+		{"capacity 0", second(limiter.NewTokenBucket(0, 1, time.Second))},
+		{"rate 0", second(limiter.NewTokenBucket(1, 0, time.Second))},
+		{"capacity too large", second(limiter.NewTokenBucket(limiter.MaxCapacity+1, 1, time.Second))},
+		{"period too short", second(limiter.NewTokenBucket(1, 1, time.Microsecond))},
+		{"period too long", second(limiter.NewTokenBucket(1, 1, 25*time.Hour))},
+		{"refill slower than a year", second(limiter.NewTokenBucket(1000, 1, 24*time.Hour))},
+		{"limit 0", second(limiter.NewSlidingWindow(0, time.Second))},
+		{"limit too large", second(limiter.NewSlidingWindow(limiter.MaxWindowLimit+1, time.Second))},
+		{"window too long", second(limiter.NewSlidingWindow(1, 25*time.Hour))},
+	}
+	for _, c := range bad {
+		if c.err == nil {
+			t.Errorf("%s: accepted", c.name)
+		}
+	}
+}
+
+func second[T any](_ T, err error) error { return err }
+
+func TestStrategiesAreInterned(t *testing.T) {
+	a, b := mustTB(t, 5, 2, time.Second), mustTB(t, 5, 2, time.Second)
+	c := mustTB(t, 5, 3, time.Second)
+	if a != b || a.Stamp() != b.Stamp() {
+		t.Fatalf("equal parameters gave different strategies")
+	}
+	if a.Stamp() == c.Stamp() || a.Stamp() == mustSW(t, 5, time.Second).Stamp() {
+		t.Fatalf("different parameters share a stamp")
+	}
+}
+
+// TestTokenBucketNoDrift spends every token the moment it accrues (at the first whole
+// nanosecond after), three million times, at a rate whose interval is not a whole number of
+// nanoseconds: an implementation that rounded the interval would drift by a third of a
+// nanosecond per token and admit or reject at the wrong nanosecond by the end.
+func TestTokenBucketNoDrift(t *testing.T) {
+	tb := mustTB(t, 10, 3, time.Second)
+	var s limiter.State
+	t0 := limitertest.T0
+	if d := tb.Decide(&s, t0, 10); !d.Allowed { // empty the bucket: it never caps again
+		t.Fatal(d)
+	}
+	accrues := func(i int64) time.Time { // first whole ns at or after token i accrues (i/3 s)
+		return t0.Add(time.Duration((i*int64(time.Second) + 2) / 3))
+	}
+	const n = 3_000_000
+	for i := int64(1); i <= n; i++ {
+		if d := tb.Decide(&s, accrues(i), 1); !d.Allowed {
+			t.Fatalf("token %d at t0+%v rejected: %+v", i, accrues(i).Sub(t0), d)
+		}
+	}
+	if d := tb.Decide(&s, accrues(n+1).Add(-1), 1); d.Allowed {
+		t.Fatalf("token %d admitted one nanosecond early: drift", n+1)
+	}
+	if d := tb.Decide(&s, accrues(n+1), 1); !d.Allowed {
+		t.Fatalf("token %d rejected on time: drift", n+1)
+	}
+}
+
+// TestTokenBucketMatchesExactModel compares random decisions with a model in exact rational
+// arithmetic: tokens = min(capacity, tokens + elapsed*rate/period).
+func TestTokenBucketMatchesExactModel(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for round := 0; round < 200; round++ {
+		capacity := rng.Int64N(20) + 1
+		rate := rng.Int64N(7) + 1
+		period := time.Duration(rng.Int64N(int64(2*time.Second))) + time.Millisecond
+		tb := mustTB(t, capacity, rate, period)
+		var s limiter.State
+		tokens := new(big.Rat).SetInt64(capacity)
+		capRat := new(big.Rat).SetInt64(capacity)
+		at := limitertest.T0
+		last := at
+		for step := 0; step < 200; step++ {
+			at = at.Add(time.Duration(rng.Int64N(int64(period))))
+			cost := rng.Int64N(capacity+1) + 1
+			elapsed := new(big.Rat).SetFrac64(int64(at.Sub(last))*rate, int64(period))
+			tokens.Add(tokens, elapsed)
+			if tokens.Cmp(capRat) > 0 {
+				tokens.Set(capRat)
+			}
+			last = at
+			want := tokens.Cmp(new(big.Rat).SetInt64(cost)) >= 0
+			d := tb.Decide(&s, at, cost)
+			if d.Allowed != want {
+				t.Fatalf("round %d step %d (cap %d rate %d/%v cost %d, model tokens %s): allowed %v, model %v",
+					round, step, capacity, rate, period, cost, tokens.FloatString(6), d.Allowed, want)
+			}
+			if want {
+				tokens.Sub(tokens, new(big.Rat).SetInt64(cost))
+			}
+			floor := new(big.Int).Quo(tokens.Num(), tokens.Denom()).Int64()
+			if d.Remaining != floor {
+				t.Fatalf("round %d step %d: remaining %d, model %d", round, step, d.Remaining, floor)
+			}
+		}
+	}
+}
+
+// TestSlidingWindowMatchesLog compares random decisions with the definition: a request is
+// admitted iff the units admitted in (now-window, now] plus its cost are at most the limit.
+func TestSlidingWindowMatchesLog(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	type adm struct {
+		at   time.Time
+		cost int64
+	}
+	for round := 0; round < 200; round++ {
+		limit := rng.Int64N(20) + 1
+		window := time.Duration(rng.Int64N(int64(time.Second))) + time.Millisecond
+		sw := mustSW(t, limit, window)
+		var s limiter.State
+		var log []adm
+		at := limitertest.T0
+		for step := 0; step < 300; step++ {
+			at = at.Add(time.Duration(rng.Int64N(int64(window) / 4)))
+			cost := rng.Int64N(limit) + 1
+			used := int64(0)
+			for _, a := range log {
+				if at.Sub(a.at) < window {
+					used += a.cost
+				}
+			}
+			want := used+cost <= limit
+			d := sw.Decide(&s, at, cost)
+			if d.Allowed != want {
+				t.Fatalf("round %d step %d: allowed %v, definition %v (used %d cost %d limit %d)", round, step, d.Allowed, want, used, cost, limit)
+			}
+			if want {
+				log = append(log, adm{at, cost})
+				used += cost
+			} else {
+				// RetryAfter is the first instant the request would fit.
+				retry := at.Add(d.RetryAfter)
+				u := int64(0)
+				for _, a := range log {
+					if retry.Sub(a.at) < window {
+						u += a.cost
+					}
+				}
+				u2 := int64(0)
+				for _, a := range log {
+					if retry.Add(-1).Sub(a.at) < window {
+						u2 += a.cost
+					}
+				}
+				if u+cost > limit || u2+cost <= limit {
+					t.Fatalf("round %d step %d: retry after %v is not the first instant the cost fits", round, step, d.RetryAfter)
+				}
+			}
+			if d.Remaining != limit-used {
+				t.Fatalf("round %d step %d: remaining %d, want %d", round, step, d.Remaining, limit-used)
+			}
+		}
+	}
+}
+
+func TestSlidingWindowMemoryIsReleased(t *testing.T) {
+	sw := mustSW(t, 1000, time.Second)
+	var s limiter.State
+	t0 := limitertest.T0
+	for i := 0; i < 1000; i++ {
+		sw.Decide(&s, t0.Add(time.Duration(i)*time.Millisecond), 1)
+	}
+	if !sw.Fresh(&s, t0.Add(2*time.Second)) {
+		t.Fatalf("a window with no admission left is not fresh")
+	}
+	if sw.Fresh(&s, t0.Add(1998*time.Millisecond)) {
+		t.Fatalf("a window still holding an admission is fresh")
+	}
+}
+
+func TestPeekDoesNotConsume(t *testing.T) {
+	for _, rl := range []limiter.RateLimiter{mustTB(t, 1, 1, time.Second), mustSW(t, 1, time.Second), limiter.Unlimited} {
+		var s limiter.State
+		for i := 0; i < 3; i++ {
+			if p := rl.Peek(&s, limitertest.T0); !p.Allowed {
+				t.Fatalf("%v: peek %d rejected", rl.Algorithm(), i)
+			}
+		}
+		if d := rl.Decide(&s, limitertest.T0, 1); !d.Allowed {
+			t.Fatalf("%v: first decision after peeks rejected", rl.Algorithm())
+		}
+	}
+}

@@ -1,0 +1,205 @@
+package limiter
+
+import (
+	"math/bits"
+	"time"
+)
+
+// TokenBucket is a token bucket of Capacity tokens that starts full and refills continuously at
+// RefillRate tokens per RefillPeriod, never above Capacity. A request of cost n takes n tokens if
+// the bucket holds them.
+//
+// It is implemented as GCRA: a client's state is its theoretical arrival time (TAT), the instant
+// at which its bucket will be full again. Admitting n tokens moves the TAT n*period/rate later;
+// a request is admitted if the new TAT is at most one full refill (capacity*period/rate) ahead of
+// now. The TAT is kept exactly as nanoseconds plus a fraction in units of 1/rate ns, so there is
+// no floating point and no drift.
+//
+// A TokenBucket is immutable and safe for concurrent use; build one with NewTokenBucket.
+type TokenBucket struct {
+	capacity int64
+	rate     uint64  // tokens per period
+	period   uint64  // ns
+	tau      instant // time for a full refill: capacity*period/rate
+	stamp    uint32
+}
+
+type tokenBucketParams struct {
+	capacity, rate int64
+	period         time.Duration
+}
+
+// NewTokenBucket returns the token bucket strategy for the given parameters. It fails if
+// capacity or rate is outside [1, 1e9], period outside [1ms, 24h], or a full refill would take
+// longer than a year.
+func NewTokenBucket(capacity, rate int64, period time.Duration) (*TokenBucket, error) {
+	if err := checkPositive("capacity", capacity, MaxCapacity); err != nil {
+		return nil, err
+	}
+	if err := checkPositive("refillRate", rate, MaxCapacity); err != nil {
+		return nil, err
+	}
+	if err := checkPeriod("refillPeriod", period); err != nil {
+		return nil, err
+	}
+	tau := mulDiv(uint64(capacity), uint64(period), uint64(rate))
+	if tau.ns > int64(MaxRefillWindow) {
+		return nil, errRefillTooSlow
+	}
+	rl := intern(tokenBucketParams{capacity, rate, period}, func(stamp uint32) RateLimiter {
+		return &TokenBucket{capacity: capacity, rate: uint64(rate), period: uint64(period), tau: tau, stamp: stamp}
+	})
+	return rl.(*TokenBucket), nil
+}
+
+type strategyError string
+
+func (e strategyError) Error() string { return string(e) }
+
+const errRefillTooSlow = strategyError("capacity*refillPeriod/refillRate (a full refill) must be at most 366 days")
+
+// instant is ns + frac/rate nanoseconds, with frac < rate; it also serves as a duration.
+type instant struct {
+	ns   int64
+	frac uint64
+}
+
+// mulDiv returns n*period/rate as an instant (exact quotient and remainder).
+// The callers' bounds keep the quotient below 2^63.
+func mulDiv(n, period, rate uint64) instant {
+	hi, lo := bits.Mul64(n, period)
+	q, r := bits.Div64(hi, lo, rate)
+	return instant{ns: int64(q), frac: r}
+}
+
+func (b *TokenBucket) add(a, d instant) instant {
+	a.ns += d.ns
+	a.frac += d.frac
+	if a.frac >= b.rate {
+		a.frac -= b.rate
+		a.ns++
+	}
+	return a
+}
+
+// sub returns a-d for a >= d.
+func (b *TokenBucket) sub(a, d instant) instant {
+	if a.frac < d.frac {
+		a.frac += b.rate
+		a.ns--
+	}
+	a.ns -= d.ns
+	a.frac -= d.frac
+	return a
+}
+
+func less(a, b instant) bool { return a.ns < b.ns || (a.ns == b.ns && a.frac < b.frac) }
+
+// ceil returns d rounded up to whole nanoseconds.
+func ceil(d instant) time.Duration {
+	if d.frac > 0 {
+		return time.Duration(d.ns + 1)
+	}
+	return time.Duration(d.ns)
+}
+
+// tokens returns floor(d*rate/period): how many tokens accrue in d.
+func (b *TokenBucket) tokens(d instant) int64 {
+	hi, lo := bits.Mul64(uint64(d.ns), b.rate)
+	var carry uint64
+	lo, carry = bits.Add64(lo, d.frac, 0)
+	hi += carry
+	q, _ := bits.Div64(hi, lo, b.period)
+	return int64(q)
+}
+
+// debt returns how far the client's TAT lies ahead of now: 0 when the bucket is full, at most
+// one full refill (an empty bucket). A TAT further ahead can only come from a clock that jumped
+// backwards; the bucket is then taken as empty, which never admits more than the limit.
+func (b *TokenBucket) debt(s *State, now int64) instant {
+	tat := instant{ns: s.tat, frac: uint64(s.frac)}
+	at := instant{ns: now}
+	if !less(at, tat) {
+		return instant{}
+	}
+	if d := b.sub(tat, at); less(d, b.tau) {
+		return d
+	}
+	return b.tau
+}
+
+// Decide implements RateLimiter.
+func (b *TokenBucket) Decide(s *State, now time.Time, cost int64) Decision {
+	t := now.UnixNano()
+	adopt(b, s, t)
+	debt := b.debt(s, t)
+	if cost > b.capacity {
+		return b.reject(debt, b.tau)
+	}
+	next := b.add(debt, mulDiv(uint64(cost), b.period, b.rate))
+	if less(b.tau, next) {
+		return b.reject(debt, b.sub(next, b.tau))
+	}
+	tat := b.add(instant{ns: t}, next)
+	s.tat, s.frac, s.stamp = tat.ns, uint32(tat.frac), b.stamp
+	return Decision{
+		Allowed:    true,
+		Limit:      b.capacity,
+		Remaining:  b.tokens(b.sub(b.tau, next)),
+		ResetAfter: ceil(next),
+	}
+}
+
+func (b *TokenBucket) reject(debt, wait instant) Decision {
+	return Decision{
+		Limit:      b.capacity,
+		Remaining:  b.tokens(b.sub(b.tau, debt)),
+		ResetAfter: ceil(debt),
+		RetryAfter: ceil(wait),
+	}
+}
+
+// Peek implements RateLimiter.
+func (b *TokenBucket) Peek(s *State, now time.Time) Decision {
+	t := now.UnixNano()
+	c := *s
+	adopt(b, &c, t)
+	debt := b.debt(&c, t)
+	d := Decision{Limit: b.capacity, Remaining: b.tokens(b.sub(b.tau, debt)), ResetAfter: ceil(debt)}
+	d.Allowed = d.Remaining >= 1
+	if !d.Allowed {
+		one := b.add(debt, mulDiv(1, b.period, b.rate))
+		d.RetryAfter = ceil(b.sub(one, b.tau))
+	}
+	return d
+}
+
+// Fresh implements RateLimiter: the bucket is full.
+func (b *TokenBucket) Fresh(s *State, now time.Time) bool {
+	return b.debt(s, now.UnixNano()) == instant{}
+}
+
+// carryFrom converts a state written by from: the tokens the client had used (rounded up) stay
+// used, at most the new capacity.
+func (b *TokenBucket) carryFrom(from *TokenBucket, s *State, now int64) {
+	debt := from.debt(s, now)
+	used := from.tokens(debt)
+	if from.sub(debt, mulDiv(uint64(used), from.period, from.rate)) != (instant{}) {
+		used++
+	}
+	used = min(used, b.capacity)
+	tat := b.add(instant{ns: now}, mulDiv(uint64(used), b.period, b.rate))
+	*s = State{stamp: b.stamp, tat: tat.ns, frac: uint32(tat.frac)}
+}
+
+// Algorithm implements RateLimiter.
+func (b *TokenBucket) Algorithm() Algorithm { return AlgorithmTokenBucket }
+
+// Limit implements RateLimiter: the capacity.
+func (b *TokenBucket) Limit() int64 { return b.capacity }
+
+// Window implements RateLimiter: the time a full refill takes.
+func (b *TokenBucket) Window() time.Duration { return ceil(b.tau) }
+
+// Stamp implements RateLimiter.
+func (b *TokenBucket) Stamp() uint32 { return b.stamp }
