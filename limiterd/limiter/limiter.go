@@ -47,6 +47,10 @@ func (a Algorithm) String() string {
 // RateLimiter is a rate-limit strategy: the immutable parameters of one algorithm. It decides
 // for one client on the State a store keeps for that client. Implementations are safe for
 // concurrent use; a State is not, and the store serialises decisions on it.
+//
+// The set of strategies is closed (TokenBucket, SlidingWindow, Unlimited): a shared store such
+// as Redis runs each algorithm as a server-side script that must mirror the Go code exactly,
+// and the conformance table in package limitertest holds both to the same expectations.
 type RateLimiter interface {
 	// Decide admits cost units for the client whose state is s at instant now, or rejects
 	// them and leaves s as it was. cost must be at least 1.
@@ -65,7 +69,13 @@ type RateLimiter interface {
 	Window() time.Duration
 	// Stamp identifies the algorithm and parameters: equal stamps, equal strategies.
 	Stamp() uint32
+
+	sealed()
 }
+
+func (*TokenBucket) sealed()   {}
+func (*SlidingWindow) sealed() {}
+func (unlimited) sealed()      {}
 
 // State is one client's state under a strategy. The zero value is a client never seen.
 // It is not safe for concurrent use.

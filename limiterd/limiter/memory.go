@@ -66,9 +66,8 @@ type Memory struct {
 
 type memoryShard struct {
 	sync.Mutex
-	buckets map[string]bucketState // token-bucket clients
-	windows map[string]*State      // sliding-window clients
-	_       [64 - 24]byte          // keep shards on separate cache lines
+	buckets bucketTable       // token-bucket clients
+	windows map[string]*State // sliding-window clients
 }
 
 // bucketState is the compact form of a token bucket's State.
@@ -85,14 +84,16 @@ func NewMemory(budget *Budget) *Memory {
 	}
 	m := &Memory{budget: budget, seed: maphash.MakeSeed()}
 	for i := range m.shards {
-		m.shards[i].buckets = make(map[string]bucketState)
+		m.shards[i].buckets.seed = m.seed
 		m.shards[i].windows = make(map[string]*State)
 	}
 	return m
 }
 
-func (m *Memory) shard(key string) *memoryShard {
-	return &m.shards[maphash.String(m.seed, key)%memoryShards]
+// shard returns the shard of a key and the key's hash as its bucketTable computes it.
+func (m *Memory) shard(key string) (*memoryShard, uint64) {
+	h := maphash.String(m.seed, key)
+	return &m.shards[h>>56], tableHash(h) // memoryShards is 256: the top byte picks the shard
 }
 
 // Decide implements Store. It never fails.
@@ -109,27 +110,35 @@ func (m *Memory) Peek(_ context.Context, key string, rl RateLimiter, now time.Ti
 func (m *Memory) apply(key string, rl RateLimiter, now time.Time, cost int64, peek bool) Decision {
 	switch rl.Algorithm() {
 	case AlgorithmTokenBucket:
-		sh := m.shard(key)
+		sh, h := m.shard(key)
 		sh.Lock()
 		defer sh.Unlock()
-		b, ok := sh.buckets[key]
-		if _, had := sh.windows[key]; !ok && !peek && had {
-			forget(m, sh.windows, key) // the client changed algorithm: it starts fresh
+		i, ok := sh.buckets.find(key, h)
+		var s State
+		if ok {
+			b := &sh.buckets.slots[i].state
+			s = State{stamp: b.stamp, frac: b.frac, tat: b.tat}
+		} else if _, had := sh.windows[key]; had && !peek {
+			forgetWindow(m, sh, key) // the client changed algorithm: it starts fresh
 		}
-		s := State{stamp: b.stamp, frac: b.frac, tat: b.tat}
+		tb := rl.(*TokenBucket) // the set is closed; a concrete call keeps s on the stack
 		if peek {
-			return rl.Peek(&s, now)
+			return tb.Peek(&s, now)
 		}
-		d := rl.Decide(&s, now, cost)
-		if d.Allowed || s.stamp != b.stamp { // the state changed
-			if !ok {
+		stamp := s.stamp
+		d := tb.Decide(&s, now, cost)
+		if d.Allowed || s.stamp != stamp { // the state changed
+			b := bucketState{tat: s.tat, frac: s.frac, stamp: s.stamp}
+			if ok {
+				sh.buckets.slots[i].state = b
+			} else {
 				m.admit(sh, now)
+				sh.buckets.insert(key, h, b)
 			}
-			sh.buckets[key] = bucketState{tat: s.tat, frac: s.frac, stamp: s.stamp}
 		}
 		return d
 	case AlgorithmSlidingWindow:
-		sh := m.shard(key)
+		sh, h := m.shard(key)
 		sh.Lock()
 		defer sh.Unlock()
 		s, ok := sh.windows[key]
@@ -137,8 +146,8 @@ func (m *Memory) apply(key string, rl RateLimiter, now time.Time, cost int64, pe
 			if peek {
 				return rl.Peek(&State{}, now)
 			}
-			if _, had := sh.buckets[key]; had {
-				forget(m, sh.buckets, key) // the client changed algorithm: it starts fresh
+			if i, had := sh.buckets.find(key, h); had {
+				forgetBucket(m, sh, i) // the client changed algorithm: it starts fresh
 			}
 			s = &State{}
 		}
@@ -161,21 +170,27 @@ func (m *Memory) apply(key string, rl RateLimiter, now time.Time, cost int64, pe
 
 // Reset implements Store: it forgets the client's state. It never fails.
 func (m *Memory) Reset(_ context.Context, key string) error {
-	sh := m.shard(key)
+	sh, h := m.shard(key)
 	sh.Lock()
 	defer sh.Unlock()
-	if _, ok := sh.buckets[key]; ok {
-		forget(m, sh.buckets, key)
+	if i, ok := sh.buckets.find(key, h); ok {
+		forgetBucket(m, sh, i)
 	}
 	if _, ok := sh.windows[key]; ok {
-		forget(m, sh.windows, key)
+		forgetWindow(m, sh, key)
 	}
 	return nil
 }
 
-// forget deletes a tracked client's state from one of a shard's maps.
-func forget[V any](m *Memory, states map[string]V, key string) {
-	delete(states, key)
+// forgetBucket deletes the token-bucket client in slot i of a shard.
+func forgetBucket(m *Memory, sh *memoryShard, i int) {
+	sh.buckets.remove(i)
+	m.budget.tracked.Add(-1)
+}
+
+// forgetWindow deletes a sliding-window client of a shard.
+func forgetWindow(m *Memory, sh *memoryShard, key string) {
+	delete(sh.windows, key)
 	m.budget.tracked.Add(-1)
 }
 
@@ -187,41 +202,42 @@ func (m *Memory) admit(sh *memoryShard, now time.Time) {
 	m.budget.tracked.Add(1)
 }
 
-// evict drops the sampled client of sh whose state is closest to fresh.
+// evict drops the sampled client of sh whose state is closest to fresh: up to evictionSample
+// token-bucket clients from a random point of the table, then sliding-window clients in the map's
+// random order.
 func (m *Memory) evict(sh *memoryShard, now time.Time) {
 	var (
-		victim   string
-		inBucket bool
-		best     time.Duration = -1
-		seen     int
+		victimKey  string
+		victimSlot = -1
+		best       time.Duration = -1
+		seen       int
 	)
-	consider := func(key string, s *State) bool {
-		d := strategyOf(s.stamp)
-		var left time.Duration
-		if d != nil {
-			left = d.Peek(s, now).ResetAfter
+	left := func(s *State) time.Duration {
+		if rl := strategyOf(s.stamp); rl != nil {
+			return rl.Peek(s, now).ResetAfter
 		}
-		if best < 0 || left < best {
-			victim, best = key, left
-			return true
-		}
-		return false
+		return 0
 	}
-	for key, b := range sh.buckets {
-		s := State{stamp: b.stamp, frac: b.frac, tat: b.tat}
-		if consider(key, &s) {
-			inBucket = true
-		}
-		if seen++; seen == evictionSample || best == 0 {
-			break
+	if t := &sh.buckets; t.n > 0 {
+		for i := t.home(uint64(now.UnixNano()) * 0x9E3779B97F4A7C15); seen < evictionSample && seen < t.n; {
+			if t.tags[i] != 0 {
+				b := t.slots[i].state
+				if l := left(&State{stamp: b.stamp, frac: b.frac, tat: b.tat}); best < 0 || l < best {
+					victimSlot, best = i, l
+				}
+				seen++
+			}
+			if i++; i == len(t.slots) {
+				i = 0
+			}
 		}
 	}
 	for key, s := range sh.windows {
 		if seen >= evictionSample || best == 0 {
 			break
 		}
-		if consider(key, s) {
-			inBucket = false
+		if l := left(s); best < 0 || l < best {
+			victimKey, victimSlot, best = key, -1, l
 		}
 		seen++
 	}
@@ -233,10 +249,10 @@ func (m *Memory) evict(sh *memoryShard, now time.Time) {
 	} else {
 		m.budget.dropped.Add(1)
 	}
-	if inBucket {
-		forget(m, sh.buckets, victim)
+	if victimSlot >= 0 {
+		forgetBucket(m, sh, victimSlot)
 	} else {
-		forget(m, sh.windows, victim)
+		forgetWindow(m, sh, victimKey)
 	}
 }
 
@@ -247,16 +263,18 @@ func (m *Memory) Sweep(now time.Time) {
 	for i := range m.shards {
 		sh := &m.shards[i]
 		sh.Lock()
-		for key, b := range sh.buckets {
-			s := State{stamp: b.stamp, frac: b.frac, tat: b.tat}
-			if IsFresh(&s, now) {
-				forget(m, sh.buckets, key)
+		for t, i := &sh.buckets, 0; i < len(t.slots); {
+			b := t.slots[i].state
+			if t.tags[i] != 0 && IsFresh(&State{stamp: b.stamp, frac: b.frac, tat: b.tat}, now) {
+				forgetBucket(m, sh, i)
 				m.budget.dropped.Add(1)
+				continue // remove may have shifted an unvisited entry into slot i
 			}
+			i++
 		}
 		for key, s := range sh.windows {
 			if IsFresh(s, now) {
-				forget(m, sh.windows, key)
+				forgetWindow(m, sh, key)
 				m.budget.dropped.Add(1)
 			}
 		}
@@ -270,7 +288,7 @@ func (m *Memory) Len() int {
 	for i := range m.shards {
 		sh := &m.shards[i]
 		sh.Lock()
-		n += len(sh.buckets) + len(sh.windows)
+		n += sh.buckets.n + len(sh.windows)
 		sh.Unlock()
 	}
 	return n

@@ -1,0 +1,147 @@
+package limiter_test
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/limiterd/limiterd/limiterd/limiter"
+	"github.com/limiterd/limiterd/limiterd/limiter/limitertest"
+)
+
+// The benchmarks compare limiterd's core with golang.org/x/time/rate in the same run.
+// Both sides are given the time (AllowN(t, n) versus Decide(s, t, n)), so neither pays for the
+// clock, and both see a clock that advances by 1µs per decision at a rate that admits every
+// other request, so both the admit and the reject paths are taken.
+
+func BenchmarkHotKey(b *testing.B) {
+	b.Run("x-time-rate/AllowN", func(b *testing.B) {
+		l := rate.NewLimiter(rate.Every(2*time.Microsecond), 100)
+		now := limitertest.T0
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			now = now.Add(time.Microsecond)
+			l.AllowN(now, 1)
+		}
+	})
+	b.Run("limiterd/TokenBucket.Decide", func(b *testing.B) {
+		tb := mustTB(b, 100, 500, time.Millisecond)
+		var s limiter.State
+		now := limitertest.T0
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			now = now.Add(time.Microsecond)
+			tb.Decide(&s, now, 1)
+		}
+	})
+	b.Run("limiterd/Memory.Decide", func(b *testing.B) {
+		tb := mustTB(b, 100, 500, time.Millisecond)
+		m := limiter.NewMemory(nil)
+		ctx := context.Background()
+		now := limitertest.T0
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			now = now.Add(time.Microsecond)
+			m.Decide(ctx, "hot-client", tb, now, 1)
+		}
+	})
+	b.Run("limiterd/SlidingWindow.Decide", func(b *testing.B) {
+		sw := mustSW(b, 500, time.Millisecond)
+		var s limiter.State
+		now := limitertest.T0
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			now = now.Add(time.Microsecond)
+			sw.Decide(&s, now, 1)
+		}
+	})
+}
+
+const manyClients = 1_000_000
+
+func clientKeys(n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("client-%07d", i)
+	}
+	return keys
+}
+
+// heapInUse returns the live heap after a full collection.
+func heapInUse() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+// BenchmarkManyClients decides for existing clients among 1M tracked ones, and reports the heap
+// bytes each tracked client costs (keys included) for limiterd's Memory and for a
+// map[string]*rate.Limiter holding the same keys.
+func BenchmarkManyClients(b *testing.B) {
+	keys := clientKeys(manyClients)
+	now := limitertest.T0
+	b.Run("x-time-rate/map", func(b *testing.B) {
+		before := heapInUse()
+		limiters := make(map[string]*rate.Limiter)
+		for _, k := range keys {
+			l := rate.NewLimiter(10, 100)
+			l.AllowN(now, 1)
+			limiters[k] = l
+		}
+		after := heapInUse()
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			limiters[keys[i%manyClients]].AllowN(now.Add(time.Duration(i)), 1)
+		}
+		b.StopTimer()
+		b.ReportMetric(float64(after-before)/manyClients, "heapB/client")
+		runtime.KeepAlive(limiters)
+	})
+	b.Run("limiterd/Memory", func(b *testing.B) {
+		tb := mustTB(b, 100, 10, time.Second)
+		before := heapInUse()
+		m := limiter.NewMemory(nil)
+		ctx := context.Background()
+		for _, k := range keys {
+			m.Decide(ctx, k, tb, now, 1)
+		}
+		after := heapInUse()
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			m.Decide(ctx, keys[i%manyClients], tb, now.Add(time.Duration(i)), 1)
+		}
+		b.StopTimer()
+		b.ReportMetric(float64(after-before)/manyClients, "heapB/client")
+		runtime.KeepAlive(m)
+	})
+}
+
+// BenchmarkParallel decides from every available core over 100k keys: run it with -cpu 1,2 to
+// see how decisions scale with GOMAXPROCS.
+func BenchmarkParallel(b *testing.B) {
+	keys := clientKeys(100_000)
+	tb := mustTB(b, 100, 10, time.Second)
+	m := limiter.NewMemory(nil)
+	ctx := context.Background()
+	var worker atomic.Int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		i := int(worker.Add(1)) * 7919
+		now := limitertest.T0
+		for pb.Next() {
+			i++
+			now = now.Add(time.Microsecond)
+			m.Decide(ctx, keys[i%len(keys)], tb, now, 1)
+		}
+	})
+}
