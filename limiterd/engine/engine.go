@@ -1,0 +1,318 @@
+// Package engine answers limiterd's one question — should this request from client X get
+// through? — for the policies currently loaded.
+//
+// A decision resolves the client's tier in the policy, then lets the tier's strategy decide on
+// the client's state in the policy's store. The loaded policies are an immutable snapshot behind
+// an atomic pointer: Swap replaces it in O(number of policies), never touching client state, and a
+// decision that started on the old snapshot finishes on it. Client state outlives swaps: each
+// policy ID keeps its store for as long as a policy of that ID is loaded, and the strategies
+// convert a client's state lazily when its tier's parameters changed (see package limiter).
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/limiterd/limiterd/api/v1alpha1"
+	"github.com/limiterd/limiterd/limiterd/limiter"
+	"github.com/limiterd/limiterd/limiterd/policy"
+)
+
+// Outcome is how a decision ended, as counted in metrics.
+type Outcome uint8
+
+// The outcomes.
+const (
+	// Allowed: the request was admitted.
+	Allowed Outcome = iota
+	// Rejected: the request was refused.
+	Rejected
+	// DryRunRejected: a dry-run tier would have refused the request; it was admitted.
+	DryRunRejected
+)
+
+// String returns the outcome's metric label value.
+func (o Outcome) String() string {
+	switch o {
+	case Rejected:
+		return "rejected"
+	case DryRunRejected:
+		return "dry_run_rejected"
+	default:
+		return "allowed"
+	}
+}
+
+// Errors a request can meet before any decision; none of them consumes anything.
+var (
+	// ErrNotReady: no policy set was loaded yet.
+	ErrNotReady = errors.New("no policy is loaded yet")
+	// ErrPolicyRequired: the request names no policy and several are loaded.
+	ErrPolicyRequired = errors.New("several policies are loaded: name one")
+	// ErrUnknownPolicy: the request names a policy that is not loaded.
+	ErrUnknownPolicy = errors.New("unknown policy")
+	// ErrInvalidCost: the cost is below 1.
+	ErrInvalidCost = errors.New("cost must be a positive integer")
+)
+
+// Result is a decision with what it was made by.
+type Result struct {
+	// Decision is the answer. For a dry-run tier, Allowed is always true and the other fields
+	// describe the decision that would have been enforced.
+	limiter.Decision
+	// Outcome is how the decision ended.
+	Outcome Outcome
+	// Policy and Tier made the decision.
+	Policy *policy.Policy
+	Tier   *policy.Tier
+	// StoreError is set when the store failed and the policy's failure mode decided instead.
+	StoreError error
+}
+
+// Observer records decisions, typically as metrics. Tier is called when a policy is swapped in,
+// never per decision, so that recording a decision needs no label lookup.
+type Observer interface {
+	// Tier returns the recorder for one tier of one policy.
+	Tier(policyID, tier string) TierObserver
+	// StoreError counts a store failure for a policy.
+	StoreError(policyID string)
+}
+
+// TierObserver records one tier's decisions. It must be safe for concurrent use.
+type TierObserver interface {
+	Observe(o Outcome, elapsed time.Duration)
+}
+
+// Options configure an Engine. The zero value decides from process memory with no bound on
+// tracked clients, the system clock and no observer.
+type Options struct {
+	// NewStore returns the store of one policy's clients. Default: a limiter.Memory on Budget.
+	NewStore func(policyID string) limiter.Store
+	// Budget bounds the clients tracked in memory: by the default stores, and by the local
+	// stores that policies with failure mode Local fall back on.
+	Budget *limiter.Budget
+	// Clock returns the current time. Default: time.Now.
+	Clock func() time.Time
+	// Observer records decisions. Default: none.
+	Observer Observer
+}
+
+// Engine decides for the loaded policies. It is safe for concurrent use.
+type Engine struct {
+	opts    Options
+	current atomic.Pointer[snapshot]
+	swapMu  sync.Mutex // serialises Swap
+}
+
+// snapshot is the loaded policies bound to their stores and observers.
+type snapshot struct {
+	set  *policy.Set
+	byID map[string]*bound
+	only *bound // the policy when exactly one is loaded
+}
+
+// bound is one loaded policy with what decides for it.
+type bound struct {
+	policy *policy.Policy
+	store  limiter.Store
+	local  *limiter.Memory // failure mode Local: state while the store fails
+	tiers  []TierObserver  // by Tier.Index
+}
+
+type nopObserver struct{}
+
+func (nopObserver) Tier(string, string) TierObserver { return nopObserver{} }
+func (nopObserver) StoreError(string)                {}
+func (nopObserver) Observe(Outcome, time.Duration)   {}
+
+// New returns an engine with no policy loaded: it answers ErrNotReady until the first Swap.
+func New(opts Options) *Engine {
+	if opts.Budget == nil {
+		opts.Budget = limiter.NewBudget(0)
+	}
+	if opts.NewStore == nil {
+		budget := opts.Budget
+		opts.NewStore = func(string) limiter.Store { return limiter.NewMemory(budget) }
+	}
+	if opts.Clock == nil {
+		opts.Clock = time.Now
+	}
+	if opts.Observer == nil {
+		opts.Observer = nopObserver{}
+	}
+	return &Engine{opts: opts}
+}
+
+// Swap makes set the loaded policies, atomically. Stores of policies that stay keep their
+// clients' state; those of policies that left are dropped. It costs O(policies and tiers),
+// independent of the number of tracked clients.
+func (e *Engine) Swap(set *policy.Set) {
+	e.swapMu.Lock()
+	defer e.swapMu.Unlock()
+	old := e.current.Load()
+	next := &snapshot{set: set, byID: make(map[string]*bound, set.Len())}
+	for _, p := range set.All() {
+		b := &bound{policy: p}
+		if prev, ok := old.lookup(p.ID); ok {
+			b.store, b.local = prev.store, prev.local
+		} else {
+			b.store = e.opts.NewStore(p.ID)
+		}
+		if p.FailureMode == v1alpha1.FailureModeLocal && b.local == nil {
+			b.local = limiter.NewMemory(e.opts.Budget)
+		}
+		for _, t := range p.Tiers {
+			b.tiers = append(b.tiers, e.opts.Observer.Tier(p.ID, t.Name))
+		}
+		next.byID[p.ID] = b
+	}
+	if len(next.byID) == 1 {
+		for _, b := range next.byID {
+			next.only = b
+		}
+	}
+	e.current.Store(next)
+}
+
+func (s *snapshot) lookup(id string) (*bound, bool) {
+	if s == nil {
+		return nil, false
+	}
+	b, ok := s.byID[id]
+	return b, ok
+}
+
+// Ready reports whether a policy set has been loaded.
+func (e *Engine) Ready() bool { return e.current.Load() != nil }
+
+// Policies returns the loaded policies (nil before the first Swap).
+func (e *Engine) Policies() *policy.Set {
+	if s := e.current.Load(); s != nil {
+		return s.set
+	}
+	return nil
+}
+
+// find returns the policy a request names; "" names the only loaded policy.
+func (e *Engine) find(policyID string) (*bound, error) {
+	s := e.current.Load()
+	if s == nil {
+		return nil, ErrNotReady
+	}
+	if policyID == "" {
+		if s.only == nil {
+			if len(s.byID) == 0 {
+				return nil, fmt.Errorf("%w: none is loaded", ErrUnknownPolicy)
+			}
+			return nil, ErrPolicyRequired
+		}
+		return s.only, nil
+	}
+	b, ok := s.byID[policyID]
+	if !ok {
+		return nil, fmt.Errorf("%w %q", ErrUnknownPolicy, policyID)
+	}
+	return b, nil
+}
+
+// Decide decides whether the client key may spend cost units under the named policy ("" when
+// exactly one is loaded). It returns an error, and consumes nothing, when the request cannot be
+// decided (see the Err variables). A store failure is not an error: the policy's failure mode
+// decides and Result.StoreError says so.
+func (e *Engine) Decide(ctx context.Context, policyID, key string, cost int64) (Result, error) {
+	if cost < 1 {
+		return Result{}, ErrInvalidCost
+	}
+	b, err := e.find(policyID)
+	if err != nil {
+		return Result{}, err
+	}
+	start := e.opts.Clock()
+	tier := b.policy.Resolve(key)
+	r := Result{Policy: b.policy, Tier: tier}
+	r.Decision, r.StoreError = b.store.Decide(ctx, key, tier.Limiter, start, cost)
+	if r.StoreError != nil {
+		r.Decision = e.degraded(ctx, b, key, tier, start, cost)
+	}
+	switch {
+	case r.Allowed:
+		r.Outcome = Allowed
+	case tier.DryRun:
+		r.Outcome, r.Allowed = DryRunRejected, true
+	default:
+		r.Outcome = Rejected
+	}
+	b.tiers[tier.Index].Observe(r.Outcome, e.opts.Clock().Sub(start))
+	return r, nil
+}
+
+// degraded decides by the policy's failure mode after its store failed.
+func (e *Engine) degraded(ctx context.Context, b *bound, key string, tier *policy.Tier, now time.Time, cost int64) limiter.Decision {
+	e.opts.Observer.StoreError(b.policy.ID)
+	limit := tier.Limiter.Limit()
+	switch b.policy.FailureMode {
+	case v1alpha1.FailureModeClosed:
+		return limiter.Decision{Limit: limit, RetryAfter: time.Second, ResetAfter: time.Second}
+	case v1alpha1.FailureModeLocal:
+		if b.local != nil {
+			d, _ := b.local.Decide(ctx, key, tier.Limiter, now, cost)
+			return d
+		}
+	}
+	return limiter.Decision{Allowed: true, Limit: limit, Remaining: limit}
+}
+
+// Peek reports what a one-unit decision for the client would answer, without consuming anything.
+func (e *Engine) Peek(ctx context.Context, policyID, key string) (Result, error) {
+	b, err := e.find(policyID)
+	if err != nil {
+		return Result{}, err
+	}
+	tier := b.policy.Resolve(key)
+	r := Result{Policy: b.policy, Tier: tier}
+	r.Decision, err = b.store.Peek(ctx, key, tier.Limiter, e.opts.Clock())
+	if err != nil {
+		return Result{}, fmt.Errorf("read client state: %w", err)
+	}
+	return r, nil
+}
+
+// Reset forgets the client's state under the named policy.
+func (e *Engine) Reset(ctx context.Context, policyID, key string) error {
+	b, err := e.find(policyID)
+	if err != nil {
+		return err
+	}
+	if err := b.store.Reset(ctx, key); err != nil {
+		return fmt.Errorf("reset client state: %w", err)
+	}
+	if b.local != nil {
+		_ = b.local.Reset(ctx, key)
+	}
+	return nil
+}
+
+// Sweep drops idle (fresh) client state from every in-memory store the engine owns. Call it
+// periodically from one goroutine.
+func (e *Engine) Sweep() {
+	s := e.current.Load()
+	if s == nil {
+		return
+	}
+	now := e.opts.Clock()
+	for _, b := range s.byID {
+		if m, ok := b.store.(*limiter.Memory); ok {
+			m.Sweep(now)
+		}
+		if b.local != nil {
+			b.local.Sweep(now)
+		}
+	}
+}
+
+// Budget returns the budget of tracked in-memory clients.
+func (e *Engine) Budget() *limiter.Budget { return e.opts.Budget }

@@ -1,0 +1,206 @@
+// Package policy compiles a RateLimitPolicy into what limiterd decides with: its tiers as
+// strategies and a resolver from client key to tier.
+//
+// A compiled Policy is immutable and safe for concurrent use. Resolving a key costs O(len(key))
+// whatever the number of overrides: an exact-key map, then a byte trie of prefixes that remembers
+// the longest prefix matched on the way down, then the default tier.
+package policy
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/limiterd/limiterd/api/v1alpha1"
+	"github.com/limiterd/limiterd/limiterd/limiter"
+)
+
+// Tier is one compiled tier: a strategy shared by every client resolved to it.
+type Tier struct {
+	// Name is the tier's name in the policy.
+	Name string
+	// Index is the tier's position in Policy.Tiers.
+	Index int
+	// Limiter decides for the tier's clients.
+	Limiter limiter.RateLimiter
+	// DryRun means decisions are made and counted but the answer is always "allowed".
+	DryRun bool
+}
+
+// Policy is a compiled RateLimitPolicy.
+type Policy struct {
+	// ID is "<namespace>/<name>", the policy's identity in requests and metrics.
+	ID string
+	// Generation is the metadata.generation of the compiled spec.
+	Generation int64
+	// FailureMode says how to decide when the shared store cannot be reached.
+	FailureMode v1alpha1.FailureMode
+	// Tiers are the compiled tiers in spec order.
+	Tiers []*Tier
+	// Default is the tier of clients no override names.
+	Default *Tier
+	// Source is the validated, defaulted policy it was compiled from. Do not modify it.
+	Source *v1alpha1.RateLimitPolicy
+
+	exact    map[string]*Tier
+	prefixes trie
+}
+
+// Compile validates p (with v1alpha1.Validate) and compiles it. p is not modified; the Policy
+// keeps a defaulted copy.
+func Compile(p *v1alpha1.RateLimitPolicy) (*Policy, error) {
+	src := p.DeepCopy()
+	src.Default()
+	if src.Namespace == "" {
+		src.Namespace = "default"
+	}
+	if err := v1alpha1.Validate(src); err != nil {
+		return nil, fmt.Errorf("policy %s/%s: %w", src.Namespace, src.Name, err)
+	}
+	c := &Policy{
+		ID:          src.Namespace + "/" + src.Name,
+		Generation:  src.Generation,
+		FailureMode: src.Spec.FailureMode,
+		Source:      src,
+		exact:       make(map[string]*Tier),
+	}
+	byName := make(map[string]*Tier, len(src.Spec.Tiers))
+	for i := range src.Spec.Tiers {
+		t := &src.Spec.Tiers[i]
+		rl, err := strategy(t)
+		if err != nil {
+			return nil, fmt.Errorf("policy %s: spec.tiers[%d]: %w", c.ID, i, err)
+		}
+		tier := &Tier{Name: t.Name, Index: i, Limiter: rl, DryRun: t.DryRun}
+		c.Tiers = append(c.Tiers, tier)
+		byName[t.Name] = tier
+	}
+	c.Default = byName[src.Spec.DefaultTier]
+	for _, o := range src.Spec.Overrides {
+		for _, k := range o.Clients {
+			c.exact[k] = byName[o.Tier]
+		}
+		for _, k := range o.ClientPrefixes {
+			c.prefixes.insert(k, byName[o.Tier])
+		}
+	}
+	return c, nil
+}
+
+// strategy builds a tier's strategy. Validate has already checked the parameters; the
+// constructors check them again, so a mismatch in bounds is an error, not a panic.
+func strategy(t *v1alpha1.Tier) (limiter.RateLimiter, error) {
+	switch t.Algorithm {
+	case v1alpha1.AlgorithmTokenBucket:
+		period := time.Second
+		if t.TokenBucket.RefillPeriod != nil {
+			period = t.TokenBucket.RefillPeriod.Duration
+		}
+		return limiter.NewTokenBucket(t.TokenBucket.Capacity, t.TokenBucket.RefillRate, period)
+	case v1alpha1.AlgorithmSlidingWindow:
+		return limiter.NewSlidingWindow(t.SlidingWindow.Limit, t.SlidingWindow.Window.Duration)
+	case v1alpha1.AlgorithmUnlimited:
+		return limiter.Unlimited, nil
+	}
+	return nil, fmt.Errorf("unknown algorithm %q", t.Algorithm)
+}
+
+// Resolve returns the tier of a client key: the override naming the key exactly, else the
+// override with the longest prefix of the key, else the default tier.
+func (p *Policy) Resolve(key string) *Tier {
+	if t, ok := p.exact[key]; ok {
+		return t
+	}
+	if t := p.prefixes.longest(key); t != nil {
+		return t
+	}
+	return p.Default
+}
+
+// trie maps key prefixes to tiers; its zero value is empty.
+type trie struct {
+	root *node
+}
+
+// node is a trie node; edges are kept in a small sorted slice (fan-out is small in practice).
+type node struct {
+	tier   *Tier
+	labels []byte
+	kids   []*node
+}
+
+func (n *node) child(b byte) *node {
+	for i, l := range n.labels {
+		if l == b {
+			return n.kids[i]
+		}
+	}
+	return nil
+}
+
+func (t *trie) insert(prefix string, tier *Tier) {
+	if t.root == nil {
+		t.root = &node{}
+	}
+	n := t.root
+	for i := 0; i < len(prefix); i++ {
+		next := n.child(prefix[i])
+		if next == nil {
+			next = &node{}
+			n.labels = append(n.labels, prefix[i])
+			n.kids = append(n.kids, next)
+		}
+		n = next
+	}
+	n.tier = tier
+}
+
+// longest returns the tier of the longest inserted prefix of key, or nil.
+func (t *trie) longest(key string) *Tier {
+	var found *Tier
+	n := t.root
+	for i := 0; n != nil; i++ {
+		if n.tier != nil {
+			found = n.tier
+		}
+		if i == len(key) {
+			break
+		}
+		n = n.child(key[i])
+	}
+	return found
+}
+
+// Set is an immutable snapshot of the loaded policies, keyed by ID.
+type Set struct {
+	byID map[string]*Policy
+}
+
+// NewSet returns a snapshot of the given policies. IDs must be unique.
+func NewSet(policies ...*Policy) (*Set, error) {
+	s := &Set{byID: make(map[string]*Policy, len(policies))}
+	for _, p := range policies {
+		if _, dup := s.byID[p.ID]; dup {
+			return nil, fmt.Errorf("policy %s is defined twice", p.ID)
+		}
+		s.byID[p.ID] = p
+	}
+	return s, nil
+}
+
+// Get returns a policy by ID.
+func (s *Set) Get(id string) (*Policy, bool) {
+	p, ok := s.byID[id]
+	return p, ok
+}
+
+// Len returns the number of policies.
+func (s *Set) Len() int { return len(s.byID) }
+
+// All returns the policies in no particular order.
+func (s *Set) All() []*Policy {
+	out := make([]*Policy, 0, len(s.byID))
+	for _, p := range s.byID {
+		out = append(out, p)
+	}
+	return out
+}

@@ -1,0 +1,109 @@
+package policy_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/limiterd/limiterd/api/v1alpha1"
+	"github.com/limiterd/limiterd/limiterd/limiter"
+	"github.com/limiterd/limiterd/limiterd/policy"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+func testPolicy() *v1alpha1.RateLimitPolicy {
+	return &v1alpha1.RateLimitPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "api", Generation: 3},
+		Spec: v1alpha1.RateLimitPolicySpec{
+			DefaultTier: "free",
+			Tiers: []v1alpha1.Tier{
+				{Name: "free", Algorithm: v1alpha1.AlgorithmTokenBucket, TokenBucket: &v1alpha1.TokenBucket{Capacity: 10, RefillRate: 1}},
+				{Name: "pro", Algorithm: v1alpha1.AlgorithmSlidingWindow, SlidingWindow: &v1alpha1.SlidingWindow{Limit: 100, Window: metav1.Duration{Duration: time.Minute}}},
+				{Name: "internal", Algorithm: v1alpha1.AlgorithmUnlimited},
+				{Name: "shadow", Algorithm: v1alpha1.AlgorithmTokenBucket, TokenBucket: &v1alpha1.TokenBucket{Capacity: 1, RefillRate: 1}, DryRun: true},
+			},
+			Overrides: []v1alpha1.Override{
+				{Tier: "pro", Clients: []string{"acme"}, ClientPrefixes: []string{"acme-", "pro:"}},
+				{Tier: "internal", Clients: []string{"acme-batch"}, ClientPrefixes: []string{"svc:", "acme-int"}},
+				{Tier: "shadow", ClientPrefixes: []string{"svc:beta"}},
+			},
+		},
+	}
+}
+
+func TestCompileResolves(t *testing.T) {
+	src := testPolicy()
+	p, err := policy.Compile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.ID != "default/api" || p.Generation != 3 || p.FailureMode != v1alpha1.FailureModeOpen {
+		t.Fatalf("compiled %q generation %d failure mode %q", p.ID, p.Generation, p.FailureMode)
+	}
+	if src.Namespace != "" || src.Spec.FailureMode != "" {
+		t.Fatalf("Compile modified its input")
+	}
+	for key, tier := range map[string]string{
+		"":                "free",
+		"someone":         "free",
+		"acme":            "pro",      // exact
+		"acme-1":          "pro",      // prefix acme-
+		"acme-batch":      "internal", // exact beats prefix
+		"acme-internal-1": "internal", // longer prefix acme-int beats acme-
+		"acme-in":         "pro",      // acme-int does not match
+		"svc:billing":     "internal",
+		"svc:beta-7":      "shadow", // longest prefix
+		"svc:bet":         "internal",
+		"pro":             "free",
+		"pro:x":           "pro",
+	} {
+		if got := p.Resolve(key).Name; got != tier {
+			t.Errorf("Resolve(%q) = %s, want %s", key, got, tier)
+		}
+	}
+	if !p.Resolve("svc:beta").DryRun || p.Resolve("acme").Limiter.Algorithm() != limiter.AlgorithmSlidingWindow {
+		t.Fatalf("tier parameters not compiled")
+	}
+}
+
+func TestCompileRejectsInvalid(t *testing.T) {
+	src := testPolicy()
+	src.Spec.Overrides[0].Tier = "missing"
+	_, err := policy.Compile(src)
+	if err == nil || !strings.Contains(err.Error(), "spec.overrides[0].tier") {
+		t.Fatalf("Compile of a policy naming a missing tier: %v", err)
+	}
+}
+
+func TestBoundsMatchTheAPI(t *testing.T) {
+	// The API validates with its own constants; the strategies check theirs. They must agree, or
+	// a policy could pass admission and fail to compile.
+	if v1alpha1.MaxCapacity != limiter.MaxCapacity || v1alpha1.MaxWindowLimit != limiter.MaxWindowLimit {
+		t.Fatalf("API bounds %d/%d, limiter bounds %d/%d", v1alpha1.MaxCapacity, v1alpha1.MaxWindowLimit, limiter.MaxCapacity, limiter.MaxWindowLimit)
+	}
+	if v1alpha1.MinPeriod != limiter.MinPeriod || v1alpha1.MaxPeriod != limiter.MaxPeriod || v1alpha1.MaxRefillWindow != limiter.MaxRefillWindow {
+		t.Fatalf("API periods %v..%v refill %v, limiter %v..%v refill %v", v1alpha1.MinPeriod, v1alpha1.MaxPeriod, v1alpha1.MaxRefillWindow, limiter.MinPeriod, limiter.MaxPeriod, limiter.MaxRefillWindow)
+	}
+}
+
+// BenchmarkResolve resolves keys against a policy with 1000 exact keys and 1000 prefixes:
+// the cost depends on the key's length, not on the number of overrides.
+func BenchmarkResolve(b *testing.B) {
+	src := testPolicy()
+	var clients, prefixes []string
+	for i := 0; i < 10_000; i++ {
+		clients = append(clients, fmt.Sprintf("exact-%d", i))
+		prefixes = append(prefixes, fmt.Sprintf("team-%d:", i))
+	}
+	src.Spec.Overrides = append(src.Spec.Overrides[:0], v1alpha1.Override{Tier: "pro", Clients: clients[:1000], ClientPrefixes: prefixes[:1000]})
+	p, err := policy.Compile(src)
+	if err != nil {
+		b.Fatal(err)
+	}
+	keys := []string{"exact-500", "team-77:user-1", "nobody-in-particular"}
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		p.Resolve(keys[i%len(keys)])
+	}
+}
