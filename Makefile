@@ -20,6 +20,8 @@ help: ## List the targets.
 .PHONY: build
 build: ## Build bin/limiterd (and the other binaries) from this checkout.
 	$(GO) build -trimpath -o $(BIN)/limiterd ./cmd/limiterd
+	$(GO) build -trimpath -o $(BIN)/loadgen ./cmd/loadgen
+	$(GO) build -trimpath -o $(BIN)/manager .
 
 .PHONY: run
 run: build ## Run limiterd locally: in-memory store, the sample policy, decisions on :8080, admin on :9090.
@@ -34,6 +36,10 @@ test: ## Run every test (unit, fuzz seeds, integration, end-to-end) with -race.
 .PHONY: bench
 bench: ## Run the benchmarks side by side with their baselines; figures go to stdout.
 	$(GO) test -run '^$$' -bench . -benchmem ./limiterd/...
+
+.PHONY: bench-http
+bench-http: ## Load-test the decision handler against a trivial handler over loopback HTTP.
+	$(GO) run ./cmd/loadgen --duration 5s --rounds 3 --workers 16
 
 ##@ Tools
 
@@ -72,3 +78,60 @@ verify: generate manifests ## Regenerate, then fail if generated files differ fr
 		printf 'generated files are not committed or out of date (run make generate manifests):\n%s\n' "$$changed" >&2; \
 		exit 1; \
 	fi
+
+##@ Operator
+
+# The operator's RBAC comes from the +kubebuilder:rbac markers in controllers/.
+GENERATED_PATHS += config/rbac/role.yaml
+
+.PHONY: manifests-rbac
+manifests-rbac: $(CONTROLLER_GEN) ## Generate the operator's RBAC (config/rbac/role.yaml) from the markers in controllers/.
+	$(CONTROLLER_GEN) rbac:roleName=limiterd-operator paths=./controllers/... output:rbac:artifacts:config=config/rbac
+
+manifests: manifests-rbac
+
+.PHONY: envtest
+envtest: ## Build the test control plane (kube-apiserver, etcd) into the cache if missing; prints KUBEBUILDER_ASSETS.
+	hack/envtest-assets.sh
+
+##@ Helm chart and images
+
+CHART := charts/limiterd
+# The release version: the chart's appVersion, which is also the images' default tag in the chart.
+VERSION ?= $(shell sed -nE 's/^appVersion:[[:space:]]*"?([^"[:space:]]+)"?.*/\1/p' $(CHART)/Chart.yaml)
+IMAGE_REGISTRY ?= ghcr.io/limiterd
+IMG_LIMITERD ?= $(IMAGE_REGISTRY)/limiterd:$(VERSION)
+IMG_MANAGER ?= $(IMAGE_REGISTRY)/manager:$(VERSION)
+CONTAINER_TOOL ?= docker
+
+.PHONY: helm-path
+helm-path: $(HELM) ## Install the pinned helm into the cache if missing; print its path.
+	@echo $(HELM)
+
+.PHONY: helm-lint
+helm-lint: $(HELM) ## helm lint --strict the chart with its defaults and with each ci/*-values.yaml.
+	$(HELM) lint --strict $(CHART)
+	for f in $(CHART)/ci/*-values.yaml; do $(HELM) lint --strict $(CHART) --values "$$f"; done
+
+.PHONY: helm-docs
+helm-docs: ## Regenerate the chart's README.md and its copies of the CRD and the Grafana dashboard.
+	hack/helm-docs.sh
+
+.PHONY: helm-test
+helm-test: $(HELM) ## Run the chart's tests: lint, template, schema, docs, install into a test API server.
+	HELM=$(HELM) $(GO) test -race -count=1 ./test/helm/...
+
+.PHONY: docker-images
+docker-images: ## Print the image names docker-build tags (VERSION defaults to the chart's appVersion).
+	@echo $(IMG_LIMITERD)
+	@echo $(IMG_MANAGER)
+
+.PHONY: docker-build
+docker-build: ## Build the limiterd and operator images (CONTAINER_TOOL, IMAGE_REGISTRY, VERSION).
+	$(CONTAINER_TOOL) build --build-arg VERSION=$(VERSION) -f Dockerfile.limiterd -t $(IMG_LIMITERD) .
+	$(CONTAINER_TOOL) build --build-arg VERSION=$(VERSION) -f Dockerfile.manager -t $(IMG_MANAGER) .
+
+.PHONY: docker-push
+docker-push: ## Push the images docker-build tagged.
+	$(CONTAINER_TOOL) push $(IMG_LIMITERD)
+	$(CONTAINER_TOOL) push $(IMG_MANAGER)

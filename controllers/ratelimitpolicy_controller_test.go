@@ -1,0 +1,482 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	limiterdv1alpha1 "github.com/limiterd/limiterd/api/v1alpha1"
+	"github.com/limiterd/limiterd/internal/testenv"
+)
+
+// getConfigMap returns the policy's ConfigMap.
+func getConfigMap(t *testing.T, c client.Client, p *limiterdv1alpha1.RateLimitPolicy) *corev1.ConfigMap {
+	t.Helper()
+	cm := &corev1.ConfigMap{}
+	key := client.ObjectKey{Namespace: p.Namespace, Name: limiterdv1alpha1.ConfigMapName(p.Name)}
+	if err := c.Get(context.Background(), key, cm); err != nil {
+		t.Fatalf("get ConfigMap of policy %s: %v", p.Name, err)
+	}
+	return cm
+}
+
+// checkConfigMap fails t unless cm is the policy's ConfigMap for p as the API server returned it:
+// controlled by p, labelled, and carrying p's generation and spec.
+func checkConfigMap(t *testing.T, cm *corev1.ConfigMap, p *limiterdv1alpha1.RateLimitPolicy) {
+	t.Helper()
+	owner := metav1.GetControllerOf(cm)
+	if owner == nil || owner.UID != p.UID || owner.Kind != limiterdv1alpha1.Kind ||
+		owner.APIVersion != limiterdv1alpha1.GroupVersion.String() || owner.Name != p.Name ||
+		owner.BlockOwnerDeletion == nil || !*owner.BlockOwnerDeletion {
+		t.Errorf("ConfigMap %s: controller reference %+v, want one to %s %s (UID %s) blocking owner deletion",
+			cm.Name, owner, limiterdv1alpha1.Kind, p.Name, p.UID)
+	}
+	if got, want := cm.Labels[limiterdv1alpha1.PolicyLabel], limiterdv1alpha1.PolicyLabelValue(p.Name); got != want {
+		t.Errorf("ConfigMap %s: label %s=%q, want %q", cm.Name, limiterdv1alpha1.PolicyLabel, got, want)
+	}
+	parsed, err := limiterdv1alpha1.ParseConfigMapData(cm.Namespace, cm.Data)
+	if err != nil {
+		t.Fatalf("ConfigMap %s: %v", cm.Name, err)
+	}
+	if parsed.Name != p.Name || parsed.Namespace != p.Namespace || parsed.Generation != p.Generation {
+		t.Errorf("ConfigMap %s carries policy %s/%s generation %d, want %s/%s generation %d",
+			cm.Name, parsed.Namespace, parsed.Name, parsed.Generation, p.Namespace, p.Name, p.Generation)
+	}
+	want := p.DeepCopy()
+	want.Default() // as the CRD does, unless it is an older one
+	if !equality.Semantic.DeepEqual(parsed.Spec, want.Spec) {
+		t.Errorf("ConfigMap %s carries spec %+v, want %+v", cm.Name, parsed.Spec, want.Spec)
+	}
+}
+
+func TestCreateAndUpdateRenderConfigMap(t *testing.T) {
+	t.Parallel()
+	env := testenv.Shared(t)
+	ns := env.Namespace(t)
+	startOperator(t, env, ns)
+	ctx := context.Background()
+
+	p := newPolicy(ns, "public-api")
+	if err := env.Client.Create(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	key := client.ObjectKeyFromObject(p)
+	got := waitReady(t, env.Client, key, 1, ReasonRendered)
+	ready := meta.FindStatusCondition(got.Status.Conditions, ConditionReady)
+	if ready.Status != metav1.ConditionTrue {
+		t.Errorf("Ready = %s, want True", ready.Status)
+	}
+	if want := limiterdv1alpha1.ConfigMapName(p.Name); got.Status.ConfigMapName != want {
+		t.Errorf("status.configMapName = %q, want %q", got.Status.ConfigMapName, want)
+	}
+	if got.Status.TierCount != 2 {
+		t.Errorf("status.tierCount = %d, want 2", got.Status.TierCount)
+	}
+	checkConfigMap(t, getConfigMap(t, env.Client, got), got)
+
+	// A new generation is rendered, and the status follows it.
+	got.Spec.Tiers[0].TokenBucket.Capacity = 40
+	got.Spec.Tiers = append(got.Spec.Tiers, limiterdv1alpha1.Tier{Name: "pro", Algorithm: limiterdv1alpha1.AlgorithmSlidingWindow,
+		SlidingWindow: &limiterdv1alpha1.SlidingWindow{Limit: 100, Window: metav1.Duration{Duration: 60e9}}})
+	if err := env.Client.Update(ctx, got); err != nil {
+		t.Fatal(err)
+	}
+	got = waitReady(t, env.Client, key, 2, ReasonRendered)
+	if got.Status.TierCount != 3 {
+		t.Errorf("status.tierCount = %d, want 3", got.Status.TierCount)
+	}
+	cm := getConfigMap(t, env.Client, got)
+	checkConfigMap(t, cm, got)
+	if g := cm.Data[limiterdv1alpha1.ConfigMapGenerationKey]; g != "2" {
+		t.Errorf("ConfigMap generation = %q, want 2", g)
+	}
+}
+
+func TestResyncWritesNothing(t *testing.T) {
+	t.Parallel()
+	env := testenv.Shared(t)
+	ns := env.Namespace(t)
+	startOperator(t, env, ns)
+	ctx := context.Background()
+
+	p := newPolicy(ns, "steady")
+	if err := env.Client.Create(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	before := waitReady(t, env.Client, client.ObjectKeyFromObject(p), 1, ReasonRendered)
+	cmBefore := getConfigMap(t, env.Client, before)
+
+	// Reconcile as a resync does, through a client that counts writes.
+	var writes atomic.Int32
+	count := func() { writes.Add(1) }
+	c := interceptor.NewClient(env.Client, interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			count()
+			return c.Create(ctx, obj, opts...)
+		},
+		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			count()
+			return c.Update(ctx, obj, opts...)
+		},
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			count()
+			return c.Patch(ctx, obj, patch, opts...)
+		},
+		Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+			count()
+			return c.Delete(ctx, obj, opts...)
+		},
+		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+			count()
+			return c.SubResource(sub).Update(ctx, obj, opts...)
+		},
+		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+			count()
+			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+		},
+	})
+	recorder := events.NewFakeRecorder(10)
+	r := &RateLimitPolicyReconciler{Client: c, APIReader: c, Scheme: env.Scheme, Recorder: recorder}
+	for range 3 {
+		if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(p)}); err != nil {
+			t.Fatalf("Reconcile: %v", err)
+		}
+	}
+	if n := writes.Load(); n != 0 {
+		t.Errorf("a resync of an up-to-date policy made %d writes, want 0", n)
+	}
+	if n := len(recorder.Events); n != 0 {
+		t.Errorf("a resync of an up-to-date policy recorded %d events, want 0: %s", n, <-recorder.Events)
+	}
+
+	after := &limiterdv1alpha1.RateLimitPolicy{}
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(p), after); err != nil {
+		t.Fatal(err)
+	}
+	if after.ResourceVersion != before.ResourceVersion {
+		t.Errorf("policy resourceVersion %s -> %s after a resync, want unchanged", before.ResourceVersion, after.ResourceVersion)
+	}
+	if cmAfter := getConfigMap(t, env.Client, after); cmAfter.ResourceVersion != cmBefore.ResourceVersion {
+		t.Errorf("ConfigMap resourceVersion %s -> %s after a resync, want unchanged", cmBefore.ResourceVersion, cmAfter.ResourceVersion)
+	}
+}
+
+func TestConfigMapDriftIsRestored(t *testing.T) {
+	t.Parallel()
+	env := testenv.Shared(t)
+	ns := env.Namespace(t)
+	startOperator(t, env, ns)
+	ctx := context.Background()
+
+	p := newPolicy(ns, "drift")
+	if err := env.Client.Create(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	p = waitReady(t, env.Client, client.ObjectKeyFromObject(p), 1, ReasonRendered)
+	want := getConfigMap(t, env.Client, p)
+
+	restored := func(cm *corev1.ConfigMap) error {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(want), cm); err != nil {
+			return err
+		}
+		if !equality.Semantic.DeepEqual(cm.Data, want.Data) || cm.Labels[limiterdv1alpha1.PolicyLabel] != want.Labels[limiterdv1alpha1.PolicyLabel] {
+			return fmt.Errorf("ConfigMap not restored: labels %v, data %v", cm.Labels, cm.Data)
+		}
+		return nil
+	}
+
+	t.Run("edited data", func(t *testing.T) {
+		cm := getConfigMap(t, env.Client, p)
+		cm.Data[limiterdv1alpha1.ConfigMapDataKey] = "tampered"
+		cm.Data["extra"] = "x"
+		if err := env.Client.Update(ctx, cm); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, timeout, func() error { return restored(&corev1.ConfigMap{}) })
+		waitEvent(t, env.Client, p, corev1.EventTypeNormal, ReasonRestored)
+	})
+
+	t.Run("label removed", func(t *testing.T) {
+		// The operator's cache no longer sees an unlabelled ConfigMap: it must find it anyway.
+		cm := getConfigMap(t, env.Client, p)
+		delete(cm.Labels, limiterdv1alpha1.PolicyLabel)
+		if err := env.Client.Update(ctx, cm); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, timeout, func() error { return restored(&corev1.ConfigMap{}) })
+	})
+
+	t.Run("deleted", func(t *testing.T) {
+		cm := getConfigMap(t, env.Client, p)
+		if err := env.Client.Delete(ctx, cm); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, timeout, func() error {
+			var again corev1.ConfigMap
+			if err := restored(&again); err != nil {
+				return err
+			}
+			if again.UID == cm.UID {
+				return fmt.Errorf("ConfigMap %s not deleted yet", cm.Name)
+			}
+			checkConfigMap(t, &again, p)
+			return nil
+		})
+	})
+
+	// Restoring changes nothing of the status.
+	if got := waitReady(t, env.Client, client.ObjectKeyFromObject(p), 1, ReasonRendered); got.ResourceVersion != p.ResourceVersion {
+		t.Errorf("policy resourceVersion %s -> %s after restoring its ConfigMap, want unchanged", p.ResourceVersion, got.ResourceVersion)
+	}
+}
+
+// The test control plane runs no garbage collector, so deleting a policy leaves its ConfigMap:
+// what makes a cluster delete it is the controller reference, which this test checks.
+func TestDeletedPolicyOwnsItsConfigMap(t *testing.T) {
+	t.Parallel()
+	env := testenv.Shared(t)
+	ns := env.Namespace(t)
+	startOperator(t, env, ns)
+	ctx := context.Background()
+
+	p := newPolicy(ns, "short-lived")
+	if err := env.Client.Create(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	p = waitReady(t, env.Client, client.ObjectKeyFromObject(p), 1, ReasonRendered)
+	cm := getConfigMap(t, env.Client, p)
+	checkConfigMap(t, cm, p) // controller reference with blockOwnerDeletion: foreground GC waits for it
+	if err := env.Client.Delete(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, timeout, func() error {
+		err := env.Client.Get(ctx, client.ObjectKeyFromObject(p), &limiterdv1alpha1.RateLimitPolicy{})
+		if !apierrors.IsNotFound(err) {
+			return fmt.Errorf("policy still there: %v", err)
+		}
+		return nil
+	})
+}
+
+// bigSpec returns a valid spec whose rendering exceeds MaxConfigMapDataBytes: 1000 client keys
+// and prefixes of 1000 bytes, within every bound the API server checks.
+func bigSpec() limiterdv1alpha1.RateLimitPolicySpec {
+	spec := newPolicy("", "").Spec
+	key := func(kind string, i int) string {
+		s := kind + strconv.Itoa(i) + "-"
+		return s + strings.Repeat("k", 1000-len(s))
+	}
+	for o := range 2 {
+		var clients, prefixes []string
+		for i := range 250 {
+			clients = append(clients, key("client", o*250+i))
+			prefixes = append(prefixes, key("prefix", o*250+i))
+		}
+		spec.Overrides = append(spec.Overrides, limiterdv1alpha1.Override{Tier: "internal", Clients: clients, ClientPrefixes: prefixes})
+	}
+	return spec
+}
+
+func TestTooLargePolicyIsNotWritten(t *testing.T) {
+	t.Parallel()
+	env := testenv.Shared(t)
+	ns := env.Namespace(t)
+	startOperator(t, env, ns)
+	ctx := context.Background()
+
+	t.Run("new", func(t *testing.T) {
+		p := newPolicy(ns, "too-large")
+		p.Spec = bigSpec()
+		if err := env.Client.Create(ctx, p); err != nil {
+			t.Fatalf("the API server rejected a policy within its bounds: %v", err)
+		}
+		p = waitReady(t, env.Client, client.ObjectKeyFromObject(p), 1, ReasonTooLarge)
+		checkNotReady(t, p, "bytes, more than")
+		err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: limiterdv1alpha1.ConfigMapName(p.Name)}, &corev1.ConfigMap{})
+		if !apierrors.IsNotFound(err) {
+			t.Errorf("get ConfigMap of a policy too large: %v, want NotFound", err)
+		}
+		waitEvent(t, env.Client, p, corev1.EventTypeWarning, ReasonTooLarge)
+	})
+
+	t.Run("grown", func(t *testing.T) {
+		p := newPolicy(ns, "grown")
+		if err := env.Client.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		p = waitReady(t, env.Client, client.ObjectKeyFromObject(p), 1, ReasonRendered)
+		good := getConfigMap(t, env.Client, p)
+		p.Spec = bigSpec()
+		if err := env.Client.Update(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		p = waitReady(t, env.Client, client.ObjectKeyFromObject(p), 2, ReasonTooLarge)
+		checkNotReady(t, p, "bytes, more than")
+		if cm := getConfigMap(t, env.Client, p); cm.ResourceVersion != good.ResourceVersion {
+			t.Errorf("ConfigMap rewritten (generation %s) for a policy too large, want the last good one kept",
+				cm.Data[limiterdv1alpha1.ConfigMapGenerationKey])
+		}
+		if p.Status.ConfigMapName != good.Name {
+			t.Errorf("status.configMapName = %q, want the last good ConfigMap %q", p.Status.ConfigMapName, good.Name)
+		}
+	})
+}
+
+// checkNotReady fails t unless the policy's Ready condition is False with a message containing
+// want.
+func checkNotReady(t *testing.T, p *limiterdv1alpha1.RateLimitPolicy, want string) {
+	t.Helper()
+	ready := meta.FindStatusCondition(p.Status.Conditions, ConditionReady)
+	if ready == nil || ready.Status != metav1.ConditionFalse || !strings.Contains(ready.Message, want) {
+		t.Errorf("Ready condition %+v, want False with a message containing %q", ready, want)
+	}
+}
+
+func TestConfigMapControlledByAnotherIsLeftAlone(t *testing.T) {
+	t.Parallel()
+	env := testenv.Shared(t)
+	ns := env.Namespace(t)
+	startOperator(t, env, ns)
+	ctx := context.Background()
+
+	other := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "owner"}}
+	if err := env.Client.Create(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	taken := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: limiterdv1alpha1.ConfigMapName("taken"),
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: other.Name,
+				UID: other.UID, Controller: ptr.To(true)}}},
+		Data: map[string]string{"mine": "yes"},
+	}
+	if err := env.Client.Create(ctx, taken); err != nil {
+		t.Fatal(err)
+	}
+	p := newPolicy(ns, "taken")
+	if err := env.Client.Create(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	p = waitReady(t, env.Client, client.ObjectKeyFromObject(p), 1, ReasonConfigMapConflict)
+	checkNotReady(t, p, "controlled by ConfigMap owner")
+	if cm := getConfigMap(t, env.Client, p); cm.ResourceVersion != taken.ResourceVersion {
+		t.Errorf("the operator wrote a ConfigMap controlled by another object: %+v", cm)
+	}
+	waitEvent(t, env.Client, p, corev1.EventTypeWarning, ReasonConfigMapConflict)
+}
+
+// TestInvalidPolicyKeepsLastGoodConfigMap loosens the CRD's schema, as an older CRD would be,
+// so that invalid policies get past admission. It changes the shared control plane, so it does
+// not run in parallel (parallel tests wait for it) and restores the CRD before it ends.
+func TestInvalidPolicyKeepsLastGoodConfigMap(t *testing.T) {
+	env := testenv.Shared(t)
+	ctx := context.Background()
+	loosenCRD(t, env)
+	ns := env.Namespace(t)
+	startOperator(t, env, ns)
+
+	t.Run("new", func(t *testing.T) {
+		p := newPolicy(ns, "invalid-new")
+		p.Spec.DefaultTier = "gold"
+		if err := env.Client.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		p = waitReady(t, env.Client, client.ObjectKeyFromObject(p), 1, ReasonInvalid)
+		checkNotReady(t, p, "spec.defaultTier")
+		err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: limiterdv1alpha1.ConfigMapName(p.Name)}, &corev1.ConfigMap{})
+		if !apierrors.IsNotFound(err) {
+			t.Errorf("get ConfigMap of an invalid policy: %v, want NotFound", err)
+		}
+		if p.Status.ConfigMapName != "" {
+			t.Errorf("status.configMapName = %q for a policy never rendered, want empty", p.Status.ConfigMapName)
+		}
+	})
+
+	t.Run("broken and fixed", func(t *testing.T) {
+		p := newPolicy(ns, "broken")
+		if err := env.Client.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		p = waitReady(t, env.Client, client.ObjectKeyFromObject(p), 1, ReasonRendered)
+		good := getConfigMap(t, env.Client, p)
+
+		p.Spec.Tiers[0].TokenBucket.Capacity = 0
+		if err := env.Client.Update(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		p = waitReady(t, env.Client, client.ObjectKeyFromObject(p), 2, ReasonInvalid)
+		checkNotReady(t, p, "spec.tiers[0].tokenBucket.capacity")
+		if cm := getConfigMap(t, env.Client, p); cm.ResourceVersion != good.ResourceVersion {
+			t.Errorf("ConfigMap rewritten (generation %s) for an invalid policy, want the last good one kept",
+				cm.Data[limiterdv1alpha1.ConfigMapGenerationKey])
+		}
+		e := waitEvent(t, env.Client, p, corev1.EventTypeWarning, ReasonInvalid)
+		if !strings.Contains(e.Note, "spec.tiers[0].tokenBucket.capacity") {
+			t.Errorf("event note %q does not name the invalid field", e.Note)
+		}
+
+		p.Spec.Tiers[0].TokenBucket.Capacity = 30
+		if err := env.Client.Update(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		p = waitReady(t, env.Client, client.ObjectKeyFromObject(p), 3, ReasonRendered)
+		checkConfigMap(t, getConfigMap(t, env.Client, p), p)
+	})
+}
+
+// loosenCRD replaces the RateLimitPolicy CRD's spec schema by one that accepts anything, until t
+// ends; then it restores the CRD and waits until the API server validates again.
+func loosenCRD(t *testing.T, env *testenv.Env) {
+	t.Helper()
+	ctx := context.Background()
+	key := client.ObjectKey{Name: "ratelimitpolicies." + limiterdv1alpha1.GroupVersion.Group}
+	crd := &apiextensionsv1.CustomResourceDefinition{}
+	if err := env.Client.Get(ctx, key, crd); err != nil {
+		t.Fatal(err)
+	}
+	original := crd.DeepCopy().Spec.Versions
+	for i := range crd.Spec.Versions {
+		crd.Spec.Versions[i].Schema.OpenAPIV3Schema.Properties["spec"] = apiextensionsv1.JSONSchemaProps{
+			Type: "object", XPreserveUnknownFields: ptr.To(true),
+		}
+	}
+	if err := env.Client.Update(ctx, crd); err != nil {
+		t.Fatalf("loosen CRD: %v", err)
+	}
+	invalid := newPolicy("default", "probe-invalid")
+	invalid.Spec.DefaultTier = "none"
+	admitted := func() error {
+		return env.Client.Create(ctx, invalid.DeepCopy(), client.DryRunAll)
+	}
+	testenv.Eventually(t, timeout, admitted)
+	t.Cleanup(func() {
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		if err := env.Client.Get(ctx, key, crd); err != nil {
+			t.Fatal(err)
+		}
+		crd.Spec.Versions = original
+		if err := env.Client.Update(ctx, crd); err != nil {
+			t.Fatalf("restore CRD: %v", err)
+		}
+		testenv.Eventually(t, timeout, func() error {
+			if err := admitted(); !apierrors.IsInvalid(err) {
+				return fmt.Errorf("restored CRD: an invalid policy got %v, want Invalid", err)
+			}
+			return nil
+		})
+	})
+}

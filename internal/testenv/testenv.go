@@ -1,0 +1,463 @@
+// Package testenv runs a real Kubernetes control plane (etcd and kube-apiserver, through
+// controller-runtime's envtest) for integration tests, with the RateLimitPolicy CRDs of
+// config/crd/bases installed.
+//
+// The control plane binaries come from the directory named by KUBEBUILDER_ASSETS or, when it is
+// unset, from hack/envtest-assets.sh, which builds them from the Go module proxy when missing
+// (about 7 minutes on 2 cores the first time; run `make envtest` beforehand to keep it out of
+// test timeouts). When they cannot be had, tests fail under CI (CI=true) and are skipped, loudly,
+// elsewhere.
+//
+// Typical use, one control plane per test binary:
+//
+//	func TestMain(m *testing.M) { testenv.Main(m) }
+//
+//	func TestSomething(t *testing.T) {
+//		env := testenv.Shared(t)
+//		ns := env.Namespace(t)
+//		...
+//	}
+//
+// Tests that stop or restart the API server take their own control plane with New.
+package testenv
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	limiterdv1alpha1 "github.com/limiterd/limiterd/api/v1alpha1"
+)
+
+// ErrAssetsUnavailable reports that the control plane binaries could neither be found nor built.
+var ErrAssetsUnavailable = errors.New("envtest control plane binaries unavailable")
+
+// modulePath is the module whose root holds hack/ and config/.
+const modulePath = "github.com/limiterd/limiterd"
+
+// Env is a running control plane.
+type Env struct {
+	// Environment is the underlying envtest environment. Environment.ControlPlane.APIServer and
+	// Environment.ControlPlane.Etcd are the two processes.
+	Environment *envtest.Environment
+	// Config authenticates as an administrator (group system:masters).
+	Config *rest.Config
+	// Scheme is NewScheme().
+	Scheme *runtime.Scheme
+	// Client is an uncached client for Config and Scheme.
+	Client client.WithWatch
+
+	dir        string // private working directory, removed by Stop
+	kubeconfig string // administrator kubeconfig file, inside dir
+	stopOnce   sync.Once
+	stopErr    error
+}
+
+// NewScheme returns a scheme with the client-go types, CustomResourceDefinitions and
+// limiterd.dev/v1alpha1.
+func NewScheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(apiextensionsv1.AddToScheme(s))
+	utilruntime.Must(limiterdv1alpha1.AddToScheme(s))
+	return s
+}
+
+// Root returns the root directory of the limiterd module, found from the working directory up.
+func Root() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("find module root: %w", err)
+	}
+	for {
+		mod, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil && moduleLine(mod) == modulePath {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("find module root: no go.mod of module %s above the working directory", modulePath)
+		}
+		dir = parent
+	}
+}
+
+func moduleLine(gomod []byte) string {
+	for line := range bytes.Lines(gomod) {
+		if rest, ok := bytes.CutPrefix(bytes.TrimSpace(line), []byte("module ")); ok {
+			return strings.Trim(string(bytes.TrimSpace(rest)), `"`)
+		}
+	}
+	return ""
+}
+
+// AssetsDir returns the directory holding kube-apiserver and etcd: KUBEBUILDER_ASSETS when set,
+// otherwise the directory printed by hack/envtest-assets.sh, which builds missing binaries.
+// Concurrent callers (go test runs packages in parallel) build one at a time. Errors wrap
+// ErrAssetsUnavailable.
+func AssetsDir(ctx context.Context) (string, error) {
+	if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
+		if err := checkAssets(dir); err != nil {
+			return "", fmt.Errorf("%w: KUBEBUILDER_ASSETS=%s: %w", ErrAssetsUnavailable, dir, err)
+		}
+		return dir, nil
+	}
+	root, err := Root()
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", ErrAssetsUnavailable, err)
+	}
+	unlock, err := lockAssetsBuild()
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", ErrAssetsUnavailable, err)
+	}
+	defer unlock()
+	script := filepath.Join(root, "hack", "envtest-assets.sh")
+	cmd := exec.CommandContext(ctx, script)
+	cmd.Dir = root
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout = &stdout
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("%w: %s: %w: %s", ErrAssetsUnavailable, script, err, strings.TrimSpace(stderr.String()))
+	}
+	dir := strings.TrimSpace(stdout.String())
+	if err := checkAssets(dir); err != nil {
+		return "", fmt.Errorf("%w: %s printed %q: %w", ErrAssetsUnavailable, script, dir, err)
+	}
+	return dir, nil
+}
+
+func checkAssets(dir string) error {
+	for _, name := range []string{"kube-apiserver", "etcd"} {
+		info, err := os.Stat(filepath.Join(dir, name))
+		if err != nil {
+			return fmt.Errorf("find %s: %w", name, err)
+		}
+		if info.IsDir() || info.Mode()&0o111 == 0 {
+			return fmt.Errorf("%s is not an executable file", filepath.Join(dir, name))
+		}
+	}
+	return nil
+}
+
+// lockAssetsBuild takes an exclusive lock shared by every checkout on this machine, so that
+// test binaries of several packages do not build the same binaries at once.
+func lockAssetsBuild() (unlock func(), err error) {
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		return nil, fmt.Errorf("lock envtest assets build: %w", err)
+	}
+	dir := filepath.Join(cache, "limiterd")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("lock envtest assets build: %w", err)
+	}
+	f, err := os.OpenFile(filepath.Join(dir, "envtest.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("lock envtest assets build: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("lock envtest assets build: %w", err)
+	}
+	return func() {
+		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		_ = f.Close()
+	}, nil
+}
+
+// Start starts a control plane and installs the CRDs of config/crd/bases. Stop it with Stop.
+func Start(ctx context.Context) (_ *Env, err error) {
+	assets, err := AssetsDir(ctx)
+	if err != nil {
+		return nil, err
+	}
+	root, err := Root()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "limiterd-testenv-")
+	if err != nil {
+		return nil, fmt.Errorf("start control plane: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = os.RemoveAll(dir)
+		}
+	}()
+	// The API server's certificates live in a directory of ours rather than one envtest removes
+	// on Stop, so that the API server restarts with the same serving certificate and port, and
+	// existing clients and kubeconfig files keep working.
+	certDir := filepath.Join(dir, "apiserver")
+	if err := os.Mkdir(certDir, 0o700); err != nil {
+		return nil, fmt.Errorf("start control plane: %w", err)
+	}
+	scheme := NewScheme()
+	te := &envtest.Environment{
+		// CPUs are shared with other tests: give the processes longer than envtest's 20s to start.
+		ControlPlaneStartTimeout: startTimeout(),
+		BinaryAssetsDirectory:    assets,
+		CRDDirectoryPaths:        []string{filepath.Join(root, "config", "crd", "bases")},
+		ErrorIfCRDPathMissing:    true,
+		Scheme:                   scheme,
+		ControlPlane: envtest.ControlPlane{
+			APIServer: &envtest.APIServer{CertDir: certDir},
+		},
+	}
+	cfg, err := te.Start()
+	if err != nil {
+		_ = te.Stop()
+		return nil, fmt.Errorf("start control plane (assets %s): %w", assets, err)
+	}
+	e := &Env{Environment: te, Config: cfg, Scheme: scheme, dir: dir}
+	defer func() {
+		if err != nil {
+			_ = te.Stop()
+		}
+	}()
+	if e.Client, err = client.NewWithWatch(cfg, client.Options{Scheme: scheme}); err != nil {
+		return nil, fmt.Errorf("create client: %w", err)
+	}
+	e.kubeconfig = filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(e.kubeconfig, te.KubeConfig, 0o600); err != nil {
+		return nil, fmt.Errorf("write kubeconfig: %w", err)
+	}
+	return e, nil
+}
+
+// startTimeout is how long each control plane process may take to start:
+// KUBEBUILDER_CONTROLPLANE_START_TIMEOUT if set (envtest reads it), else 90s.
+func startTimeout() time.Duration {
+	if os.Getenv("KUBEBUILDER_CONTROLPLANE_START_TIMEOUT") != "" {
+		return 0 // envtest's default: the variable
+	}
+	return 90 * time.Second
+}
+
+// Stop stops the control plane and removes its files. Later calls return the first result.
+func (e *Env) Stop() error {
+	e.stopOnce.Do(func() {
+		e.stopErr = e.Environment.Stop()
+		if err := os.RemoveAll(e.dir); err != nil {
+			e.stopErr = errors.Join(e.stopErr, err)
+		}
+		if e.stopErr != nil {
+			e.stopErr = fmt.Errorf("stop control plane: %w", e.stopErr)
+		}
+	})
+	return e.stopErr
+}
+
+// KubeconfigPath returns the path of a kubeconfig file for Config (an administrator), for
+// subprocesses such as kubectl, bin/manager and bin/limiterd. It stays valid across
+// RestartAPIServer.
+func (e *Env) KubeconfigPath() string { return e.kubeconfig }
+
+// UserKubeconfig provisions a user authenticated by client certificate, writes a kubeconfig file
+// for it and returns the file's path. The user has only the permissions RBAC grants it: a service
+// account's is named "system:serviceaccount:<namespace>:<name>" with groups
+// "system:serviceaccounts" and "system:serviceaccounts:<namespace>".
+func (e *Env) UserKubeconfig(user envtest.User) (string, error) {
+	u, err := e.Environment.AddUser(user, e.Config)
+	if err != nil {
+		return "", fmt.Errorf("provision user %s: %w", user.Name, err)
+	}
+	data, err := u.KubeConfig()
+	if err != nil {
+		return "", fmt.Errorf("kubeconfig of user %s: %w", user.Name, err)
+	}
+	f, err := os.CreateTemp(e.dir, "kubeconfig-user-")
+	if err != nil {
+		return "", fmt.Errorf("write kubeconfig of user %s: %w", user.Name, err)
+	}
+	_, err = f.Write(data)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return "", fmt.Errorf("write kubeconfig of user %s: %w", user.Name, err)
+	}
+	return f.Name(), nil
+}
+
+// Command returns a command for a subprocess with KUBECONFIG set to KubeconfigPath and the rest
+// of the environment inherited.
+func (e *Env) Command(ctx context.Context, name string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+e.kubeconfig)
+	return cmd
+}
+
+// StopAPIServer stops the API server and leaves etcd running.
+func (e *Env) StopAPIServer() error {
+	if err := e.Environment.ControlPlane.APIServer.Stop(); err != nil {
+		return fmt.Errorf("stop API server: %w", err)
+	}
+	return nil
+}
+
+// StartAPIServer starts the API server stopped by StopAPIServer on the same port, etcd and
+// certificates, and returns once it reports healthy.
+func (e *Env) StartAPIServer() error {
+	if err := e.Environment.ControlPlane.APIServer.Start(); err != nil {
+		return fmt.Errorf("start API server: %w", err)
+	}
+	return nil
+}
+
+// RestartAPIServer stops and starts the API server; the stored objects survive in etcd.
+func (e *Env) RestartAPIServer() error {
+	if err := e.StopAPIServer(); err != nil {
+		return err
+	}
+	return e.StartAPIServer()
+}
+
+// Namespace creates a namespace with a unique name for t and returns its name. Namespaces are
+// not removed: the test control plane has no namespace controller to finish their deletion.
+func (e *Env) Namespace(t testing.TB) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "test-"}}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := e.Client.Create(ctx, ns); err != nil {
+		t.Fatalf("create namespace: %v", err)
+	}
+	return ns.Name
+}
+
+// New starts a control plane for t alone, stopped when t ends. Use it when a test stops or
+// restarts the API server; otherwise share one with Shared.
+func New(t testing.TB) *Env {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	e, err := Start(ctx)
+	if err != nil {
+		unavailable(t, err)
+	}
+	t.Cleanup(func() {
+		if err := e.Stop(); err != nil {
+			t.Errorf("%v", err)
+		}
+	})
+	return e
+}
+
+var shared struct {
+	once    sync.Once
+	env     *Env
+	err     error
+	mu      sync.Mutex
+	stopped bool
+}
+
+// Shared returns the control plane shared by every test of the binary, starting it on first use.
+// TestMain must call Main (or StopShared) so that it is stopped. Tests sharing it isolate
+// themselves by namespace (see Namespace) and must not stop or restart it.
+func Shared(t testing.TB) *Env {
+	t.Helper()
+	shared.once.Do(func() {
+		shared.mu.Lock()
+		defer shared.mu.Unlock()
+		if shared.stopped {
+			shared.err = errors.New("shared control plane used after StopShared")
+			return
+		}
+		shared.env, shared.err = Start(context.Background())
+	})
+	if shared.err != nil {
+		unavailable(t, shared.err)
+	}
+	return shared.env
+}
+
+// StopShared stops the shared control plane if it was started.
+func StopShared() error {
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	shared.stopped = true
+	if shared.env == nil {
+		return nil
+	}
+	return shared.env.Stop()
+}
+
+// Main runs the tests of m, stops the shared control plane and exits. Call it from TestMain.
+func Main(m *testing.M) {
+	code := m.Run()
+	if err := StopShared(); err != nil {
+		fmt.Fprintf(os.Stderr, "testenv: %v\n", err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+var (
+	warnOnce sync.Once
+	warnTo   io.Writer = os.Stderr // where the banner of skipped tests goes
+)
+
+// unavailable ends t because the control plane could not start: it skips, loudly, when the
+// binaries are unavailable outside CI, and fails otherwise.
+func unavailable(t testing.TB, err error) {
+	t.Helper()
+	if errors.Is(err, ErrAssetsUnavailable) && !inCI() {
+		warnOnce.Do(func() {
+			fmt.Fprintf(warnTo, "\n%[1]s\n!!! testenv: SKIPPING every test that needs a control plane:\n!!! %[2]v\n"+
+				"!!! Run `make envtest` or set KUBEBUILDER_ASSETS. Under CI=true these tests FAIL instead.\n%[1]s\n\n",
+				strings.Repeat("!", 100), err)
+		})
+		t.Skipf("SKIPPED, no control plane (outside CI): %v", err)
+		return
+	}
+	t.Fatalf("test control plane: %v", err)
+}
+
+func inCI() bool {
+	v := os.Getenv("CI")
+	if v == "" {
+		return false
+	}
+	b, err := strconv.ParseBool(v)
+	return err != nil || b // anything but an explicit false counts
+}
+
+// Eventually calls condition every 100ms until it returns nil, and fails t with the last error
+// if that has not happened within timeout.
+func Eventually(t testing.TB, timeout time.Duration, condition func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := condition()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %v", timeout, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

@@ -1,0 +1,111 @@
+// Command manager is the limiterd operator: it renders every RateLimitPolicy into a ConfigMap
+// that limiterd reads. It runs in a cluster (config/default) or outside one with KUBECONFIG.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	limiterdv1alpha1 "github.com/limiterd/limiterd/api/v1alpha1"
+	"github.com/limiterd/limiterd/controllers"
+)
+
+// LeaderElectionID names the Lease that replicas of the operator elect a leader with.
+const LeaderElectionID = "limiterd-operator.limiterd.dev"
+
+func main() {
+	err := run(os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		ctrl.Log.WithName("setup").Error(err, "operator failed")
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	fs := flag.NewFlagSet("manager", flag.ContinueOnError)
+	var (
+		metricsAddr             string
+		probeAddr               string
+		leaderElect             bool
+		leaderElectionNamespace string
+	)
+	fs.StringVar(&metricsAddr, "metrics-bind-address", ":8080", `The address the metrics endpoint binds to; "0" disables it.`)
+	fs.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "The address the health probe endpoints (/healthz, /readyz) bind to.")
+	fs.BoolVar(&leaderElect, "leader-elect", false, "Elect a leader among replicas, so that one operator is active at a time.")
+	fs.StringVar(&leaderElectionNamespace, "leader-election-namespace", "",
+		"The namespace of the leader election Lease; defaults to the operator's own namespace in a cluster. Required with --leader-elect outside a cluster.")
+	zapOpts := zap.Options{}
+	zapOpts.BindFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("parse flags: %w", err) // the flag set has printed the error and usage
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+	log := ctrl.Log.WithName("setup")
+
+	scheme := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(limiterdv1alpha1.AddToScheme(scheme))
+
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return fmt.Errorf("load Kubernetes client configuration: %w", err)
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                  scheme,
+		Metrics:                 metricsserver.Options{BindAddress: metricsAddr},
+		HealthProbeBindAddress:  probeAddr,
+		LeaderElection:          leaderElect,
+		LeaderElectionID:        LeaderElectionID,
+		LeaderElectionNamespace: leaderElectionNamespace,
+		// Stepping down on shutdown lets the next leader start at once; safe because the
+		// process exits right after the manager stops.
+		LeaderElectionReleaseOnCancel: true,
+		Cache:                         cache.Options{ByObject: controllers.CacheByObject()},
+	})
+	if err != nil {
+		return fmt.Errorf("create manager: %w", err)
+	}
+	if err := controllers.NewRateLimitPolicyReconciler(mgr).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return fmt.Errorf("add health check: %w", err)
+	}
+	// Ready once the informer caches have synced (they run on every replica, leader or not).
+	if err := mgr.AddReadyzCheck("readyz", func(req *http.Request) error {
+		ctx, cancel := context.WithTimeout(req.Context(), time.Second)
+		defer cancel()
+		if !mgr.GetCache().WaitForCacheSync(ctx) {
+			return errors.New("informer caches have not synced")
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("add readiness check: %w", err)
+	}
+
+	log.Info("starting operator", "metricsBindAddress", metricsAddr, "healthProbeBindAddress", probeAddr, "leaderElect", leaderElect)
+	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+		return fmt.Errorf("run manager: %w", err)
+	}
+	return nil
+}
