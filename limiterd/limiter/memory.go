@@ -208,7 +208,7 @@ func (m *Memory) admit(sh *memoryShard, now time.Time) {
 func (m *Memory) evict(sh *memoryShard, now time.Time) {
 	var (
 		victimKey  string
-		victimSlot = -1
+		victimSlot               = -1
 		best       time.Duration = -1
 		seen       int
 	)

@@ -1,0 +1,246 @@
+// Package client asks limiterd's HTTP decisions API whether a workload's request may proceed.
+//
+//	c, err := client.New("http://limiterd:8080", client.WithPolicy("shop/api"))
+//	d, err := c.Allow(ctx, "alice")
+//	if err == nil && !d.Allowed { /* wait d.RetryAfter */ }
+//
+// A Client keeps its connections to limiterd alive and reuses them (one http.Transport with
+// up to 64 idle connections to limiterd), and bounds each call by a timeout (DefaultTimeout
+// unless WithTimeout says otherwise). It is safe for concurrent use. Package
+// client/middleware limits an http.Handler with it.
+//
+// The package depends on the standard library only.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+)
+
+// DefaultTimeout bounds a call when WithTimeout is not given.
+const DefaultTimeout = time.Second
+
+// maxAnswerBytes bounds an answer body read from limiterd.
+const maxAnswerBytes = 64 << 10
+
+// Decision is limiterd's answer to one request.
+type Decision struct {
+	// Allowed reports whether the request was admitted.
+	Allowed bool
+	// Limit is the client's quota: a token bucket's capacity or a sliding window's limit; 0 when
+	// its tier has no limit (then Remaining is 0 too).
+	Limit int64
+	// Remaining is how many more units the client could spend now.
+	Remaining int64
+	// ResetAfter is how long until the quota is whole again, in whole seconds.
+	ResetAfter time.Duration
+	// RetryAfter is, for a rejected request, how long to wait before the same cost could be
+	// admitted, in whole seconds (at least 1); 0 when allowed.
+	RetryAfter time.Duration
+	// RateLimitPolicy and RateLimit are the values of the header fields of the same names that
+	// limiterd answered (draft-ietf-httpapi-ratelimit-headers-10), "" when absent, for a
+	// workload to pass on to its own clients.
+	RateLimitPolicy, RateLimit string
+}
+
+// Error is an answer of limiterd that is not a decision: a 4xx or 5xx status with its message.
+type Error struct {
+	// StatusCode is the HTTP status, e.g. 404 for an unknown policy.
+	StatusCode int
+	// Message is limiterd's error message, or a description of an answer that was not one.
+	Message string
+}
+
+// Error returns the status and message.
+func (e *Error) Error() string {
+	return fmt.Sprintf("limiterd answered %d %s: %s", e.StatusCode, http.StatusText(e.StatusCode), e.Message)
+}
+
+// Client asks limiterd for decisions. Create it with New.
+type Client struct {
+	allowURL string
+	policy   string
+	timeout  time.Duration
+	http     *http.Client
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithPolicy names the policy ("<namespace>/<name>") decisions are made under. Without it,
+// limiterd decides under its only policy, and answers 400 when several are loaded.
+func WithPolicy(id string) Option { return func(c *Client) { c.policy = id } }
+
+// WithTimeout bounds each call, including connecting and reading the answer (0: no bound but
+// the context's).
+func WithTimeout(d time.Duration) Option { return func(c *Client) { c.timeout = d } }
+
+// WithHTTPClient makes calls with hc instead of the Client's own tuned transport, e.g. for TLS
+// settings. Its Timeout, if any, applies as well.
+func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.http = hc } }
+
+// New returns a client of the limiterd whose decisions API is at baseURL ("http://host:port",
+// optionally with a path prefix).
+func New(baseURL string, opts ...Option) (*Client, error) {
+	u, err := url.Parse(baseURL)
+	if err != nil {
+		return nil, fmt.Errorf("limiterd base URL: %w", err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("limiterd base URL %q: want http://host[:port] or https://host[:port]", baseURL)
+	}
+	if u.RawQuery != "" || u.Fragment != "" {
+		return nil, fmt.Errorf("limiterd base URL %q: must have no query or fragment", baseURL)
+	}
+	c := &Client{allowURL: u.JoinPath("v1", "allow").String(), timeout: DefaultTimeout}
+	for _, o := range opts {
+		o(c)
+	}
+	if c.timeout < 0 {
+		return nil, fmt.Errorf("limiterd client timeout %v is negative", c.timeout)
+	}
+	if c.http == nil {
+		c.http = &http.Client{Transport: newTransport()}
+	}
+	return c, nil
+}
+
+// newTransport returns a transport tuned for many small requests to one host: connections are
+// kept alive and up to 64 idle ones are kept for reuse (net/http's default keeps 2, so that
+// concurrent callers keep opening new connections).
+func newTransport() *http.Transport {
+	return &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          64,
+		MaxIdleConnsPerHost:   64,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   5 * time.Second,
+		ExpectContinueTimeout: time.Second,
+		DisableCompression:    true, // answers are a hundred bytes
+	}
+}
+
+// Allow asks whether the client key may make one request.
+func (c *Client) Allow(ctx context.Context, key string) (Decision, error) {
+	return c.AllowN(ctx, key, 1)
+}
+
+// allowRequest is the body of POST /v1/allow.
+type allowRequest struct {
+	Policy string `json:"policy,omitempty"`
+	Key    string `json:"key"`
+	Cost   int64  `json:"cost"`
+}
+
+// answer is the body of a decision; limit and remaining are null for a tier without a limit.
+type answer struct {
+	Allowed           *bool  `json:"allowed"`
+	Limit             *int64 `json:"limit"`
+	Remaining         *int64 `json:"remaining"`
+	ResetAfterSeconds int64  `json:"resetAfterSeconds"`
+	RetryAfterSeconds int64  `json:"retryAfterSeconds"`
+}
+
+// AllowN asks whether the client key may spend cost units. It returns an *Error when limiterd
+// answers with an error status (the request was not decided and consumed nothing), and another
+// error when limiterd could not be asked or answered something that is not a decision.
+func (c *Client) AllowN(ctx context.Context, key string, cost int64) (Decision, error) {
+	body, err := json.Marshal(allowRequest{Policy: c.policy, Key: key, Cost: cost})
+	if err != nil { // unreachable: strings and integers always marshal
+		return Decision{}, fmt.Errorf("encode decision request: %w", err)
+	}
+	if c.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.timeout)
+		defer cancel()
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.allowURL, bytes.NewReader(body))
+	if err != nil {
+		return Decision{}, fmt.Errorf("limiterd request: %w", err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return Decision{}, fmt.Errorf("ask limiterd: %w", err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes+1))
+	if err != nil {
+		return Decision{}, fmt.Errorf("read limiterd's answer: %w", err)
+	}
+	if len(data) > maxAnswerBytes {
+		return Decision{}, fmt.Errorf("limiterd's answer (%d) is larger than %d bytes", resp.StatusCode, maxAnswerBytes)
+	}
+	switch resp.StatusCode {
+	case http.StatusOK, http.StatusTooManyRequests:
+		return decode(resp, data)
+	}
+	return Decision{}, errorOf(resp.StatusCode, data)
+}
+
+// decode reads a decision answered with status 200 or 429.
+func decode(resp *http.Response, data []byte) (Decision, error) {
+	var a answer
+	if err := json.Unmarshal(data, &a); err != nil {
+		return Decision{}, fmt.Errorf("decode limiterd's decision (%d): %w", resp.StatusCode, err)
+	}
+	switch {
+	case a.Allowed == nil:
+		return Decision{}, fmt.Errorf("limiterd's decision (%d) has no \"allowed\"", resp.StatusCode)
+	case *a.Allowed != (resp.StatusCode == http.StatusOK):
+		return Decision{}, fmt.Errorf("limiterd's decision says allowed=%t with status %d", *a.Allowed, resp.StatusCode)
+	case a.ResetAfterSeconds < 0 || a.RetryAfterSeconds < 0:
+		return Decision{}, errors.New("limiterd's decision has a negative duration")
+	}
+	d := Decision{
+		Allowed:         *a.Allowed,
+		ResetAfter:      seconds(a.ResetAfterSeconds),
+		RetryAfter:      seconds(a.RetryAfterSeconds),
+		RateLimitPolicy: resp.Header.Get("RateLimit-Policy"),
+		RateLimit:       resp.Header.Get("RateLimit"),
+	}
+	if a.Limit != nil {
+		d.Limit = *a.Limit
+	}
+	if a.Remaining != nil {
+		d.Remaining = *a.Remaining
+	}
+	return d, nil
+}
+
+// seconds converts whole seconds to a duration, saturating instead of overflowing.
+func seconds(s int64) time.Duration {
+	if s > int64(time.Duration(1<<63-1)/time.Second) {
+		return time.Duration(1<<63 - 1)
+	}
+	return time.Duration(s) * time.Second
+}
+
+// errorOf describes an error answer.
+func errorOf(status int, data []byte) *Error {
+	var e struct {
+		Error string `json:"error"`
+	}
+	if err := json.Unmarshal(data, &e); err == nil && e.Error != "" {
+		return &Error{StatusCode: status, Message: e.Error}
+	}
+	msg := string(bytes.TrimSpace(data))
+	if len(msg) > 200 {
+		msg = msg[:200] + "..."
+	}
+	if msg == "" {
+		msg = "(no body)"
+	}
+	return &Error{StatusCode: status, Message: "not a limiterd error answer: " + strconv.Quote(msg)}
+}

@@ -1,0 +1,263 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/limiterd/limiterd/client"
+	"github.com/limiterd/limiterd/limiterd/server"
+)
+
+func TestAllowDecisions(t *testing.T) {
+	srv := startLimiterd(t, apiPolicy)
+	c, err := client.New(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []client.Decision{
+		{Allowed: true, Limit: 2, Remaining: 1, ResetAfter: time.Second,
+			RateLimitPolicy: `"standard";q=2;w=2`, RateLimit: `"standard";r=1;t=1`},
+		{Allowed: true, Limit: 2, Remaining: 0, ResetAfter: 2 * time.Second,
+			RateLimitPolicy: `"standard";q=2;w=2`, RateLimit: `"standard";r=0;t=2`},
+		{Allowed: false, Limit: 2, Remaining: 0, ResetAfter: 2 * time.Second, RetryAfter: time.Second,
+			RateLimitPolicy: `"standard";q=2;w=2`, RateLimit: `"standard";r=0;t=2`},
+	} {
+		got, err := c.Allow(context.Background(), "alice")
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		if got != want {
+			t.Errorf("request %d:\n got %+v\nwant %+v", i, got, want)
+		}
+	}
+	// A cost is spent at once; an unlimited tier has no quota.
+	if d, err := c.AllowN(context.Background(), "bob", 2); err != nil || !d.Allowed || d.Remaining != 0 {
+		t.Errorf("AllowN(bob, 2) = %+v, %v", d, err)
+	}
+	if d, err := c.AllowN(context.Background(), "bob", 1); err != nil || d.Allowed || d.RetryAfter != time.Second {
+		t.Errorf("bob after spending 2 = %+v, %v", d, err)
+	}
+	want := client.Decision{Allowed: true}
+	if d, err := c.AllowN(context.Background(), "svc:billing", 1000); err != nil || d != want {
+		t.Errorf("unlimited = %+v, %v; want %+v", d, err, want)
+	}
+}
+
+func TestPolicySelection(t *testing.T) {
+	srv := startLimiterd(t, apiPolicy+"---"+otherPolicy)
+	c, err := client.New(srv.URL + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Allow(context.Background(), "alice")
+	var e *client.Error
+	if !errors.As(err, &e) || e.StatusCode != http.StatusBadRequest || e.Message != "several policies are loaded: name one" {
+		t.Fatalf("no policy among two: %v, want a 400 *client.Error", err)
+	}
+	c, err = client.New(srv.URL, client.WithPolicy("shop/other"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, err := c.Allow(context.Background(), "alice"); err != nil || d.Limit != 100 || d.Remaining != 99 {
+		t.Fatalf("shop/other: %+v, %v", d, err)
+	}
+}
+
+func TestErrorAnswers(t *testing.T) {
+	srv := startLimiterd(t, apiPolicy)
+	unknown, err := client.New(srv.URL, client.WithPolicy("default/nope"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		call   func() (client.Decision, error)
+		status int
+		msg    string
+	}{
+		{"unknown policy", func() (client.Decision, error) { return unknown.Allow(context.Background(), "a") }, 404, `unknown policy "default/nope"`},
+		{"empty key", func() (client.Decision, error) { return c.Allow(context.Background(), "") }, 400, "key is required"},
+		{"zero cost", func() (client.Decision, error) { return c.AllowN(context.Background(), "a", 0) }, 400, "cost must be an integer between 1 and 1000000000"},
+	} {
+		d, err := tc.call()
+		var e *client.Error
+		if !errors.As(err, &e) || e.StatusCode != tc.status || e.Message != tc.msg {
+			t.Errorf("%s: %+v %v, want *client.Error %d %q", tc.name, d, err, tc.status, tc.msg)
+		}
+	}
+	if got := (&client.Error{StatusCode: 404, Message: "x"}).Error(); got != "limiterd answered 404 Not Found: x" {
+		t.Errorf("Error() = %q", got)
+	}
+}
+
+// TestAnswersThatAreNotLimiterd checks what a client makes of answers limiterd never gives,
+// e.g. a proxy's error page.
+func TestAnswersThatAreNotLimiterd(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		status    int
+		body      string
+		typed     bool // a *client.Error
+		errSubstr string
+	}{
+		{"proxy error page", 502, "<html>Bad Gateway</html>", true, `502 Bad Gateway: not a limiterd error answer: "<html>Bad Gateway</html>"`},
+		{"empty error", 503, "", true, `not a limiterd error answer: "(no body)"`},
+		{"allowed with 429", 429, `{"allowed":true}`, false, "allowed=true with status 429"},
+		{"rejected with 200", 200, `{"allowed":false}`, false, "allowed=false with status 200"},
+		{"no allowed", 200, `{"limit":1}`, false, `has no "allowed"`},
+		{"not JSON", 200, `ok`, false, "decode limiterd's decision (200)"},
+		{"negative duration", 200, `{"allowed":true,"resetAfterSeconds":-1}`, false, "negative duration"},
+		{"huge", 200, `{"allowed":true,"x":"` + strings.Repeat("x", 70<<10) + `"}`, false, "larger than 65536 bytes"},
+	} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(tc.status)
+			_, _ = w.Write([]byte(tc.body))
+		}))
+		c, err := client.New(srv.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.Allow(context.Background(), "a")
+		var e *client.Error
+		if err == nil || errors.As(err, &e) != tc.typed || !strings.Contains(err.Error(), tc.errSubstr) {
+			t.Errorf("%s: %v (typed %t), want one containing %q (typed %t)", tc.name, err, errors.As(err, &e), tc.errSubstr, tc.typed)
+		}
+		srv.Close()
+	}
+}
+
+func TestTimeout(t *testing.T) {
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	defer srv.Close()
+	defer close(release)
+	c, err := client.New(srv.URL, client.WithTimeout(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Allow(context.Background(), "a"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("slow limiterd: %v, want context.DeadlineExceeded", err)
+	}
+	// The caller's context bounds the call too.
+	unbounded, err := client.New(srv.URL, client.WithTimeout(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := unbounded.Allow(ctx, "a"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled context: %v, want context.Canceled", err)
+	}
+}
+
+func TestUnreachable(t *testing.T) {
+	srv := httptest.NewServer(http.NotFoundHandler())
+	url := srv.URL
+	srv.Close()
+	c, err := client.New(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Allow(context.Background(), "a")
+	var e *client.Error
+	if err == nil || errors.As(err, &e) || !strings.Contains(err.Error(), "ask limiterd") {
+		t.Fatalf("closed server: %v, want an untyped error", err)
+	}
+}
+
+func TestNewRejectsBadURLs(t *testing.T) {
+	for _, u := range []string{"", "limiterd:8080", "ftp://limiterd", "http://", "http://h/?q=1", "http://h/#f", "http://h\x7f"} {
+		if _, err := client.New(u); err == nil {
+			t.Errorf("New(%q) accepted it", u)
+		}
+	}
+	if _, err := client.New("http://h", client.WithTimeout(-time.Second)); err == nil {
+		t.Error("a negative timeout was accepted")
+	}
+}
+
+func TestPathPrefix(t *testing.T) {
+	inner := startLimiterd(t, apiPolicy)
+	mux := http.NewServeMux()
+	mux.Handle("/limiterd/", http.StripPrefix("/limiterd", inner.Config.Handler))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	c, err := client.New(srv.URL + "/limiterd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, err := c.Allow(context.Background(), "alice"); err != nil || !d.Allowed {
+		t.Fatalf("behind a prefix: %+v %v", d, err)
+	}
+}
+
+// TestConnectionsAreReused checks that sequential calls share one kept-alive connection.
+func TestConnectionsAreReused(t *testing.T) {
+	var conns atomic.Int64
+	srv := httptest.NewUnstartedServer(server.NewDecisions(newEngine(t, apiPolicy), nil))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	c, err := client.New(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		if _, err := c.Allow(context.Background(), "k"); err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+	}
+	if n := conns.Load(); n != 1 {
+		t.Errorf("20 sequential calls opened %d connections, want 1", n)
+	}
+}
+
+// TestConcurrentCallsShareTheQuota has many goroutines spend one client's quota at once.
+func TestConcurrentCallsShareTheQuota(t *testing.T) {
+	srv := startLimiterd(t, apiPolicy)
+	c, err := client.New(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 25 {
+				d, err := c.Allow(context.Background(), "shared")
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Allowed {
+					admitted.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n := admitted.Load(); n != 2 {
+		t.Errorf("%d of 200 admitted, want the capacity, 2 (the clock does not move)", n)
+	}
+}

@@ -1,0 +1,220 @@
+// Package middleware rate-limits an http.Handler with limiterd.
+//
+//	c, err := client.New("http://limiterd:8080", client.WithPolicy("shop/api"))
+//	...
+//	http.ListenAndServe(":8000", middleware.New(c, middleware.KeyBy(middleware.Header("X-Api-Key")))(mux))
+//
+// Each request is keyed (by default by its peer's IP address, see KeyBy) and decided by
+// limiterd before it reaches the handler. An admitted request proceeds with limiterd's
+// RateLimit-Policy and RateLimit header fields set on its response. A rejected one is answered
+// 429 with those fields, Retry-After and the body
+//
+//	{"error":"rate limited","retryAfterSeconds":N}
+//
+// A request for which the key function finds no key is answered 400
+// {"error":"no rate-limit key"}. When limiterd cannot be asked or answers an error, the
+// OnError hook is told and the request proceeds (FailOpen(true), the default) or is answered 503
+// {"error":"rate limiter unavailable"} (FailOpen(false)). A request whose own context is done
+// before limiterd answered is dropped without an answer.
+package middleware
+
+import (
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/limiterd/limiterd/client"
+)
+
+// KeyFunc returns the rate-limit key of a request, and false when the request has none.
+type KeyFunc func(r *http.Request) (key string, ok bool)
+
+// Option configures the middleware.
+type Option func(*config)
+
+type config struct {
+	key      KeyFunc
+	failOpen bool
+	onError  func(r *http.Request, err error)
+}
+
+// KeyBy keys requests with f. Default: ClientIP() (the peer's address; no proxy is trusted).
+// For an authenticated subject, pass a func that reads it from the request (its context, a
+// verified token); FirstOf combines key functions.
+func KeyBy(f KeyFunc) Option { return func(c *config) { c.key = f } }
+
+// FailOpen says what happens to a request when limiterd cannot be asked or answers an error:
+// it proceeds (true, the default) or is answered 503 (false).
+func FailOpen(open bool) Option { return func(c *config) { c.failOpen = open } }
+
+// OnError is called, before FailOpen applies, for every request limiterd did not decide,
+// with the error of the client package (a *client.Error for an error answer). Default: a
+// warning on slog.Default.
+func OnError(f func(r *http.Request, err error)) Option { return func(c *config) { c.onError = f } }
+
+// New returns middleware that asks c, for every request, whether it may proceed.
+func New(c *client.Client, opts ...Option) func(http.Handler) http.Handler {
+	cfg := config{key: ClientIP(), failOpen: true, onError: logError}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			key, ok := cfg.key(r)
+			if !ok {
+				writeJSON(w, http.StatusBadRequest, `{"error":"no rate-limit key"}`)
+				return
+			}
+			d, err := c.Allow(r.Context(), key)
+			if err != nil {
+				if r.Context().Err() != nil {
+					return // the request's client went away, or its deadline passed
+				}
+				cfg.onError(r, err)
+				if cfg.failOpen {
+					next.ServeHTTP(w, r)
+					return
+				}
+				writeJSON(w, http.StatusServiceUnavailable, `{"error":"rate limiter unavailable"}`)
+				return
+			}
+			h := w.Header()
+			if d.RateLimitPolicy != "" {
+				h.Set("RateLimit-Policy", d.RateLimitPolicy)
+			}
+			if d.RateLimit != "" {
+				h.Set("RateLimit", d.RateLimit)
+			}
+			if d.Allowed {
+				next.ServeHTTP(w, r)
+				return
+			}
+			retry := strconv.FormatInt(retryAfterSeconds(d.RetryAfter), 10)
+			h.Set("Retry-After", retry)
+			writeJSON(w, http.StatusTooManyRequests, `{"error":"rate limited","retryAfterSeconds":`+retry+`}`)
+		})
+	}
+}
+
+// retryAfterSeconds rounds d up to whole seconds, at least 1.
+func retryAfterSeconds(d time.Duration) int64 {
+	s := int64(d / time.Second)
+	if d%time.Second > 0 {
+		s++
+	}
+	return max(1, s)
+}
+
+func logError(r *http.Request, err error) {
+	slog.Default().WarnContext(r.Context(), "rate limit check failed", "method", r.Method, "path", r.URL.Path, "error", err)
+}
+
+func writeJSON(w http.ResponseWriter, status int, body string) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_, _ = w.Write([]byte(body + "\n"))
+}
+
+// Header keys requests by the value of a request header field; a request without it (or with
+// an empty value) has no key.
+func Header(name string) KeyFunc {
+	name = http.CanonicalHeaderKey(name)
+	return func(r *http.Request) (string, bool) {
+		v := r.Header.Get(name)
+		return v, v != ""
+	}
+}
+
+// FirstOf keys requests by the first of fs that finds a key, e.g.
+// FirstOf(subject, ClientIP(proxies...)) limits authenticated requests per subject and the
+// others per address.
+func FirstOf(fs ...KeyFunc) KeyFunc {
+	return func(r *http.Request) (string, bool) {
+		for _, f := range fs {
+			if k, ok := f(r); ok {
+				return k, true
+			}
+		}
+		return "", false
+	}
+}
+
+// ClientIP keys requests by the client's IP address. The peer (http.Request.RemoteAddr) is the
+// client unless it lies in one of the trusted prefixes — a proxy of yours. Only then is
+// X-Forwarded-For read, from right to left (its last field was added by the nearest proxy):
+// addresses in trusted prefixes are skipped, and the first other one is the client. X-Forwarded-
+// For is never read for an untrusted peer, whose header a client could have forged; nor past
+// the first untrusted address. When every address is trusted, the leftmost is the client. A
+// request has no key when the peer is not an IP address or an X-Forwarded-For field read is
+// not one. Keys are addresses in their canonical form (IPv4-mapped IPv6 written as IPv4).
+func ClientIP(trusted ...netip.Prefix) KeyFunc {
+	prefixes := make([]netip.Prefix, len(trusted))
+	for i, p := range trusted {
+		prefixes[i] = p.Masked()
+	}
+	isTrusted := func(a netip.Addr) bool {
+		for _, p := range prefixes {
+			if p.Contains(a) {
+				return true
+			}
+		}
+		return false
+	}
+	return func(r *http.Request) (string, bool) {
+		peer, ok := parseAddr(r.RemoteAddr)
+		if !ok {
+			return "", false
+		}
+		client := peer
+		if !isTrusted(peer) {
+			return client.String(), true
+		}
+		fields := r.Header.Values("X-Forwarded-For")
+		for i := len(fields) - 1; i >= 0; i-- {
+			rest := fields[i]
+			for rest != "" {
+				var hop string
+				if j := strings.LastIndexByte(rest, ','); j >= 0 {
+					hop, rest = rest[j+1:], rest[:j]
+				} else {
+					hop, rest = rest, ""
+				}
+				hop = strings.TrimSpace(hop)
+				if hop == "" {
+					continue
+				}
+				a, ok := parseAddr(hop)
+				if !ok {
+					return "", false
+				}
+				client = a
+				if !isTrusted(a) {
+					return client.String(), true
+				}
+			}
+		}
+		return client.String(), true
+	}
+}
+
+// parseAddr parses an IP address, with or without a port ("10.0.0.1", "10.0.0.1:80", "::1",
+// "[::1]", "[::1]:80"); a zone is dropped.
+func parseAddr(s string) (netip.Addr, bool) {
+	if len(s) > 2 && s[0] == '[' && s[len(s)-1] == ']' {
+		s = s[1 : len(s)-1]
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		ap, err := netip.ParseAddrPort(s)
+		if err != nil {
+			return netip.Addr{}, false
+		}
+		a = ap.Addr()
+	}
+	return a.Unmap().WithZone(""), true
+}

@@ -1,0 +1,219 @@
+package main
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/limiterd/limiterd/api/v1alpha1"
+	"github.com/limiterd/limiterd/limiterd/engine"
+	"github.com/limiterd/limiterd/limiterd/policy"
+)
+
+func TestGRPCAddrFlag(t *testing.T) {
+	cfg, err := parseFlags([]string{"--policy-file", "p.yaml"}, io.Discard)
+	if err != nil || cfg.grpcAddr != "" {
+		t.Fatalf("default: %q %v, want disabled", cfg.grpcAddr, err)
+	}
+	cfg, err = parseFlags([]string{"--policy-file", "p.yaml", "--grpc-addr", "127.0.0.1:8081"}, io.Discard)
+	if err != nil || cfg.grpcAddr != "127.0.0.1:8081" {
+		t.Fatalf("--grpc-addr: %q %v", cfg.grpcAddr, err)
+	}
+	d := &daemon{}
+	d.addGRPC(config{})
+	if len(d.background) != 0 {
+		t.Errorf("an empty --grpc-addr added %d loops", len(d.background))
+	}
+	d.addGRPC(config{grpcAddr: "127.0.0.1:0"})
+	if len(d.background) != 1 {
+		t.Errorf("--grpc-addr added %d loops, want 1", len(d.background))
+	}
+}
+
+// gate is an engine clock that blocks the first decision after arm until open.
+type gate struct {
+	armed   atomic.Bool
+	entered chan struct{}
+	release chan struct{}
+}
+
+func newGate() *gate { return &gate{entered: make(chan struct{}), release: make(chan struct{})} }
+
+func (g *gate) now() time.Time {
+	if g.armed.CompareAndSwap(true, false) {
+		close(g.entered)
+		<-g.release
+	}
+	return time.Unix(1_900_000_000, 0)
+}
+
+// grpcUnderTest is serveGRPC running on a loopback port.
+type grpcUnderTest struct {
+	conn   *grpc.ClientConn
+	rls    rlsv3.RateLimitServiceClient
+	addr   string
+	stop   context.CancelFunc
+	done   chan error
+	engine *engine.Engine
+}
+
+func startGRPC(t *testing.T, clock func() time.Time, timeout time.Duration) *grpcUnderTest {
+	t.Helper()
+	p, err := policy.Compile(&v1alpha1.RateLimitPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "api", Namespace: "default"},
+		Spec: v1alpha1.RateLimitPolicySpec{
+			DefaultTier: "standard",
+			Tiers: []v1alpha1.Tier{{Name: "standard", Algorithm: v1alpha1.AlgorithmTokenBucket,
+				TokenBucket: &v1alpha1.TokenBucket{Capacity: 2, RefillRate: 1}}},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := policy.NewSet(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := engine.New(engine.Options{Clock: clock})
+	e.Swap(set)
+	ctx, cancel := context.WithCancel(context.Background())
+	g := &grpcUnderTest{stop: cancel, done: make(chan error, 1), engine: e}
+	addrs := make(chan net.Addr, 1)
+	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
+	go func() { g.done <- serveGRPC(ctx, "127.0.0.1:0", timeout, e, log, func(a net.Addr) { addrs <- a }) }()
+	select {
+	case a := <-addrs:
+		g.addr = a.String()
+	case err := <-g.done:
+		t.Fatalf("serveGRPC: %v", err)
+	}
+	g.conn, err = grpc.NewClient("passthrough:///"+g.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.rls = rlsv3.NewRateLimitServiceClient(g.conn)
+	t.Cleanup(func() {
+		cancel()
+		_ = g.conn.Close()
+	})
+	return g
+}
+
+func allowRequest() *rlsv3.RateLimitRequest {
+	return &rlsv3.RateLimitRequest{Domain: "default/api", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
+		Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "client", Value: "alice"}},
+	}}}
+}
+
+func TestServeGRPCDecidesAndReportsHealth(t *testing.T) {
+	g := startGRPC(t, time.Now, time.Minute)
+	h, err := healthpb.NewHealthClient(g.conn).Check(context.Background(), &healthpb.HealthCheckRequest{})
+	if err != nil || h.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health: %v %v, want SERVING", h, err)
+	}
+	for i, want := range []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT} {
+		resp, err := g.rls.ShouldRateLimit(context.Background(), allowRequest())
+		if err != nil || resp.GetOverallCode() != want {
+			t.Fatalf("request %d: %v %v, want %v", i, resp, err, want)
+		}
+	}
+	g.stop()
+	if err := <-g.done; err != nil {
+		t.Fatalf("serveGRPC after stop: %v", err)
+	}
+	if c, err := net.Dial("tcp", g.addr); err == nil {
+		_ = c.Close()
+		t.Fatalf("%s still accepts connections after stop", g.addr)
+	}
+}
+
+// waitClosed waits until addr refuses connections (the server closed its listener).
+func waitClosed(t *testing.T, addr string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			return
+		}
+		_ = c.Close()
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still accepts connections", addr)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestServeGRPCStopLetsCallsInFlightFinish(t *testing.T) {
+	gt := newGate()
+	g := startGRPC(t, gt.now, time.Minute)
+	gt.armed.Store(true)
+	answered := make(chan error, 1)
+	go func() {
+		resp, err := g.rls.ShouldRateLimit(context.Background(), allowRequest())
+		if err == nil && resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+			err = io.ErrUnexpectedEOF
+		}
+		answered <- err
+	}()
+	<-gt.entered // the call is being decided
+	g.stop()
+	waitClosed(t, g.addr) // graceful stop has begun
+	select {
+	case err := <-g.done:
+		t.Fatalf("serveGRPC returned (%v) with a call in flight", err)
+	default:
+	}
+	close(gt.release)
+	if err := <-answered; err != nil {
+		t.Fatalf("call in flight during stop: %v, want OK", err)
+	}
+	if err := <-g.done; err != nil {
+		t.Fatalf("serveGRPC: %v", err)
+	}
+}
+
+func TestServeGRPCStopCancelsCallsAfterTheTimeout(t *testing.T) {
+	gt := newGate()
+	g := startGRPC(t, gt.now, 50*time.Millisecond)
+	gt.armed.Store(true)
+	answered := make(chan error, 1)
+	go func() {
+		_, err := g.rls.ShouldRateLimit(context.Background(), allowRequest())
+		answered <- err
+	}()
+	<-gt.entered
+	g.stop()
+	err := <-g.done
+	if err == nil || !strings.Contains(err.Error(), "calls still in flight after 50ms were cancelled") {
+		t.Fatalf("serveGRPC: %v, want the timeout error", err)
+	}
+	if err := <-answered; err == nil {
+		t.Fatal("the call in flight succeeded, want it cancelled")
+	}
+	close(gt.release)
+}
+
+func TestServeGRPCListenError(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	err = serveGRPC(context.Background(), ln.Addr().String(), time.Second, engine.New(engine.Options{}), slog.Default(), nil)
+	if err == nil || !strings.Contains(err.Error(), "listen for grpc") {
+		t.Fatalf("serveGRPC on a busy port: %v", err)
+	}
+}

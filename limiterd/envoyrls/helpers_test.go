@@ -1,0 +1,153 @@
+package envoyrls
+
+import (
+	"context"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/test/bufconn"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/limiterd/limiterd/api/v1alpha1"
+	"github.com/limiterd/limiterd/limiterd/engine"
+	"github.com/limiterd/limiterd/limiterd/policy"
+)
+
+// testClock is a clock that moves only when told.
+type testClock struct{ ns atomic.Int64 }
+
+func newTestClock() *testClock {
+	c := &testClock{}
+	c.ns.Store(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC).UnixNano())
+	return c
+}
+
+func (c *testClock) Now() time.Time          { return time.Unix(0, c.ns.Load()) }
+func (c *testClock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
+
+func tierTokenBucket(name string, capacity, rate int64, period time.Duration) v1alpha1.Tier {
+	return v1alpha1.Tier{
+		Name:      name,
+		Algorithm: v1alpha1.AlgorithmTokenBucket,
+		TokenBucket: &v1alpha1.TokenBucket{
+			Capacity: capacity, RefillRate: rate, RefillPeriod: &metav1.Duration{Duration: period},
+		},
+	}
+}
+
+func tierSlidingWindow(name string, limit int64, window time.Duration) v1alpha1.Tier {
+	return v1alpha1.Tier{
+		Name:          name,
+		Algorithm:     v1alpha1.AlgorithmSlidingWindow,
+		SlidingWindow: &v1alpha1.SlidingWindow{Limit: limit, Window: metav1.Duration{Duration: window}},
+	}
+}
+
+func tierUnlimited(name string) v1alpha1.Tier {
+	return v1alpha1.Tier{Name: name, Algorithm: v1alpha1.AlgorithmUnlimited}
+}
+
+// newPolicy returns a policy <namespace>/<name> whose default tier is the first tier.
+func newPolicy(namespace, name string, tiers ...v1alpha1.Tier) *v1alpha1.RateLimitPolicy {
+	return &v1alpha1.RateLimitPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+		Spec:       v1alpha1.RateLimitPolicySpec{Tiers: tiers, DefaultTier: tiers[0].Name},
+	}
+}
+
+// newEngine returns an engine on clock with the policies loaded (none: not ready).
+func newEngine(t testing.TB, clock *testClock, policies ...*v1alpha1.RateLimitPolicy) *engine.Engine {
+	t.Helper()
+	return newEngineOn(t, clock.Now, policies...)
+}
+
+// newEngineOn returns an engine on the clock now with the policies loaded (none: not ready).
+func newEngineOn(t testing.TB, now func() time.Time, policies ...*v1alpha1.RateLimitPolicy) *engine.Engine {
+	t.Helper()
+	e := engine.New(engine.Options{Clock: now})
+	if len(policies) == 0 {
+		return e
+	}
+	var compiled []*policy.Policy
+	for _, p := range policies {
+		c, err := policy.Compile(p)
+		if err != nil {
+			t.Fatalf("compile %s: %v", p.Name, err)
+		}
+		compiled = append(compiled, c)
+	}
+	set, err := policy.NewSet(compiled...)
+	if err != nil {
+		t.Fatalf("new set: %v", err)
+	}
+	e.Swap(set)
+	return e
+}
+
+// dial serves the service of e over an in-memory listener and returns a client of it, both
+// closed when the test ends.
+func dial(t testing.TB, e *engine.Engine) rlsv3.RateLimitServiceClient {
+	t.Helper()
+	ln := bufconn.Listen(1 << 20)
+	srv := grpc.NewServer()
+	rlsv3.RegisterRateLimitServiceServer(srv, New(e, nil))
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	conn, err := grpc.NewClient("passthrough:///bufconn",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return ln.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = conn.Close()
+		srv.Stop()
+		if err := <-served; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	return rlsv3.NewRateLimitServiceClient(conn)
+}
+
+// entries builds a descriptor from key, value pairs.
+func entries(kv ...string) *ratelimitv3.RateLimitDescriptor {
+	d := &ratelimitv3.RateLimitDescriptor{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		d.Entries = append(d.Entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
+	}
+	return d
+}
+
+// request builds a request for domain with descriptors.
+func request(domain string, descriptors ...*ratelimitv3.RateLimitDescriptor) *rlsv3.RateLimitRequest {
+	return &rlsv3.RateLimitRequest{Domain: domain, Descriptors: descriptors}
+}
+
+// headerMap returns a response's headers to add by key; a repeated key fails the test.
+func headerMap(t testing.TB, resp *rlsv3.RateLimitResponse) map[string]string {
+	t.Helper()
+	m := make(map[string]string)
+	for _, h := range resp.GetResponseHeadersToAdd() {
+		if _, dup := m[h.GetKey()]; dup {
+			t.Errorf("header %s added twice", h.GetKey())
+		}
+		m[h.GetKey()] = h.GetValue()
+	}
+	return m
+}
+
+// remaining returns what the engine reports as the client's remaining quota, consuming nothing.
+func remaining(t testing.TB, e *engine.Engine, policyID, key string) int64 {
+	t.Helper()
+	r, err := e.Peek(context.Background(), policyID, key)
+	if err != nil {
+		t.Fatalf("peek %s %q: %v", policyID, key, err)
+	}
+	return r.Remaining
+}

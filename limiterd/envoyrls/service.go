@@ -1,0 +1,376 @@
+// Package envoyrls serves limiterd's decisions as Envoy's global rate-limit service:
+// envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit over gRPC, so that Envoy's
+// ratelimit HTTP or network filter can ask limiterd directly.
+//
+// # Domain
+//
+// A request's domain names the policy: "<namespace>/<name>", or "<name>" for a policy of the
+// namespace "default" (as in a policy file document without a namespace). The mapping never
+// depends on which other policies are loaded. An empty domain is InvalidArgument; a domain that
+// names no loaded policy is NotFound.
+//
+// # Descriptors
+//
+// Each descriptor is decided on its own as one client of the policy, with the policy's
+// spec.envoy.descriptorKey saying which client:
+//
+//   - descriptorKey set: the client key is the value of the first entry with that key, so
+//     [("remote_address", "10.0.0.1")] is the client "10.0.0.1", exactly as an HTTP decision
+//     request for key "10.0.0.1" (the policy's overrides apply to both alike). A descriptor
+//     without such an entry is not limited by this policy: its status is OK with no
+//     current_limit, and nothing is consumed — as Envoy's reference service answers for a
+//     descriptor that matches no configured limit.
+//   - descriptorKey empty (the default): the client key is the whole descriptor, its entries in
+//     order as key=value joined by '&', with '%', '&' and '=' in keys and values written %25,
+//     %26 and %3D: [("generic_key", "api"), ("remote_address", "10.0.0.1")] is the client
+//     "generic_key=api&remote_address=10.0.0.1". Distinct descriptors are distinct clients.
+//
+// A client key has 1 to 1024 bytes (v1alpha1.MaxClientKeyBytes), as in the HTTP API. A
+// descriptor's cost is its own hits_addend when set and not 0, else the request's hits_addend
+// when not 0, else 1; it is at most 1000000000 (v1alpha1.MaxCapacity, also Envoy's bound). A
+// descriptor's limit override ("limit") is ignored: the policy's tiers are the limits.
+// Refunds (is_negative_hits) are not supported. Every descriptor is checked before any is
+// decided, so a request that is refused as a whole (any error status) consumes nothing.
+//
+// # Several descriptors
+//
+// Several descriptors in one request are decided one after the other, independently, each
+// consuming its cost when it is under its limit even if another one is over — what Envoy's
+// reference service does. overall_code is OVER_LIMIT when any descriptor is; statuses has one
+// entry per descriptor, in order.
+//
+// # Answer
+//
+// A descriptor's status carries its code, and for a tier with a limit: current_limit (name: the
+// tier; requests_per_unit: the limit; unit and unit_multiplier: the window the limit is
+// expressed over — a token bucket's full refill, a sliding window's window — rounded up to whole
+// seconds and written in the largest of DAY, HOUR, MINUTE, SECOND that divides it),
+// limit_remaining and duration_until_reset. A tier without a limit (Unlimited) has no
+// current_limit. A dry-run tier's status is always OK and describes the decision that would
+// have been enforced.
+//
+// response_headers_to_add carries the header fields of the HTTP API (package
+// ratelimitheaders) for the most restrictive descriptor — the over-limit one that must wait
+// longest, else the limited one with the least remaining quota — so that Envoy passes them on:
+// RateLimit-Policy and RateLimit (when that descriptor's tier has a limit), and Retry-After
+// (OVER_LIMIT only). For a single descriptor they are exactly those of the HTTP API's answer.
+//
+// # Errors
+//
+// A request that cannot be decided gets a gRPC error status and consumes nothing:
+// InvalidArgument for a malformed request, NotFound for an unknown domain, Unavailable before any
+// policy is loaded. Envoy counts any error as a failure of the rate-limit service and lets its
+// failure_mode_deny decide (by default it admits the request). limiterd never answers the
+// UNKNOWN code, which Envoy would take as OK.
+//
+// # Envoy configuration
+//
+// limiterd serves this on --grpc-addr (plaintext HTTP/2). To limit each client address under
+// the policy edge/per-ip, whose spec.envoy.descriptorKey is remote_address:
+//
+//	http_filters:
+//	- name: envoy.filters.http.ratelimit
+//	  typed_config:
+//	    "@type": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit
+//	    domain: edge/per-ip
+//	    failure_mode_deny: false          # admit when limiterd fails
+//	    rate_limit_service:
+//	      transport_api_version: V3
+//	      grpc_service: {envoy_grpc: {cluster_name: limiterd}}   # an HTTP/2 cluster
+//	# on the route or virtual host:
+//	rate_limits:
+//	- actions: [{remote_address: {}}]   # descriptor [("remote_address", "<client address>")]
+package envoyrls
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"strings"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/limiterd/limiterd/api/v1alpha1"
+	"github.com/limiterd/limiterd/limiterd/engine"
+	"github.com/limiterd/limiterd/limiterd/policy"
+	"github.com/limiterd/limiterd/limiterd/ratelimitheaders"
+)
+
+// MaxCost bounds the cost of one descriptor.
+const MaxCost = v1alpha1.MaxCapacity
+
+// Service implements rlsv3.RateLimitServiceServer for an engine. Register it with
+// rlsv3.RegisterRateLimitServiceServer. It is safe for concurrent use.
+type Service struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	engine *engine.Engine
+	log    *slog.Logger
+}
+
+// New returns the rate-limit service of e. log receives unexpected failures only (nil:
+// slog.Default); a decision logs nothing.
+func New(e *engine.Engine, log *slog.Logger) *Service {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Service{engine: e, log: log}
+}
+
+// PolicyID returns the ID of the policy a domain names: the domain itself when it has a '/',
+// else "default/<domain>".
+func PolicyID(domain string) string {
+	if strings.IndexByte(domain, '/') >= 0 {
+		return domain
+	}
+	return v1alpha1.DefaultNamespace + "/" + domain
+}
+
+// item is one descriptor, checked.
+type item struct {
+	key     string
+	cost    int64
+	limited bool // false: the descriptor has no entry of the policy's descriptorKey
+}
+
+// ShouldRateLimit decides a request's descriptors (see the package documentation).
+func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	domain := req.GetDomain()
+	if domain == "" {
+		return nil, status.Errorf(codes.InvalidArgument, "domain is required: it names the policy, <namespace>/<name>")
+	}
+	descriptors := req.GetDescriptors()
+	if len(descriptors) == 0 {
+		return nil, status.Errorf(codes.InvalidArgument, "at least one descriptor is required")
+	}
+	set := s.engine.Policies()
+	if set == nil {
+		return nil, status.Errorf(codes.Unavailable, "%v", engine.ErrNotReady)
+	}
+	id := PolicyID(domain)
+	p, ok := set.Get(id)
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "%v %q (domain %q)", engine.ErrUnknownPolicy, id, domain)
+	}
+	var descriptorKey string
+	if e := p.Source.Spec.Envoy; e != nil {
+		descriptorKey = e.DescriptorKey
+	}
+	items := make([]item, len(descriptors))
+	for i, d := range descriptors {
+		it, err := check(d, descriptorKey, req.GetHitsAddend())
+		if err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: %v", i, err)
+		}
+		items[i] = it
+	}
+
+	resp := &rlsv3.RateLimitResponse{
+		OverallCode: rlsv3.RateLimitResponse_OK,
+		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(items)),
+	}
+	var (
+		pick    engine.Result // the most restrictive decision, for the headers
+		picked  bool
+		retries bool // pick was rejected
+	)
+	for i, it := range items {
+		if !it.limited {
+			resp.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+			continue
+		}
+		res, err := s.engine.Decide(ctx, id, it.key, it.cost)
+		if err != nil {
+			return nil, s.decideError(err, id)
+		}
+		resp.Statuses[i] = descriptorStatus(&res)
+		if !res.Allowed {
+			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+		if moreRestrictive(&res, &pick, picked, retries) {
+			pick, picked, retries = res, true, !res.Allowed
+		}
+	}
+	if picked {
+		resp.ResponseHeadersToAdd = headers(&pick)
+	}
+	return resp, nil
+}
+
+// moreRestrictive reports whether res should replace pick (valid when picked) as the decision
+// the headers describe: a rejection beats an admission and the longer wait beats the shorter;
+// among admissions, the smaller remaining quota of a limited tier wins. Ties keep pick.
+func moreRestrictive(res, pick *engine.Result, picked, pickRejected bool) bool {
+	switch {
+	case !res.Allowed:
+		return !pickRejected || res.RetryAfter > pick.RetryAfter
+	case pickRejected || res.Tier.Limiter.Limit() == 0:
+		return false
+	case !picked || pick.Tier.Limiter.Limit() == 0:
+		return true
+	}
+	return res.Remaining < pick.Remaining
+}
+
+// check reads a descriptor's client key and cost; it returns an error the client can be shown.
+func check(d *ratelimitv3.RateLimitDescriptor, descriptorKey string, requestHits uint32) (item, error) {
+	entries := d.GetEntries()
+	if len(entries) == 0 {
+		return item{}, errors.New("has no entries")
+	}
+	if d.GetIsNegativeHits() {
+		return item{}, errors.New("asks for a refund (is_negative_hits), which limiterd does not support")
+	}
+	it := item{cost: 1, limited: true}
+	switch h := d.GetHitsAddend().GetValue(); {
+	case h > MaxCost:
+		return item{}, fmt.Errorf("hits_addend %d is more than %d", h, MaxCost)
+	case h > 0:
+		it.cost = int64(h)
+	case requestHits > MaxCost:
+		return item{}, fmt.Errorf("the request's hits_addend %d is more than %d", requestHits, MaxCost)
+	case requestHits > 0:
+		it.cost = int64(requestHits)
+	}
+	if descriptorKey != "" {
+		it.limited = false
+		for _, e := range entries {
+			if e.GetKey() == descriptorKey {
+				it.key, it.limited = e.GetValue(), true
+				break
+			}
+		}
+		if !it.limited {
+			return it, nil
+		}
+	} else {
+		it.key = JoinEntries(entries)
+	}
+	switch {
+	case it.key == "":
+		return item{}, errors.New("the client key is empty")
+	case len(it.key) > v1alpha1.MaxClientKeyBytes:
+		return item{}, fmt.Errorf("the client key is longer than %d bytes", v1alpha1.MaxClientKeyBytes)
+	}
+	return it, nil
+}
+
+// JoinEntries returns the client key of a whole descriptor: its entries in order as key=value
+// joined by '&', with '%', '&' and '=' in keys and values written %25, %26 and %3D. Distinct
+// entry lists give distinct keys.
+func JoinEntries(entries []*ratelimitv3.RateLimitDescriptor_Entry) string {
+	var b strings.Builder
+	n := 0
+	for _, e := range entries {
+		n += len(e.GetKey()) + len(e.GetValue()) + 2
+	}
+	b.Grow(n)
+	for i, e := range entries {
+		if i > 0 {
+			b.WriteByte('&')
+		}
+		writeEscaped(&b, e.GetKey())
+		b.WriteByte('=')
+		writeEscaped(&b, e.GetValue())
+	}
+	return b.String()
+}
+
+func writeEscaped(b *strings.Builder, s string) {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '%':
+			b.WriteString("%25")
+		case '&':
+			b.WriteString("%26")
+		case '=':
+			b.WriteString("%3D")
+		default:
+			b.WriteByte(c)
+		}
+	}
+}
+
+// decideError maps an engine error to a gRPC status.
+func (s *Service) decideError(err error, id string) error {
+	switch {
+	case errors.Is(err, engine.ErrUnknownPolicy): // unloaded since the lookup
+		return status.Errorf(codes.NotFound, "%v %q", engine.ErrUnknownPolicy, id)
+	case errors.Is(err, engine.ErrNotReady):
+		return status.Errorf(codes.Unavailable, "%v", err)
+	case errors.Is(err, engine.ErrInvalidCost), errors.Is(err, engine.ErrPolicyRequired):
+		return status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	s.log.Error("decision failed", "policy", id, "error", err)
+	return status.Errorf(codes.Internal, "decision failed")
+}
+
+// descriptorStatus describes one decision.
+func descriptorStatus(res *engine.Result) *rlsv3.RateLimitResponse_DescriptorStatus {
+	st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+	if !res.Allowed {
+		st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+	}
+	if res.Tier.Limiter.Limit() > 0 {
+		st.CurrentLimit = currentLimit(res.Tier)
+		st.LimitRemaining = uint32(min(max(res.Remaining, 0), math.MaxUint32))
+		st.DurationUntilReset = durationpb.New(max(res.ResetAfter, 0))
+	}
+	return st
+}
+
+// currentLimit describes a tier with a limit as an Envoy rate limit: its limit per the window
+// the limit is expressed over, rounded up to whole seconds and written in the largest of DAY,
+// HOUR, MINUTE and SECOND that divides it (unit_multiplier unset when 1). It is the quota and
+// window of the tier's RateLimit-Policy header field.
+func currentLimit(t *policy.Tier) *rlsv3.RateLimitResponse_RateLimit {
+	rl := &rlsv3.RateLimitResponse_RateLimit{
+		Name:            t.Name,
+		RequestsPerUnit: uint32(min(max(t.Limiter.Limit(), 0), math.MaxUint32)),
+	}
+	seconds := max(1, ratelimitheaders.Seconds(t.Limiter.Window()))
+	var unit int64
+	switch {
+	case seconds%(24*60*60) == 0:
+		rl.Unit, unit = rlsv3.RateLimitResponse_RateLimit_DAY, 24*60*60
+	case seconds%(60*60) == 0:
+		rl.Unit, unit = rlsv3.RateLimitResponse_RateLimit_HOUR, 60*60
+	case seconds%60 == 0:
+		rl.Unit, unit = rlsv3.RateLimitResponse_RateLimit_MINUTE, 60
+	default:
+		rl.Unit, unit = rlsv3.RateLimitResponse_RateLimit_SECOND, 1
+	}
+	if n := seconds / unit; n != 1 {
+		rl.UnitMultiplier = wrapperspb.UInt32(uint32(min(n, math.MaxUint32)))
+	}
+	return rl
+}
+
+// headers returns the header fields describing res, as the HTTP API writes them.
+func headers(res *engine.Result) []*corev3.HeaderValue {
+	var out []*corev3.HeaderValue
+	buf := make([]byte, 0, 96)
+	if t := res.Tier; t.Limiter.Limit() > 0 {
+		buf = ratelimitheaders.AppendPolicy(buf, t.Name, t.Limiter.Limit(), t.Limiter.Window())
+		policyEnd := len(buf)
+		buf = ratelimitheaders.AppendLimit(buf, t.Name, res.Remaining, res.ResetAfter)
+		all := string(buf)
+		out = append(out,
+			&corev3.HeaderValue{Key: ratelimitheaders.RateLimitPolicy, Value: all[:policyEnd]},
+			&corev3.HeaderValue{Key: ratelimitheaders.RateLimit, Value: all[policyEnd:]})
+	}
+	if !res.Allowed {
+		out = append(out, &corev3.HeaderValue{
+			Key:   ratelimitheaders.RetryAfter,
+			Value: string(ratelimitheaders.AppendRetryAfter(buf[:0], res.RetryAfter)),
+		})
+	}
+	return out
+}
