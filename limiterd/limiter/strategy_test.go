@@ -21,6 +21,7 @@ func TestConstructorsRejectOutOfBounds(t *testing.T) {
 		{"period too short", second(limiter.NewTokenBucket(1, 1, time.Microsecond))},
 		{"period too long", second(limiter.NewTokenBucket(1, 1, 25*time.Hour))},
 		{"refill slower than a year", second(limiter.NewTokenBucket(1000, 1, 24*time.Hour))},
+		{"full refill overflows 64 bits", second(limiter.NewTokenBucket(limiter.MaxCapacity, 1, 24*time.Hour))},
 		{"limit 0", second(limiter.NewSlidingWindow(0, time.Second))},
 		{"limit too large", second(limiter.NewSlidingWindow(limiter.MaxWindowLimit+1, time.Second))},
 		{"window too long", second(limiter.NewSlidingWindow(1, 25*time.Hour))},

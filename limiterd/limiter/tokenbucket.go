@@ -42,10 +42,13 @@ func NewTokenBucket(capacity, rate int64, period time.Duration) (*TokenBucket, e
 	if err := checkPeriod("refillPeriod", period); err != nil {
 		return nil, err
 	}
-	tau := mulDiv(uint64(capacity), uint64(period), uint64(rate))
-	if tau.ns > int64(MaxRefillWindow) {
+	// A full refill, capacity*period/rate, must fit the bound; check before dividing, since the
+	// quotient of the largest products does not fit 64 bits.
+	if hi, _ := bits.Mul64(uint64(capacity), uint64(period)); hi >= uint64(rate) ||
+		mulDiv(uint64(capacity), uint64(period), uint64(rate)).ns > int64(MaxRefillWindow) {
 		return nil, errRefillTooSlow
 	}
+	tau := mulDiv(uint64(capacity), uint64(period), uint64(rate))
 	rl := intern(tokenBucketParams{capacity, rate, period}, func(stamp uint32) RateLimiter {
 		return &TokenBucket{capacity: capacity, rate: uint64(rate), period: uint64(period), tau: tau, stamp: stamp}
 	})
@@ -64,8 +67,9 @@ type instant struct {
 	frac uint64
 }
 
-// mulDiv returns n*period/rate as an instant (exact quotient and remainder).
-// The callers' bounds keep the quotient below 2^63.
+// mulDiv returns n*period/rate as an instant (exact quotient and remainder). Callers ensure
+// the quotient fits: NewTokenBucket bounds capacity*period/rate (a full refill) to a year, and
+// every other n is at most the capacity.
 func mulDiv(n, period, rate uint64) instant {
 	hi, lo := bits.Mul64(n, period)
 	q, r := bits.Div64(hi, lo, rate)
