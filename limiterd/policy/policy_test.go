@@ -1,7 +1,11 @@
 package policy_test
 
 import (
+	"os"
+	"path/filepath"
+
 	"fmt"
+	"sigs.k8s.io/yaml"
 	"strings"
 	"testing"
 	"time"
@@ -105,5 +109,33 @@ func BenchmarkResolve(b *testing.B) {
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
 		p.Resolve(keys[i%len(keys)])
+	}
+}
+
+// TestCompileAPITestdata compiles the API's table of policy files: every valid one compiles,
+// every invalid one is refused with an error (never a panic in a strategy constructor).
+func TestCompileAPITestdata(t *testing.T) {
+	for _, dir := range []string{"valid", "invalid"} {
+		files, err := filepath.Glob(filepath.Join("..", "..", "api", "v1alpha1", "testdata", dir, "*.yaml"))
+		if err != nil || len(files) == 0 {
+			t.Fatalf("no %s testdata: %v", dir, err)
+		}
+		for _, f := range files {
+			data, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var p v1alpha1.RateLimitPolicy
+			if err := yaml.Unmarshal(data, &p); err != nil {
+				continue // a document the codec refuses never reaches Compile
+			}
+			_, err = policy.Compile(&p)
+			if dir == "valid" && err != nil {
+				t.Errorf("%s: %v", f, err)
+			}
+			if dir == "invalid" && err == nil {
+				t.Errorf("%s: compiled", f)
+			}
+		}
 	}
 }

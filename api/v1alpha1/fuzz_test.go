@@ -1,0 +1,127 @@
+package v1alpha1
+
+import (
+	"os"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// addPolicyFiles adds every policy file of testdata and the sample as seeds.
+func addPolicyFiles(f *testing.F, add func(data []byte)) {
+	for _, dir := range []string{"valid", "invalid"} {
+		for _, tc := range loadTestCases(f, dir) {
+			add(tc.data)
+		}
+	}
+	sample, err := os.ReadFile("../../config/samples/ratelimitpolicy.yaml")
+	if err != nil {
+		f.Fatal(err)
+	}
+	add(sample)
+}
+
+// FuzzDecodePolicies checks that DecodePolicies never panics and that what it accepts is
+// valid, survives encoding and decoding again unchanged, and renders into a ConfigMap that
+// parses back to the same policy.
+func FuzzDecodePolicies(f *testing.F) {
+	addPolicyFiles(f, func(data []byte) { f.Add(data) })
+	f.Fuzz(func(t *testing.T, data []byte) {
+		ps, err := DecodePolicies(data)
+		if err != nil {
+			return
+		}
+		var stream []string
+		for i := range ps {
+			p := &ps[i]
+			if err := Validate(p); err != nil {
+				t.Fatalf("DecodePolicies returned an invalid policy: %v", err)
+			}
+			if p.Namespace == "" {
+				t.Fatal("DecodePolicies returned a policy without namespace")
+			}
+			y, err := yaml.Marshal(p)
+			if err != nil {
+				t.Fatalf("marshal: %v", err)
+			}
+			stream = append(stream, string(y))
+
+			data, err := RenderConfigMapData(p)
+			if err != nil {
+				if strings.Contains(err.Error(), "bytes, more than") {
+					continue
+				}
+				t.Fatalf("RenderConfigMapData of a decoded policy: %v", err)
+			}
+			got, err := ParseConfigMapData(p.Namespace, data)
+			if err != nil {
+				t.Fatalf("ParseConfigMapData(RenderConfigMapData(p)): %v\n%s", err, data[ConfigMapDataKey])
+			}
+			if !equality.Semantic.DeepEqual(p.Spec, got.Spec) || p.Name != got.Name || p.Generation != got.Generation {
+				t.Fatalf("ConfigMap round trip changed the policy:\n%+v\n%+v", p.Spec, got.Spec)
+			}
+		}
+		again, err := DecodePolicies([]byte(strings.Join(stream, "---\n")))
+		if err != nil {
+			t.Fatalf("decoding the encoded policies: %v", err)
+		}
+		if !equality.Semantic.DeepEqual(ps, again) {
+			t.Fatalf("encoding and decoding changed the policies:\n%+v\n%+v", ps, again)
+		}
+	})
+}
+
+// FuzzParseConfigMapData checks that ParseConfigMapData never panics and that what it accepts
+// is valid, in the namespace asked for, and a fixed point of RenderConfigMapData.
+func FuzzParseConfigMapData(f *testing.F) {
+	addPolicyFiles(f, func(data []byte) {
+		ps, err := DecodePolicies(data)
+		if err != nil || len(ps) != 1 {
+			f.Add("default", string(data), "0")
+			return
+		}
+		ps[0].Generation = 5
+		rendered, err := RenderConfigMapData(&ps[0])
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(ps[0].Namespace, rendered[ConfigMapDataKey], rendered[ConfigMapGenerationKey])
+	})
+	f.Fuzz(func(t *testing.T, namespace, doc, generation string) {
+		data := map[string]string{ConfigMapDataKey: doc, ConfigMapGenerationKey: generation}
+		p, err := ParseConfigMapData(namespace, data)
+		if err != nil {
+			return
+		}
+		if err := Validate(p); err != nil {
+			t.Fatalf("ParseConfigMapData returned an invalid policy: %v", err)
+		}
+		if p.Namespace != namespace {
+			t.Fatalf("namespace %q, want %q", p.Namespace, namespace)
+		}
+		rendered, err := RenderConfigMapData(p)
+		if err != nil {
+			if strings.Contains(err.Error(), "bytes, more than") {
+				return
+			}
+			t.Fatalf("RenderConfigMapData of a parsed policy: %v", err)
+		}
+		q, err := ParseConfigMapData(namespace, rendered)
+		if err != nil {
+			t.Fatalf("ParseConfigMapData(RenderConfigMapData(p)): %v", err)
+		}
+		want := p.DeepCopy()
+		want.ObjectMeta = metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, Generation: p.Generation}
+		want.Status = RateLimitPolicyStatus{}
+		if !equality.Semantic.DeepEqual(want, q) {
+			t.Fatalf("render and parse changed the policy:\n%+v\n%+v", want, q)
+		}
+		again, err := RenderConfigMapData(q)
+		if err != nil || !equality.Semantic.DeepEqual(again, rendered) {
+			t.Fatalf("rendering is not a fixed point: %v", err)
+		}
+	})
+}

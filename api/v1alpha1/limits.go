@@ -1,0 +1,48 @@
+package v1alpha1
+
+import "time"
+
+// Bounds of a RateLimitPolicy. The numeric and duration bounds are those of limiterd's
+// strategies (limiterd/limiter), so that every valid policy compiles; the list and string
+// bounds keep the CRD's CEL rules within the API server's cost budget and a rendered policy
+// within one ConfigMap. The CRD markers in ratelimitpolicy_types.go repeat them as literals.
+const (
+	// MaxCapacity bounds a token bucket's capacity and refillRate (both at least 1).
+	MaxCapacity = 1_000_000_000
+	// MaxWindowLimit bounds a sliding window's limit (at least 1).
+	MaxWindowLimit = 100_000
+	// MinPeriod is the shortest refillPeriod or window.
+	MinPeriod = time.Millisecond
+	// MaxPeriod is the longest refillPeriod or window.
+	MaxPeriod = 24 * time.Hour
+	// MaxRefillWindow bounds a token bucket's full refill, capacity*refillPeriod/refillRate
+	// (rounded down to whole nanoseconds).
+	MaxRefillWindow = 366 * 24 * time.Hour
+
+	// MaxTiers is the most tiers a policy has.
+	MaxTiers = 64
+	// MaxOverrides is the most overrides a policy has.
+	MaxOverrides = 64
+	// MaxClientsPerOverride is the most entries of one override's clients, and of its
+	// clientPrefixes.
+	MaxClientsPerOverride = 256
+	// MaxOverrideClients is the most client keys of all overrides together, and the most
+	// client prefixes of all overrides together. The CRD's rule that a key appears in one
+	// override only compares every pair, so this bounds its CEL cost.
+	MaxOverrideClients = 512
+	// MaxClientKeyBytes is the longest client key or client prefix, in bytes (UTF-8).
+	MaxClientKeyBytes = 1024
+	// MaxDescriptorKeyBytes is the longest spec.envoy.descriptorKey, in bytes (UTF-8).
+	MaxDescriptorKeyBytes = 256
+	// MaxNameLength is the longest tier name (a DNS label).
+	MaxNameLength = 63
+	// MaxDurationLength is the longest duration string the CRD accepts ("1s", "250ms").
+	// A decoded duration has lost its text, so Validate cannot check this bound.
+	MaxDurationLength = 64
+)
+
+// DefaultRefillPeriod is the refillPeriod of a token bucket that sets none.
+const DefaultRefillPeriod = time.Second
+
+// DefaultFailureMode is the failureMode of a policy that sets none.
+const DefaultFailureMode = FailureModeOpen

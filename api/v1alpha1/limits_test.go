@@ -1,0 +1,242 @@
+package v1alpha1
+
+import (
+	"fmt"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/yaml"
+)
+
+// TestLimitValues pins the bounds shared with limiterd/limiter (which this package does not
+// import; a cross-check elsewhere compares the two).
+func TestLimitValues(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		got, want int64
+	}{
+		{"MaxCapacity", MaxCapacity, 1_000_000_000},
+		{"MaxWindowLimit", MaxWindowLimit, 100_000},
+		{"MinPeriod", int64(MinPeriod), int64(time.Millisecond)},
+		{"MaxPeriod", int64(MaxPeriod), int64(24 * time.Hour)},
+		{"MaxRefillWindow", int64(MaxRefillWindow), int64(366 * 24 * time.Hour)},
+		{"DefaultRefillPeriod", int64(DefaultRefillPeriod), int64(time.Second)},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s = %d, want %d", c.name, c.got, c.want)
+		}
+	}
+}
+
+const crdFile = "../../config/crd/bases/limiterd.dev_ratelimitpolicies.yaml"
+
+// schemaNode is a node of the CRD's OpenAPI schema, read generically.
+type schemaNode map[string]any
+
+func (n schemaNode) prop(path ...string) schemaNode {
+	cur := n
+	for _, p := range path {
+		var next any
+		if p == "[]" {
+			next = cur["items"]
+		} else {
+			props, _ := cur["properties"].(map[string]any)
+			next = props[p]
+		}
+		m, ok := next.(map[string]any)
+		if !ok {
+			panic(fmt.Sprintf("no schema at %v (%s)", path, p))
+		}
+		cur = m
+	}
+	return cur
+}
+
+func (n schemaNode) num(key string) int64 {
+	v, ok := n[key].(float64)
+	if !ok {
+		return -1
+	}
+	return int64(v)
+}
+
+func (n schemaNode) rules() []string {
+	var rules []string
+	xv, _ := n["x-kubernetes-validations"].([]any)
+	for _, r := range xv {
+		rules = append(rules, r.(map[string]any)["rule"].(string))
+	}
+	return rules
+}
+
+func loadCRDSchema(t *testing.T) schemaNode {
+	t.Helper()
+	data, err := os.ReadFile(crdFile)
+	if err != nil {
+		t.Fatalf("%v (make manifests generates it)", err)
+	}
+	var crd map[string]any
+	if err := yaml.Unmarshal(data, &crd); err != nil {
+		t.Fatal(err)
+	}
+	v := crd["spec"].(map[string]any)["versions"].([]any)[0].(map[string]any)
+	return v["schema"].(map[string]any)["openAPIV3Schema"].(map[string]any)
+}
+
+// TestCRDMatchesLimits checks the literal bounds of the CRD markers against the constants that
+// Validate uses, so that the API server and limiterd accept the same policies.
+func TestCRDMatchesLimits(t *testing.T) {
+	root := loadCRDSchema(t)
+	spec := root.prop("spec")
+	tier := spec.prop("tiers", "[]")
+	override := spec.prop("overrides", "[]")
+	for _, c := range []struct {
+		what      string
+		got, want int64
+	}{
+		{"capacity minimum", tier.prop("tokenBucket", "capacity").num("minimum"), 1},
+		{"capacity maximum", tier.prop("tokenBucket", "capacity").num("maximum"), MaxCapacity},
+		{"refillRate minimum", tier.prop("tokenBucket", "refillRate").num("minimum"), 1},
+		{"refillRate maximum", tier.prop("tokenBucket", "refillRate").num("maximum"), MaxCapacity},
+		{"limit minimum", tier.prop("slidingWindow", "limit").num("minimum"), 1},
+		{"limit maximum", tier.prop("slidingWindow", "limit").num("maximum"), MaxWindowLimit},
+		{"tiers minItems", spec.prop("tiers").num("minItems"), 1},
+		{"tiers maxItems", spec.prop("tiers").num("maxItems"), MaxTiers},
+		{"tier name maxLength", tier.prop("name").num("maxLength"), MaxNameLength},
+		{"defaultTier maxLength", spec.prop("defaultTier").num("maxLength"), MaxNameLength},
+		{"override tier maxLength", override.prop("tier").num("maxLength"), MaxNameLength},
+		{"overrides maxItems", spec.prop("overrides").num("maxItems"), MaxOverrides},
+		{"clients maxItems", override.prop("clients").num("maxItems"), MaxClientsPerOverride},
+		{"clientPrefixes maxItems", override.prop("clientPrefixes").num("maxItems"), MaxClientsPerOverride},
+		{"client maxLength", override.prop("clients", "[]").num("maxLength"), MaxClientKeyBytes},
+		{"client prefix maxLength", override.prop("clientPrefixes", "[]").num("maxLength"), MaxClientKeyBytes},
+		{"client minLength", override.prop("clients", "[]").num("minLength"), 1},
+		{"client prefix minLength", override.prop("clientPrefixes", "[]").num("minLength"), 1},
+		{"refillPeriod maxLength", tier.prop("tokenBucket", "refillPeriod").num("maxLength"), MaxDurationLength},
+		{"window maxLength", tier.prop("slidingWindow", "window").num("maxLength"), MaxDurationLength},
+	} {
+		if c.got != c.want {
+			t.Errorf("CRD %s = %d, want %d", c.what, c.got, c.want)
+		}
+	}
+
+	bytesRule := fmt.Sprintf("size(bytes(self)) <= %d", MaxClientKeyBytes)
+	for _, list := range []string{"clients", "clientPrefixes"} {
+		if rules := override.prop(list, "[]").rules(); !slices.Contains(rules, bytesRule) {
+			t.Errorf("CRD %s items: rules %q, want %q", list, rules, bytesRule)
+		}
+	}
+
+	// The CRD's pattern for keys forbids exactly the characters Validate forbids.
+	for _, path := range [][]string{{"overrides", "[]", "clients", "[]"}, {"overrides", "[]", "clientPrefixes", "[]"}, {"envoy", "descriptorKey"}} {
+		pattern, _ := spec.prop(path...)["pattern"].(string)
+		re, err := regexp.Compile(pattern)
+		if err != nil {
+			t.Errorf("CRD %v: pattern %q: %v", path, pattern, err)
+			continue
+		}
+		for r := rune(0); r <= 0x10FFFF; r++ {
+			if r >= 0xD800 && r <= 0xDFFF {
+				continue
+			}
+			if re.MatchString("a"+string(r)) == forbiddenInKey(r) {
+				t.Errorf("CRD %v: pattern %q and forbiddenInKey disagree on %U", path, pattern, r)
+				break
+			}
+		}
+	}
+
+	durationRule := regexp.MustCompile(`^duration\(self\) >= duration\('([^']+)'\) && duration\(self\) <= duration\('([^']+)'\)$`)
+	for _, path := range [][]string{{"tokenBucket", "refillPeriod"}, {"slidingWindow", "window"}} {
+		rules := tier.prop(path...).rules()
+		if len(rules) != 1 || !durationRule.MatchString(rules[0]) {
+			t.Errorf("CRD %v: rules %q, want one bounding the duration", path, rules)
+			continue
+		}
+		m := durationRule.FindStringSubmatch(rules[0])
+		if lo, _ := time.ParseDuration(m[1]); lo != MinPeriod {
+			t.Errorf("CRD %v: lower bound %s, want %v", path, m[1], MinPeriod)
+		}
+		if hi, _ := time.ParseDuration(m[2]); hi != MaxPeriod {
+			t.Errorf("CRD %v: upper bound %s, want %v", path, m[2], MaxPeriod)
+		}
+	}
+
+	refill := tier.prop("tokenBucket").rules()
+	if len(refill) != 1 {
+		t.Fatalf("CRD tokenBucket: %d rules, want 1 (the full refill)", len(refill))
+	}
+	for _, want := range []string{
+		"self.capacity <= " + strconv.Itoa(MaxCapacity),
+		"self.refillRate <= " + strconv.Itoa(MaxCapacity),
+		">= " + strconv.FormatInt(int64(MinPeriod), 10),
+		"<= " + strconv.FormatInt(int64(MaxPeriod), 10),
+		"self.refillRate * " + strconv.FormatInt(int64(MaxRefillWindow/time.Second), 10),
+		"orValue('" + DefaultRefillPeriod.String() + "')",
+	} {
+		if !strings.Contains(refill[0], want) {
+			t.Errorf("CRD full-refill rule lacks %q", want)
+		}
+	}
+	for _, want := range []string{
+		"flatten().size() <= " + strconv.Itoa(MaxOverrideClients),
+		"flatten().size() > " + strconv.Itoa(MaxOverrideClients),
+	} {
+		n := 0
+		for _, r := range spec.rules() {
+			if strings.Contains(r, want) {
+				n++
+			}
+		}
+		if n != 2 {
+			t.Errorf("CRD spec: %d rules contain %q, want 2 (clients, clientPrefixes)", n, want)
+		}
+	}
+
+	if got := tier.prop("tokenBucket", "refillPeriod")["default"]; got != DefaultRefillPeriod.String() {
+		t.Errorf("CRD refillPeriod default %v, want %v", got, DefaultRefillPeriod)
+	}
+	if got := spec.prop("failureMode")["default"]; got != string(DefaultFailureMode) {
+		t.Errorf("CRD failureMode default %v, want %v", got, DefaultFailureMode)
+	}
+	if got := fmt.Sprint(tier.prop("algorithm")["enum"]); got != fmt.Sprint(supportedAlgorithms) {
+		t.Errorf("CRD algorithm enum %v, want %v", got, supportedAlgorithms)
+	}
+	if got := fmt.Sprint(spec.prop("failureMode")["enum"]); got != fmt.Sprint(supportedFailureModes) {
+		t.Errorf("CRD failureMode enum %v, want %v", got, supportedFailureModes)
+	}
+}
+
+// TestCRDDescriptions checks that every field of spec and status has a description starting with
+// its JSON name, which kubectl explain shows.
+func TestCRDDescriptions(t *testing.T) {
+	root := loadCRDSchema(t)
+	var walk func(path string, n schemaNode)
+	walk = func(path string, n schemaNode) {
+		props, _ := n["properties"].(map[string]any)
+		for name, v := range props {
+			child := schemaNode(v.(map[string]any))
+			if path == ".status" && name == "conditions" {
+				// metav1.Condition documents itself.
+				continue
+			}
+			if d, _ := child["description"].(string); !strings.HasPrefix(d, name+" ") {
+				t.Errorf("%s.%s: description %q does not start with %q", path, name, d, name)
+			}
+			walk(path+"."+name, child)
+		}
+		if items, ok := n["items"].(map[string]any); ok {
+			walk(path+"[]", items)
+		}
+	}
+	walk("", root.prop("spec"))
+	walk(".status", root.prop("status"))
+	if d, _ := root.prop("spec")["description"].(string); !strings.HasPrefix(d, "spec ") {
+		t.Errorf("spec: description %q", d)
+	}
+}

@@ -1,0 +1,282 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// The OpenAPI and CEL markers below repeat the bounds of limits.go as literals (markers cannot
+// refer to Go constants); TestCRDMatchesLimits checks the generated CRD against the constants.
+// Every rule here is also checked by Validate, which is what limiterd's file mode relies on.
+//
+// CEL notes:
+//   - The full-refill rule on TokenBucket computes floor(capacity*period/refillRate) in
+//     nanoseconds exactly and without overflowing 64 bits: with K = 1e9 it compares
+//     capacity*period with (366d+1ns)*refillRate as (high, low) pairs in base K, where
+//     capacity*period = (capacity*(period/K) + capacity*(period%K)/K)*K + capacity*(period%K)%K
+//     and (366d+1ns)*refillRate = (refillRate*31622400 + refillRate/K)*K + refillRate%K.
+//     It is skipped when a bound it relies on does not hold: another rule reports that.
+//   - The uniqueness of clients and prefixes across overrides uses distinct(), whose cost is
+//     quadratic; the rules on the total number of entries (512 each) keep it within the
+//     per-expression runtime cost limit (1e6), and the uniqueness rules skip themselves when
+//     the total is exceeded.
+
+// Algorithm names how a tier decides. It is configuration: changing it needs no code change.
+// +kubebuilder:validation:Enum=TokenBucket;SlidingWindow;Unlimited
+type Algorithm string
+
+const (
+	// AlgorithmTokenBucket admits bursts up to a capacity and refills continuously.
+	AlgorithmTokenBucket Algorithm = "TokenBucket"
+	// AlgorithmSlidingWindow admits at most a limit of requests in any interval of one window.
+	AlgorithmSlidingWindow Algorithm = "SlidingWindow"
+	// AlgorithmUnlimited admits every request and keeps no state.
+	AlgorithmUnlimited Algorithm = "Unlimited"
+)
+
+// FailureMode says how limiterd decides when its shared store cannot be reached.
+// +kubebuilder:validation:Enum=Open;Closed;Local
+type FailureMode string
+
+const (
+	// FailureModeOpen admits every request while the store is unreachable.
+	FailureModeOpen FailureMode = "Open"
+	// FailureModeClosed rejects every request while the store is unreachable.
+	FailureModeClosed FailureMode = "Closed"
+	// FailureModeLocal decides from this replica's in-memory state while the store is unreachable.
+	FailureModeLocal FailureMode = "Local"
+)
+
+// TokenBucket configures a token bucket: it starts full with capacity tokens, a request takes
+// cost tokens, and refillRate tokens per refillPeriod accrue continuously (fractions count),
+// never above capacity. A full refill, capacity*refillPeriod/refillRate, takes at most 366 days.
+// +kubebuilder:validation:XValidation:rule="!(self.capacity >= 1 && self.capacity <= 1000000000 && self.refillRate >= 1 && self.refillRate <= 1000000000 && int(duration(self.?refillPeriod.orValue('1s'))) >= 1000000 && int(duration(self.?refillPeriod.orValue('1s'))) <= 86400000000000) || self.capacity * (int(duration(self.?refillPeriod.orValue('1s'))) / 1000000000) + self.capacity * (int(duration(self.?refillPeriod.orValue('1s'))) % 1000000000) / 1000000000 < self.refillRate * 31622400 + self.refillRate / 1000000000 || (self.capacity * (int(duration(self.?refillPeriod.orValue('1s'))) / 1000000000) + self.capacity * (int(duration(self.?refillPeriod.orValue('1s'))) % 1000000000) / 1000000000 == self.refillRate * 31622400 + self.refillRate / 1000000000 && self.capacity * (int(duration(self.?refillPeriod.orValue('1s'))) % 1000000000) % 1000000000 < self.refillRate % 1000000000)",message="a full refill (capacity*refillPeriod/refillRate) must take at most 366 days (8784h)"
+type TokenBucket struct {
+	// capacity is the most tokens the bucket holds: the largest burst a client can make.
+	// Between 1 and 1000000000.
+	// +required
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000000000
+	Capacity int64 `json:"capacity"`
+
+	// refillRate is how many tokens accrue per refillPeriod. Between 1 and 1000000000.
+	// +required
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000000000
+	RefillRate int64 `json:"refillRate"`
+
+	// refillPeriod is the period over which refillRate tokens accrue, as a Go duration
+	// ("1s", "1m", "1h", "1.5s", "100ms"). It defaults to 1s and lies between 1ms and 24h.
+	// +optional
+	// +kubebuilder:default="1s"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[-+]?(0|(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1ms') && duration(self) <= duration('24h')",message="must be between 1ms and 24h"
+	RefillPeriod *metav1.Duration `json:"refillPeriod,omitempty"`
+}
+
+// SlidingWindow configures a sliding window: a hard cap by which, in any interval of length
+// window, at most limit requests (counted by cost) are admitted.
+type SlidingWindow struct {
+	// limit is the most requests admitted in any interval of length window; between 1 and 100000.
+	// A client's state holds one entry per admitted instant in the window, so limit bounds
+	// its memory (16 bytes an entry).
+	// +required
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100000
+	Limit int64 `json:"limit"`
+
+	// window is the length of the sliding interval, as a Go duration ("1s", "1m", "1h");
+	// between 1ms and 24h.
+	// +required
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[-+]?(0|(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1ms') && duration(self) <= duration('24h')",message="must be between 1ms and 24h"
+	Window metav1.Duration `json:"window"`
+}
+
+// Tier is a named way of deciding, shared by every client resolved to it.
+// +kubebuilder:validation:XValidation:rule="self.algorithm != 'TokenBucket' || has(self.tokenBucket)",message="tokenBucket is required when algorithm is TokenBucket",fieldPath=".tokenBucket"
+// +kubebuilder:validation:XValidation:rule="self.algorithm == 'TokenBucket' || !has(self.tokenBucket)",message="tokenBucket must be set only when algorithm is TokenBucket",fieldPath=".tokenBucket"
+// +kubebuilder:validation:XValidation:rule="self.algorithm != 'SlidingWindow' || has(self.slidingWindow)",message="slidingWindow is required when algorithm is SlidingWindow",fieldPath=".slidingWindow"
+// +kubebuilder:validation:XValidation:rule="self.algorithm == 'SlidingWindow' || !has(self.slidingWindow)",message="slidingWindow must be set only when algorithm is SlidingWindow",fieldPath=".slidingWindow"
+type Tier struct {
+	// name identifies the tier within the policy: a DNS label (lower-case letters, digits and
+	// '-', at most 63 characters), unique among the tiers.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+
+	// algorithm is how the tier decides: TokenBucket, SlidingWindow or Unlimited.
+	// Exactly the block matching it must be set (tokenBucket or slidingWindow; none for Unlimited).
+	// +required
+	Algorithm Algorithm `json:"algorithm"`
+
+	// tokenBucket holds the parameters of a TokenBucket tier.
+	// +optional
+	TokenBucket *TokenBucket `json:"tokenBucket,omitempty"`
+
+	// slidingWindow holds the parameters of a SlidingWindow tier.
+	// +optional
+	SlidingWindow *SlidingWindow `json:"slidingWindow,omitempty"`
+
+	// dryRun makes the tier a shadow: decisions are made and counted, but the answer is always
+	// "allowed". Use it to try a limit before enforcing it.
+	// +optional
+	DryRun bool `json:"dryRun,omitempty"`
+}
+
+// Override sends chosen clients to a tier other than the default.
+// A client key is matched exactly first, then by its longest matching prefix.
+// +kubebuilder:validation:XValidation:rule="(has(self.clients) && size(self.clients) > 0) || (has(self.clientPrefixes) && size(self.clientPrefixes) > 0)",message="must select at least one client or client prefix"
+type Override struct {
+	// tier is the name of the tier the selected clients use; it must name one of spec.tiers.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Tier string `json:"tier"`
+
+	// clients lists exact client keys (each 1 to 1024 bytes, without control characters), at
+	// most 256. A key appears at most once here and in at most one override; all overrides
+	// together list at most 512 keys.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=256
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=1024
+	// +kubebuilder:validation:items:Pattern=`^[^\x00-\x1F\x7F-\x9F\x{FFFE}\x{FFFF}]*$`
+	// +kubebuilder:validation:items:XValidation:rule="size(bytes(self)) <= 1024",message="must be at most 1024 bytes"
+	Clients []string `json:"clients,omitempty"`
+
+	// clientPrefixes lists prefixes of client keys (each 1 to 1024 bytes, without control
+	// characters), at most 256. A prefix appears at most once here and in at most one override;
+	// all overrides together list at most 512 prefixes.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=256
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=1024
+	// +kubebuilder:validation:items:Pattern=`^[^\x00-\x1F\x7F-\x9F\x{FFFE}\x{FFFF}]*$`
+	// +kubebuilder:validation:items:XValidation:rule="size(bytes(self)) <= 1024",message="must be at most 1024 bytes"
+	ClientPrefixes []string `json:"clientPrefixes,omitempty"`
+}
+
+// RateLimitPolicySpec is the desired behaviour of a policy.
+// +kubebuilder:validation:XValidation:rule="self.tiers.exists(t, t.name == self.defaultTier)",message="must name a tier of spec.tiers",fieldPath=".defaultTier"
+// +kubebuilder:validation:XValidation:rule="!has(self.overrides) || self.overrides.all(o, self.tiers.exists(t, t.name == o.tier))",message="every override's tier must name a tier of spec.tiers",fieldPath=".overrides"
+// +kubebuilder:validation:XValidation:rule="!has(self.overrides) || self.overrides.map(o, o.?clients.orValue([])).flatten().size() <= 512",message="all overrides together may list at most 512 clients",fieldPath=".overrides"
+// +kubebuilder:validation:XValidation:rule="!has(self.overrides) || self.overrides.map(o, o.?clientPrefixes.orValue([])).flatten().size() <= 512",message="all overrides together may list at most 512 clientPrefixes",fieldPath=".overrides"
+// +kubebuilder:validation:XValidation:rule="!has(self.overrides) || self.overrides.map(o, o.?clients.orValue([])).flatten().size() > 512 || self.overrides.map(o, o.?clients.orValue([])).flatten().distinct().size() == self.overrides.map(o, o.?clients.orValue([])).flatten().size()",message="a client appears in more than one override",fieldPath=".overrides"
+// +kubebuilder:validation:XValidation:rule="!has(self.overrides) || self.overrides.map(o, o.?clientPrefixes.orValue([])).flatten().size() > 512 || self.overrides.map(o, o.?clientPrefixes.orValue([])).flatten().distinct().size() == self.overrides.map(o, o.?clientPrefixes.orValue([])).flatten().size()",message="a client prefix appears in more than one override",fieldPath=".overrides"
+type RateLimitPolicySpec struct {
+	// tiers are the ways of deciding that this policy offers; 1 to 64, with unique names.
+	// +required
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=map
+	// +listMapKey=name
+	Tiers []Tier `json:"tiers"`
+
+	// defaultTier is the tier of every client that no override names; it must name one of tiers.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	DefaultTier string `json:"defaultTier"`
+
+	// overrides send chosen clients (exact keys or key prefixes) to other tiers; at most 64.
+	// A client key or prefix appears in at most one override.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=64
+	Overrides []Override `json:"overrides,omitempty"`
+
+	// failureMode says how limiterd decides when its shared store (Redis) cannot be reached:
+	// Open admits, Closed rejects, Local decides from the replica's own memory. Default Open.
+	// +optional
+	// +kubebuilder:default=Open
+	FailureMode FailureMode `json:"failureMode,omitempty"`
+
+	// envoy says how limiterd's Envoy rate-limit service (gRPC
+	// envoy.service.ratelimit.v3.RateLimitService, the domain naming this policy) turns a
+	// request's descriptors into client keys of this policy.
+	// +optional
+	Envoy *Envoy `json:"envoy,omitempty"`
+}
+
+// Envoy maps the descriptors of Envoy rate-limit requests to client keys.
+type Envoy struct {
+	// descriptorKey names the descriptor entry whose value is the client key: with
+	// descriptorKey "remote_address", the descriptor [("remote_address", "10.0.0.1")] is decided
+	// for the client "10.0.0.1", as an HTTP decision request with that key would be. A descriptor
+	// with no entry of that key is not limited by this policy. When descriptorKey is empty, the
+	// client key is the whole descriptor: its entries in order as key=value joined by '&', with
+	// '%', '&' and '=' in keys and values written %25, %26 and %3D
+	// ("generic_key=api&remote_address=10.0.0.1"). At most 256 bytes, without control characters.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:Pattern=`^[^\x00-\x1F\x7F-\x9F\x{FFFE}\x{FFFF}]*$`
+	// +kubebuilder:validation:XValidation:rule="size(bytes(self)) <= 256",message="must be at most 256 bytes"
+	DescriptorKey string `json:"descriptorKey,omitempty"`
+}
+
+// RateLimitPolicyStatus is what the operator observed of a policy.
+type RateLimitPolicyStatus struct {
+	// observedGeneration is the generation of the spec the operator last processed.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// configMapName is the name of the ConfigMap that carries the rendered policy to limiterd.
+	// +optional
+	ConfigMapName string `json:"configMapName,omitempty"`
+
+	// tierCount is the number of tiers of the spec the operator last processed (shown by
+	// kubectl get, which cannot count list items itself).
+	// +optional
+	TierCount int32 `json:"tierCount,omitempty"`
+
+	// conditions describe the policy's state; Ready says whether it was rendered for limiterd.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// RateLimitPolicy decides, per client key, whether a request gets through: its tiers say how,
+// its overrides say which clients use which tier.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=rlp
+// +kubebuilder:printcolumn:name="Default Tier",type=string,JSONPath=`.spec.defaultTier`
+// +kubebuilder:printcolumn:name="Tiers",type=integer,JSONPath=`.status.tierCount`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type RateLimitPolicy struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is the desired behaviour of the policy.
+	// +required
+	Spec RateLimitPolicySpec `json:"spec"`
+
+	// status is what the operator observed of the policy.
+	// +optional
+	Status RateLimitPolicyStatus `json:"status,omitempty"`
+}
+
+// RateLimitPolicyList is a list of RateLimitPolicy.
+//
+// +kubebuilder:object:root=true
+type RateLimitPolicyList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	// items are the policies.
+	Items []RateLimitPolicy `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&RateLimitPolicy{}, &RateLimitPolicyList{})
+}

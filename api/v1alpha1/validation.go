@@ -1,0 +1,305 @@
+package v1alpha1
+
+import (
+	"errors"
+	"fmt"
+	"math/bits"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+var (
+	supportedAlgorithms   = []Algorithm{AlgorithmTokenBucket, AlgorithmSlidingWindow, AlgorithmUnlimited}
+	supportedFailureModes = []FailureMode{FailureModeOpen, FailureModeClosed, FailureModeLocal}
+)
+
+// Validate reports every way p breaks the rules of a RateLimitPolicy; it is the one validation
+// used by limiterd's file mode, its ConfigMap watcher and the operator, and the CRD enforces
+// the same rules at admission. It returns nil or a k8s.io/apimachinery/pkg/util/errors.Aggregate
+// of *field.Error, each naming the field path, e.g.
+// "spec.tiers[1].tokenBucket.capacity: Invalid value: 0: must be between 1 and 1000000000".
+//
+// Unset optional fields count as their defaults (see Default): a token bucket without
+// refillPeriod refills per DefaultRefillPeriod, an empty failureMode is DefaultFailureMode.
+// Validate does not modify p.
+//
+// The CRD's schema and CEL rules enforce the same rules; the error of the API server names the
+// same field, except for rules that CEL checks on an enclosing object (a key in two overrides,
+// an override's unknown tier: spec.overrides; a duplicate tier name: spec.tiers[i]). Only the
+// CRD limits the text of a duration (MaxDurationLength), which a decoded duration has lost.
+func Validate(p *RateLimitPolicy) error {
+	if p == nil {
+		return errors.New("RateLimitPolicy is nil")
+	}
+	errs := validateMetadata(p, field.NewPath("metadata"))
+	errs = append(errs, validateSpec(&p.Spec, field.NewPath("spec"))...)
+	return errs.ToAggregate()
+}
+
+func validateMetadata(p *RateLimitPolicy, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if p.Name == "" {
+		errs = append(errs, field.Required(path.Child("name"), "a DNS subdomain is required"))
+	} else {
+		for _, msg := range validation.IsDNS1123Subdomain(p.Name) {
+			errs = append(errs, field.Invalid(path.Child("name"), p.Name, msg))
+		}
+	}
+	if p.Namespace != "" {
+		for _, msg := range validation.IsDNS1123Label(p.Namespace) {
+			errs = append(errs, field.Invalid(path.Child("namespace"), p.Namespace, msg))
+		}
+	}
+	return errs
+}
+
+func validateSpec(s *RateLimitPolicySpec, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	tiersPath := path.Child("tiers")
+	switch {
+	case len(s.Tiers) == 0:
+		errs = append(errs, field.Required(tiersPath, "at least one tier is required"))
+	case len(s.Tiers) > MaxTiers:
+		errs = append(errs, field.TooMany(tiersPath, len(s.Tiers), MaxTiers))
+	}
+	tiers := make(map[string]bool, len(s.Tiers))
+	for i := range s.Tiers {
+		t := &s.Tiers[i]
+		errs = append(errs, validateTier(t, tiersPath.Index(i))...)
+		if t.Name != "" && tiers[t.Name] {
+			errs = append(errs, field.Duplicate(tiersPath.Index(i).Child("name"), t.Name))
+		}
+		tiers[t.Name] = true
+	}
+
+	errs = append(errs, validateTierRef(s.DefaultTier, tiers, path.Child("defaultTier"))...)
+
+	overridesPath := path.Child("overrides")
+	if len(s.Overrides) > MaxOverrides {
+		errs = append(errs, field.TooMany(overridesPath, len(s.Overrides), MaxOverrides))
+	}
+	clients := make(map[string]*field.Path)
+	prefixes := make(map[string]*field.Path)
+	for i := range s.Overrides {
+		o := &s.Overrides[i]
+		p := overridesPath.Index(i)
+		errs = append(errs, validateTierRef(o.Tier, tiers, p.Child("tier"))...)
+		if len(o.Clients) == 0 && len(o.ClientPrefixes) == 0 {
+			errs = append(errs, field.Required(p, "must select at least one client or client prefix"))
+		}
+		errs = append(errs, validateKeys(o.Clients, clients, p.Child("clients"))...)
+		errs = append(errs, validateKeys(o.ClientPrefixes, prefixes, p.Child("clientPrefixes"))...)
+	}
+	if n := countKeys(s.Overrides, func(o *Override) []string { return o.Clients }); n > MaxOverrideClients {
+		errs = append(errs, field.Invalid(overridesPath, n,
+			fmt.Sprintf("all overrides together may list at most %d clients", MaxOverrideClients)))
+	}
+	if n := countKeys(s.Overrides, func(o *Override) []string { return o.ClientPrefixes }); n > MaxOverrideClients {
+		errs = append(errs, field.Invalid(overridesPath, n,
+			fmt.Sprintf("all overrides together may list at most %d clientPrefixes", MaxOverrideClients)))
+	}
+
+	if s.FailureMode != "" && !oneOf(s.FailureMode, supportedFailureModes) {
+		errs = append(errs, field.NotSupported(path.Child("failureMode"), s.FailureMode, supportedFailureModes))
+	}
+	if s.Envoy != nil {
+		errs = append(errs, validateEnvoy(s.Envoy, path.Child("envoy"))...)
+	}
+	return errs
+}
+
+func validateEnvoy(e *Envoy, path *field.Path) field.ErrorList {
+	p := path.Child("descriptorKey")
+	switch k := e.DescriptorKey; {
+	case len(k) > MaxDescriptorKeyBytes:
+		return field.ErrorList{field.TooLong(p, k, MaxDescriptorKeyBytes)}
+	case !utf8.ValidString(k):
+		return field.ErrorList{field.Invalid(p, k, "must be valid UTF-8")}
+	case strings.IndexFunc(k, forbiddenInKey) >= 0:
+		return field.ErrorList{field.Invalid(p, k, forbiddenInKeyDetail)}
+	}
+	return nil
+}
+
+// validateTierRef checks that name names one of the tiers.
+func validateTierRef(name string, tiers map[string]bool, path *field.Path) field.ErrorList {
+	switch {
+	case name == "":
+		return field.ErrorList{field.Required(path, "must name a tier of spec.tiers")}
+	case !tiers[name]:
+		return field.ErrorList{field.Invalid(path, name, "must name a tier of spec.tiers")}
+	}
+	return nil
+}
+
+// validateKeys checks the client keys or prefixes of one override; seen holds those of the
+// overrides before it (of the same kind) and gains these.
+func validateKeys(keys []string, seen map[string]*field.Path, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if len(keys) > MaxClientsPerOverride {
+		errs = append(errs, field.TooMany(path, len(keys), MaxClientsPerOverride))
+	}
+	for j, k := range keys {
+		p := path.Index(j)
+		switch {
+		case k == "":
+			errs = append(errs, field.Invalid(p, k, "must not be empty"))
+			continue
+		case len(k) > MaxClientKeyBytes:
+			errs = append(errs, field.TooLong(p, k, MaxClientKeyBytes))
+			continue
+		case !utf8.ValidString(k):
+			errs = append(errs, field.Invalid(p, k, "must be valid UTF-8"))
+			continue
+		case strings.IndexFunc(k, forbiddenInKey) >= 0:
+			errs = append(errs, field.Invalid(p, k, forbiddenInKeyDetail))
+			continue
+		}
+		if first, ok := seen[k]; ok {
+			d := field.Duplicate(p, k)
+			d.Detail = "also at " + first.String()
+			errs = append(errs, d)
+			continue
+		}
+		seen[k] = p
+	}
+	return errs
+}
+
+// forbiddenInKey reports the characters a client key, prefix or descriptor key must not
+// contain: the control characters (U+0000-U+001F, U+007F-U+009F) and the noncharacters U+FFFE
+// and U+FFFF. YAML cannot carry most of them (and folds U+0085 into a space), so a policy with
+// them could not be rendered into its ConfigMap; no HTTP header carries them either. The CRD
+// has the same rule as a pattern.
+func forbiddenInKey(r rune) bool {
+	return r <= 0x1F || r >= 0x7F && r <= 0x9F || r == 0xFFFE || r == 0xFFFF
+}
+
+const forbiddenInKeyDetail = "must not contain control characters (U+0000-U+001F, U+007F-U+009F), U+FFFE or U+FFFF"
+
+func countKeys(overrides []Override, keys func(*Override) []string) int {
+	n := 0
+	for i := range overrides {
+		n += len(keys(&overrides[i]))
+	}
+	return n
+}
+
+func validateTier(t *Tier, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if t.Name == "" {
+		errs = append(errs, field.Required(path.Child("name"), "a DNS label is required"))
+	} else {
+		for _, msg := range validation.IsDNS1123Label(t.Name) {
+			errs = append(errs, field.Invalid(path.Child("name"), t.Name, msg))
+		}
+	}
+
+	tbPath, swPath := path.Child("tokenBucket"), path.Child("slidingWindow")
+	switch t.Algorithm {
+	case AlgorithmTokenBucket:
+		if t.TokenBucket == nil {
+			errs = append(errs, field.Required(tbPath, "tokenBucket is required when algorithm is TokenBucket"))
+		}
+		if t.SlidingWindow != nil {
+			errs = append(errs, field.Forbidden(swPath, "slidingWindow must be set only when algorithm is SlidingWindow"))
+		}
+	case AlgorithmSlidingWindow:
+		if t.SlidingWindow == nil {
+			errs = append(errs, field.Required(swPath, "slidingWindow is required when algorithm is SlidingWindow"))
+		}
+		if t.TokenBucket != nil {
+			errs = append(errs, field.Forbidden(tbPath, "tokenBucket must be set only when algorithm is TokenBucket"))
+		}
+	case AlgorithmUnlimited:
+		if t.TokenBucket != nil {
+			errs = append(errs, field.Forbidden(tbPath, "tokenBucket must be set only when algorithm is TokenBucket"))
+		}
+		if t.SlidingWindow != nil {
+			errs = append(errs, field.Forbidden(swPath, "slidingWindow must be set only when algorithm is SlidingWindow"))
+		}
+	case "":
+		errs = append(errs, field.Required(path.Child("algorithm"), "one of TokenBucket, SlidingWindow, Unlimited"))
+	default:
+		errs = append(errs, field.NotSupported(path.Child("algorithm"), t.Algorithm, supportedAlgorithms))
+	}
+	if t.TokenBucket != nil {
+		errs = append(errs, validateTokenBucket(t.TokenBucket, tbPath)...)
+	}
+	if t.SlidingWindow != nil {
+		errs = append(errs, validateSlidingWindow(t.SlidingWindow, swPath)...)
+	}
+	return errs
+}
+
+func validateTokenBucket(tb *TokenBucket, path *field.Path) field.ErrorList {
+	errs := validateRange(tb.Capacity, MaxCapacity, path.Child("capacity"))
+	errs = append(errs, validateRange(tb.RefillRate, MaxCapacity, path.Child("refillRate"))...)
+	period := DefaultRefillPeriod
+	if tb.RefillPeriod != nil {
+		period = tb.RefillPeriod.Duration
+		errs = append(errs, validatePeriod(period, path.Child("refillPeriod"))...)
+	}
+	if len(errs) == 0 {
+		if full, ok := fullRefill(tb.Capacity, tb.RefillRate, period); !ok {
+			errs = append(errs, field.Invalid(path, full.String(), fmt.Sprintf(
+				"a full refill (capacity*refillPeriod/refillRate) must take at most 366 days (%v)", MaxRefillWindow)))
+		}
+	}
+	return errs
+}
+
+// fullRefill returns how long a token bucket of the given parameters takes to refill from
+// empty, floor(capacity*period/refillRate) nanoseconds, and whether that is within
+// MaxRefillWindow. The parameters must be within their bounds (capacity and refillRate in
+// [1, MaxCapacity], period in [MinPeriod, MaxPeriod]); when the result is out of range it is
+// reported as (MaxRefillWindow+1ns or more, false).
+func fullRefill(capacity, refillRate int64, period time.Duration) (time.Duration, bool) {
+	if capacity < 1 || refillRate < 1 || period < 0 {
+		return 0, false
+	}
+	hi, lo := bits.Mul64(uint64(capacity), uint64(period))
+	if hi >= uint64(refillRate) { // the quotient does not fit in 64 bits
+		return time.Duration(1<<63 - 1), false
+	}
+	q, _ := bits.Div64(hi, lo, uint64(refillRate))
+	if q > uint64(MaxRefillWindow) {
+		if q > 1<<63-1 {
+			q = 1<<63 - 1
+		}
+		return time.Duration(q), false
+	}
+	return time.Duration(q), true
+}
+
+func validateSlidingWindow(sw *SlidingWindow, path *field.Path) field.ErrorList {
+	errs := validateRange(sw.Limit, MaxWindowLimit, path.Child("limit"))
+	return append(errs, validatePeriod(sw.Window.Duration, path.Child("window"))...)
+}
+
+func validateRange(v, maxValue int64, path *field.Path) field.ErrorList {
+	if v < 1 || v > maxValue {
+		return field.ErrorList{field.Invalid(path, v, fmt.Sprintf("must be between 1 and %d", maxValue))}
+	}
+	return nil
+}
+
+func validatePeriod(d time.Duration, path *field.Path) field.ErrorList {
+	if d < MinPeriod || d > MaxPeriod {
+		return field.ErrorList{field.Invalid(path, d.String(), fmt.Sprintf("must be between %v and %v", MinPeriod, MaxPeriod))}
+	}
+	return nil
+}
+
+func oneOf[T comparable](v T, values []T) bool {
+	for _, x := range values {
+		if v == x {
+			return true
+		}
+	}
+	return false
+}

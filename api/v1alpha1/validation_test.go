@@ -1,0 +1,237 @@
+package v1alpha1
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// decodeUnvalidated decodes the single document of data as DecodePolicies does, but without
+// validating it.
+func decodeUnvalidated(t *testing.T, data []byte) *RateLimitPolicy {
+	t.Helper()
+	docs, err := splitDocuments(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(docs) != 1 {
+		t.Fatalf("%d documents, want 1", len(docs))
+	}
+	p, err := decodeDocument(docs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestValidateInvalidFiles(t *testing.T) {
+	for _, tc := range loadTestCases(t, "invalid") {
+		t.Run(tc.name, func(t *testing.T) {
+			p := decodeUnvalidated(t, tc.data)
+			before := p.DeepCopy()
+			err := Validate(p)
+			if err == nil {
+				t.Fatalf("Validate accepted it; want an error naming %s", tc.field)
+			}
+			if !namesField(err, tc.field) {
+				t.Errorf("Validate: %v\nwant an error for field %s", err, tc.field)
+			}
+			if !equality.Semantic.DeepEqual(before, p) {
+				t.Errorf("Validate modified the policy")
+			}
+			_, err = DecodePolicies(tc.data)
+			if err == nil || !strings.Contains(err.Error(), tc.field+":") {
+				t.Errorf("DecodePolicies: %v\nwant an error naming %s", err, tc.field)
+			}
+		})
+	}
+}
+
+// namesField reports whether err is an aggregate of field errors one of which is for path.
+func namesField(err error, path string) bool {
+	agg, ok := err.(utilerrors.Aggregate)
+	if !ok {
+		return false
+	}
+	for _, e := range agg.Errors() {
+		if fe, ok := e.(*field.Error); ok && fe.Field == path {
+			return true
+		}
+	}
+	return false
+}
+
+func TestValidateValidFiles(t *testing.T) {
+	for _, tc := range loadTestCases(t, "valid") {
+		t.Run(tc.name, func(t *testing.T) {
+			p := decodeUnvalidated(t, tc.data)
+			if err := Validate(p); err != nil {
+				t.Fatalf("Validate: %v", err)
+			}
+		})
+	}
+}
+
+// validPolicy returns a small valid policy for tests to break.
+func validPolicy() *RateLimitPolicy {
+	return &RateLimitPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns"},
+		Spec: RateLimitPolicySpec{
+			DefaultTier: "free",
+			Tiers: []Tier{
+				{Name: "free", Algorithm: AlgorithmTokenBucket, TokenBucket: &TokenBucket{Capacity: 10, RefillRate: 1}},
+				{Name: "pro", Algorithm: AlgorithmSlidingWindow, SlidingWindow: &SlidingWindow{Limit: 5, Window: metav1.Duration{Duration: time.Second}}},
+			},
+			Overrides: []Override{{Tier: "pro", Clients: []string{"a"}, ClientPrefixes: []string{"b:"}}},
+		},
+	}
+}
+
+// TestValidateCases covers what the policy files cannot express.
+func TestValidateCases(t *testing.T) {
+	tests := []struct {
+		name   string
+		mutate func(p *RateLimitPolicy)
+		fields []string // the errors, in order; none for a valid policy
+	}{
+		{"valid", func(*RateLimitPolicy) {}, nil},
+		{"no namespace", func(p *RateLimitPolicy) { p.Namespace = "" }, nil},
+		{"namespace invalid", func(p *RateLimitPolicy) { p.Namespace = "a.b" }, []string{"metadata.namespace"}},
+		{"name too long", func(p *RateLimitPolicy) { p.Name = strings.Repeat("a", 254) }, []string{"metadata.name"}},
+		{"name of 253", func(p *RateLimitPolicy) { p.Name = strings.Repeat("a", 253) }, nil},
+		{"unset failureMode and refillPeriod are their defaults", func(p *RateLimitPolicy) {
+			p.Spec.FailureMode = ""
+			p.Spec.Tiers[0].TokenBucket.RefillPeriod = nil
+		}, nil},
+		{"client not UTF-8", func(p *RateLimitPolicy) { p.Spec.Overrides[0].Clients = []string{"a\xff"} },
+			[]string{"spec.overrides[0].clients[0]"}},
+		{"client with a control character", func(p *RateLimitPolicy) { p.Spec.Overrides[0].Clients = []string{"a\tb"} },
+			[]string{"spec.overrides[0].clients[0]"}},
+		{"prefix with NEL", func(p *RateLimitPolicy) { p.Spec.Overrides[0].ClientPrefixes = []string{"a\u0085"} },
+			[]string{"spec.overrides[0].clientPrefixes[0]"}},
+		{"descriptor key with a noncharacter", func(p *RateLimitPolicy) { p.Spec.Envoy = &Envoy{DescriptorKey: "k\uffff"} },
+			[]string{"spec.envoy.descriptorKey"}},
+		{"tier name too long", func(p *RateLimitPolicy) {
+			n := strings.Repeat("a", 64)
+			p.Spec.Tiers[0].Name, p.Spec.DefaultTier = n, n
+		}, []string{"spec.tiers[0].name"}},
+		{"every problem is listed", func(p *RateLimitPolicy) {
+			p.Name = ""
+			p.Spec.Tiers[0].TokenBucket.Capacity = 0
+			p.Spec.Tiers[1].SlidingWindow.Limit = 0
+			p.Spec.DefaultTier = "x"
+			p.Spec.Overrides[0].Tier = "y"
+			p.Spec.FailureMode = "z"
+		}, []string{"metadata.name", "spec.tiers[0].tokenBucket.capacity", "spec.tiers[1].slidingWindow.limit",
+			"spec.defaultTier", "spec.overrides[0].tier", "spec.failureMode"}},
+		{"full refill not checked when a bound fails", func(p *RateLimitPolicy) {
+			p.Spec.Tiers[0].TokenBucket = &TokenBucket{Capacity: MaxCapacity + 1, RefillRate: 1,
+				RefillPeriod: &metav1.Duration{Duration: MaxPeriod}}
+		}, []string{"spec.tiers[0].tokenBucket.capacity"}},
+		{"duplicate across overrides names the first", func(p *RateLimitPolicy) {
+			p.Spec.Overrides = append(p.Spec.Overrides, Override{Tier: "free", Clients: []string{"a"}})
+		}, []string{"spec.overrides[1].clients[0]"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := validPolicy()
+			tt.mutate(p)
+			before := p.DeepCopy()
+			err := Validate(p)
+			if !equality.Semantic.DeepEqual(before, p) {
+				t.Errorf("Validate modified the policy")
+			}
+			if len(tt.fields) == 0 {
+				if err != nil {
+					t.Fatalf("Validate: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("Validate accepted it; want errors for %v", tt.fields)
+			}
+			var got []string
+			for _, e := range err.(utilerrors.Aggregate).Errors() {
+				got = append(got, e.(*field.Error).Field)
+			}
+			if strings.Join(got, " ") != strings.Join(tt.fields, " ") {
+				t.Errorf("Validate: %v\nerrors for %v, want %v", err, got, tt.fields)
+			}
+			for _, f := range tt.fields {
+				if !strings.Contains(err.Error(), f+":") {
+					t.Errorf("message %q does not name %s", err, f)
+				}
+			}
+		})
+	}
+	if err := Validate(nil); err == nil {
+		t.Error("Validate(nil) = nil, want an error")
+	}
+}
+
+func TestDuplicateDetailNamesFirst(t *testing.T) {
+	p := validPolicy()
+	p.Spec.Overrides = append(p.Spec.Overrides, Override{Tier: "free", ClientPrefixes: []string{"b:"}})
+	err := Validate(p)
+	if err == nil || !strings.Contains(err.Error(), "also at spec.overrides[0].clientPrefixes[0]") {
+		t.Fatalf("Validate: %v, want the duplicate to name its first occurrence", err)
+	}
+}
+
+func TestFullRefill(t *testing.T) {
+	const day = 24 * time.Hour
+	tests := []struct {
+		capacity, rate int64
+		period         time.Duration
+		want           time.Duration
+		ok             bool
+	}{
+		{10, 1, time.Second, 10 * time.Second, true},
+		{3, 2, time.Second, 1500 * time.Millisecond, true},
+		{1, 3, time.Nanosecond, 0, true}, // rounded down
+		{366 * 86400, 1, time.Second, 366 * day, true},
+		{366*86400 + 1, 1, time.Second, 366*day + time.Second, false},
+		{47215, 129, 86398170073070, 366 * day, true},                   // remainder 50/129 ns
+		{249247, 681, 86399653355908, 366*day + time.Nanosecond, false}, // just over
+		{MaxCapacity, MaxCapacity, MaxPeriod, MaxPeriod, true},
+		{MaxCapacity, 1, time.Millisecond, MaxCapacity * time.Millisecond, true},
+		{MaxCapacity, 1, time.Second, MaxCapacity * time.Second, false},
+		{MaxCapacity, 1, MaxPeriod, 1<<63 - 1, false}, // the quotient does not fit 64 bits
+		{0, 1, time.Second, 0, false},
+		{1, 0, time.Second, 0, false},
+	}
+	for _, tt := range tests {
+		got, ok := fullRefill(tt.capacity, tt.rate, tt.period)
+		if got != tt.want || ok != tt.ok {
+			t.Errorf("fullRefill(%d, %d, %v) = %v, %v; want %v, %v", tt.capacity, tt.rate, tt.period, got, ok, tt.want, tt.ok)
+		}
+	}
+}
+
+func TestDefault(t *testing.T) {
+	p := validPolicy()
+	p.Namespace = ""
+	p.Default()
+	if got := p.Spec.Tiers[0].TokenBucket.RefillPeriod; got == nil || got.Duration != time.Second {
+		t.Errorf("refillPeriod = %v, want 1s", got)
+	}
+	if p.Spec.FailureMode != FailureModeOpen {
+		t.Errorf("failureMode = %q, want Open", p.Spec.FailureMode)
+	}
+	if p.Namespace != "" {
+		t.Errorf("Default set the namespace to %q", p.Namespace)
+	}
+	// Set values stay, and Default is idempotent.
+	p.Spec.Tiers[0].TokenBucket.RefillPeriod.Duration = time.Minute
+	p.Spec.FailureMode = FailureModeClosed
+	want := p.DeepCopy()
+	p.Default()
+	if !equality.Semantic.DeepEqual(want, p) {
+		t.Errorf("Default changed set values")
+	}
+}
