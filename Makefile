@@ -39,7 +39,7 @@ bench: ## Run the benchmarks side by side with their baselines; figures go to st
 
 .PHONY: bench-http
 bench-http: ## Load-test the decision handler against a trivial handler over loopback HTTP.
-	$(GO) run ./cmd/loadgen --duration 5s --rounds 3 --workers 16
+	$(GO) run ./cmd/loadgen --duration 2s --rounds 8 --workers 16
 
 ##@ Tools
 
@@ -135,3 +135,22 @@ docker-build: ## Build the limiterd and operator images (CONTAINER_TOOL, IMAGE_R
 docker-push: ## Push the images docker-build tagged.
 	$(CONTAINER_TOOL) push $(IMG_LIMITERD)
 	$(CONTAINER_TOOL) push $(IMG_MANAGER)
+
+##@ Envoy rate-limit service
+
+BENCH_WORKERS ?= 16
+BENCH_TIME ?= 5s
+
+.PHONY: bench-grpc
+bench-grpc: ## Decisions/s and p50/p99 latency of the gRPC (Envoy) API against the HTTP API, same load, one run.
+	$(GO) test -run '^$$' -bench 'GRPCvsHTTP' -benchtime $(BENCH_TIME) -count 1 ./limiterd/envoyrls -args -bench-workers=$(BENCH_WORKERS)
+
+##@ Redis store
+
+.PHONY: bench-redis
+bench-redis: ## Decisions/s and p50/p99 on a local redis-server: Store.Decide, the HTTP path, and redis-benchmark running the same script, one run.
+	$(GO) test -run '^$$' -bench 'BenchmarkRedis$$' -benchtime 50000x -count 1 ./limiterd/store/redis/
+
+.PHONY: bench-redis-clients
+bench-redis-clients: ## Compare Redis clients (rueidis, go-redis pool, go-redis autopipeline) running the token-bucket script (a module of its own).
+	cd limiterd/store/redis/clientbench && $(GO) test -run '^$$' -bench . -benchtime 50000x -count 1

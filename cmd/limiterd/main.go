@@ -1,0 +1,299 @@
+// Command limiterd is the rate-limit decision service: it loads RateLimitPolicies from policy
+// files, reloads them when they change, and answers decision requests over HTTP.
+//
+// Usage:
+//
+//	limiterd --policy-file policies.yaml [--policy-file more.yaml] [flags]
+//
+// Run limiterd --help for the flags. It stops gracefully on SIGTERM or SIGINT: it stops
+// accepting connections and lets in-flight requests finish, for at most --shutdown-timeout.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/limiterd/limiterd/limiterd/engine"
+	"github.com/limiterd/limiterd/limiterd/limiter"
+	"github.com/limiterd/limiterd/limiterd/metrics"
+	"github.com/limiterd/limiterd/limiterd/replicastatus"
+	"github.com/limiterd/limiterd/limiterd/server"
+	"github.com/limiterd/limiterd/limiterd/source"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return
+		}
+		fmt.Fprintln(os.Stderr, "limiterd:", err)
+		os.Exit(1)
+	}
+}
+
+// config is what the flags say.
+type config struct {
+	policyFiles     []string
+	addr            string
+	adminAddr       string
+	grpcAddr        string
+	maxClients      int64
+	sweepInterval   time.Duration
+	logLevel        slog.Level
+	shutdownTimeout time.Duration
+	store           storeConfig
+	kube            kubeConfig
+}
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (l *stringList) String() string { return strings.Join(*l, ",") }
+
+func (l *stringList) Set(v string) error {
+	if v == "" {
+		return errors.New("must not be empty")
+	}
+	*l = append(*l, v)
+	return nil
+}
+
+// parseFlags parses the command line; usage and errors go to stderr.
+func parseFlags(args []string, stderr io.Writer) (config, error) {
+	var cfg config
+	fs := flag.NewFlagSet("limiterd", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Var((*stringList)(&cfg.policyFiles), "policy-file",
+		"`path` of a policy file: a YAML stream of RateLimitPolicy documents, watched and reloaded on change (repeatable; at least one)")
+	fs.StringVar(&cfg.addr, "addr", ":8080", "`address` of the decisions API")
+	fs.StringVar(&cfg.adminAddr, "admin-addr", ":9090", "`address` of the admin API: /metrics, /healthz, /readyz, /v1/clients")
+	fs.StringVar(&cfg.grpcAddr, "grpc-addr", "", "`address` of Envoy's rate-limit service (gRPC envoy.service.ratelimit.v3; empty: disabled)")
+	fs.Int64Var(&cfg.maxClients, "max-clients", 1_000_000,
+		"most clients whose state is kept in memory, over all policies (0: unbounded); past it the client closest to idle is evicted")
+	fs.DurationVar(&cfg.sweepInterval, "sweep-interval", 10*time.Second, "how often idle client state is dropped")
+	fs.TextVar(&cfg.logLevel, "log-level", slog.LevelInfo, "log `level`: debug, info, warn or error")
+	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 15*time.Second,
+		"how long in-flight requests may take to finish after SIGTERM")
+	cfg.store.register(fs)
+	cfg.kube.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return config{}, err
+	}
+	if err := cfg.store.check(fs); err != nil {
+		return config{}, err
+	}
+	if err := cfg.kube.check(fs, len(cfg.policyFiles) > 0); err != nil {
+		return config{}, err
+	}
+	if fs.NArg() > 0 {
+		return config{}, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	switch {
+	case len(cfg.policyFiles) == 0 && !cfg.kube.enabled:
+		return config{}, errors.New("no policy source: give --policy-file or --kubeconfig")
+	case cfg.maxClients < 0:
+		return config{}, errors.New("--max-clients must not be negative")
+	case cfg.sweepInterval <= 0:
+		return config{}, errors.New("--sweep-interval must be positive")
+	case cfg.shutdownTimeout <= 0:
+		return config{}, errors.New("--shutdown-timeout must be positive")
+	}
+	return cfg, nil
+}
+
+// hooks let tests observe and steer a running daemon.
+type hooks struct {
+	// listening is called with the bound addresses once both APIs accept connections.
+	listening func(decisions, admin net.Addr)
+	// wrapDecisions wraps the decisions handler.
+	wrapDecisions func(http.Handler) http.Handler
+}
+
+// run runs limiterd until ctx is done, then shuts it down gracefully. Logs (JSON) and usage go
+// to stderr; nothing is written to stdout.
+func run(ctx context.Context, args []string, _, stderr io.Writer) error {
+	cfg, err := parseFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	return serve(ctx, cfg, stderr, hooks{})
+}
+
+// daemon is limiterd's parts, wired by newDaemon. Sources feed the pipeline; stores plug into
+// the engine's options; each adds its readiness checks and background loops.
+type daemon struct {
+	log        *slog.Logger
+	metrics    *metrics.Metrics
+	engine     *engine.Engine
+	pipeline   *source.Pipeline
+	readiness  []server.ReadinessCheck
+	background []func(ctx context.Context) error // run until ctx is done
+}
+
+// newDaemon wires limiterd's parts and loads the policies. A policy file that cannot be
+// loaded at startup is an error: there is no last good policy to keep serving yet, and serving
+// the others would answer "unknown policy" for its policies. Later changes never stop limiterd.
+func newDaemon(cfg config, log *slog.Logger) (*daemon, error) {
+	budget := limiter.NewBudget(cfg.maxClients)
+	m := metrics.New(budget)
+	st, err := openStore(cfg.store, log)
+	if err != nil {
+		return nil, err
+	}
+	defer st.closeIfUnused()
+	tally := replicastatus.NewTally(m) // dry-run rejections per policy generation, for the replica status
+	e := engine.New(engine.Options{Budget: budget, Observer: tally, NewStore: st.newStore})
+	d := &daemon{
+		log:      log,
+		metrics:  m,
+		engine:   e,
+		pipeline: source.NewPipeline(tally.Track(e), source.PipelineOptions{Logger: log, Observer: m}),
+	}
+	var loadErrs []error
+	seen := make(map[string]bool)
+	for _, path := range cfg.policyFiles {
+		f, err := source.NewFile(path, d.pipeline, source.FileOptions{Logger: log})
+		if err != nil {
+			return nil, err
+		}
+		if seen[f.Path()] {
+			continue
+		}
+		seen[f.Path()] = true
+		if err := f.Load(); err != nil {
+			loadErrs = append(loadErrs, err)
+		}
+		d.background = append(d.background, f.Watch)
+	}
+	if err := errors.Join(loadErrs...); err != nil {
+		return nil, fmt.Errorf("load policies: %w", err)
+	}
+	if err := d.addKube(cfg.kube, tally); err != nil {
+		return nil, err
+	}
+	if !e.Ready() && !cfg.kube.enabled {
+		return nil, errors.New("load policies: no policy loaded")
+	}
+	d.background = append(d.background, func(ctx context.Context) error {
+		sweep(ctx, e, cfg.sweepInterval)
+		return nil
+	})
+	d.addGRPC(cfg)
+	d.addStore(st)
+	return d, nil
+}
+
+// sweep drops idle client state every interval until ctx is done.
+func sweep(ctx context.Context, e *engine.Engine, interval time.Duration) {
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+			e.Sweep()
+		}
+	}
+}
+
+// serve runs limiterd with cfg until ctx is done.
+func serve(ctx context.Context, cfg config, stderr io.Writer, h hooks) error {
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: cfg.logLevel}))
+	d, err := newDaemon(cfg, log)
+	if err != nil {
+		return err
+	}
+	var decisions http.Handler = server.NewDecisions(d.engine, log)
+	if h.wrapDecisions != nil {
+		decisions = h.wrapDecisions(decisions)
+	}
+	admin := server.NewAdmin(d.engine, server.AdminOptions{
+		Metrics:         d.metrics.Handler(),
+		ReadinessChecks: d.readiness,
+		Logger:          log,
+	})
+	decisionsLn, err := net.Listen("tcp", cfg.addr)
+	if err != nil {
+		return fmt.Errorf("listen for decisions: %w", err)
+	}
+	defer decisionsLn.Close()
+	adminLn, err := net.Listen("tcp", cfg.adminAddr)
+	if err != nil {
+		return fmt.Errorf("listen for admin: %w", err)
+	}
+	defer adminLn.Close()
+
+	errorLog := slog.NewLogLogger(log.Handler(), slog.LevelWarn)
+	servers := []*http.Server{
+		{Handler: decisions, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: errorLog},
+		{Handler: admin, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: errorLog},
+	}
+	listeners := []net.Listener{decisionsLn, adminLn}
+
+	bgCtx, stopBackground := context.WithCancel(context.Background())
+	defer stopBackground()
+	var wg sync.WaitGroup
+	failed := make(chan error, len(servers)+len(d.background))
+	for _, loop := range d.background {
+		wg.Go(func() {
+			if err := loop(bgCtx); err != nil {
+				failed <- err
+			}
+		})
+	}
+	for i, srv := range servers {
+		wg.Go(func() {
+			if err := srv.Serve(listeners[i]); !errors.Is(err, http.ErrServerClosed) {
+				failed <- fmt.Errorf("serve %s: %w", listeners[i].Addr(), err)
+			}
+		})
+	}
+	log.Info("limiterd serving", "addr", decisionsLn.Addr().String(), "admin_addr", adminLn.Addr().String(),
+		"policies", d.engine.Policies().Len(), "max_clients", cfg.maxClients)
+	if h.listening != nil {
+		h.listening(decisionsLn.Addr(), adminLn.Addr())
+	}
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+		log.Info("limiterd shutting down", "timeout", cfg.shutdownTimeout.String())
+	case runErr = <-failed:
+		log.Error("limiterd failed", "error", runErr)
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.shutdownTimeout)
+	defer cancel()
+	shutdownErrs := make([]error, len(servers))
+	var shutdowns sync.WaitGroup
+	for i, srv := range servers {
+		shutdowns.Go(func() {
+			if err := srv.Shutdown(shutdownCtx); err != nil {
+				shutdownErrs[i] = fmt.Errorf("shut down %s: %w", listeners[i].Addr(), err)
+				_ = srv.Close()
+			}
+		})
+	}
+	shutdowns.Wait()
+	stopBackground()
+	wg.Wait()
+	if err := errors.Join(append([]error{runErr}, shutdownErrs...)...); err != nil {
+		return err
+	}
+	log.Info("limiterd stopped")
+	return nil
+}

@@ -1,0 +1,152 @@
+// Package metrics exposes limiterd's Prometheus metrics on a registry of its own.
+//
+// Every metric is prefixed limiterd_. Labels are policy IDs, tier names and fixed outcome
+// words, all bounded by the loaded configuration: a client key is never a label.
+//
+// Metrics implements engine.Observer: the labelled children of a tier are resolved once, when
+// a policy is swapped in, so recording a decision is two atomic updates and no label lookup.
+// Series of a policy or tier that was later removed stay exported (counters keep their totals)
+// until the process restarts; their number is bounded by the policies ever loaded.
+package metrics
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/limiterd/limiterd/limiterd/engine"
+	"github.com/limiterd/limiterd/limiterd/limiter"
+)
+
+// Reload results, the values of the result label of limiterd_policy_reloads_total.
+const (
+	ReloadSuccess = "success"
+	ReloadFailure = "failure"
+)
+
+// decisionLatencyBuckets span an in-memory decision (about a microsecond) to a slow shared
+// store round trip (100 ms), in seconds.
+var decisionLatencyBuckets = []float64{
+	1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4,
+	1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1,
+}
+
+// Metrics holds limiterd's metrics and the registry that exports them. It is safe for
+// concurrent use.
+type Metrics struct {
+	registry          *prometheus.Registry
+	decisions         *prometheus.CounterVec   // policy, tier, result
+	decisionLatency   *prometheus.HistogramVec // policy
+	storeErrors       *prometheus.CounterVec   // policy
+	reloads           *prometheus.CounterVec   // result
+	lastReloadSuccess prometheus.Gauge         // Unix seconds
+}
+
+var _ engine.Observer = (*Metrics)(nil)
+
+// New returns limiterd's metrics on a new registry that also carries the Go runtime and
+// process collectors. The client-tracking metrics read budget (nil: the budget metrics are not
+// registered).
+func New(budget *limiter.Budget) *Metrics {
+	m := &Metrics{
+		registry: prometheus.NewRegistry(),
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "limiterd_decisions_total",
+			Help: "Rate-limit decisions, by policy, tier and result (allowed, rejected, dry_run_rejected).",
+		}, []string{"policy", "tier", "result"}),
+		decisionLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "limiterd_decision_duration_seconds",
+			Help:    "Time to decide one request in the engine (store included, HTTP excluded), by policy.",
+			Buckets: decisionLatencyBuckets,
+		}, []string{"policy"}),
+		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "limiterd_store_errors_total",
+			Help: "Decisions whose store failed, so that the policy's failure mode decided, by policy.",
+		}, []string{"policy"}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "limiterd_policy_reloads_total",
+			Help: "Policy contributions applied (success) or rejected (failure: unreadable, invalid or conflicting).",
+		}, []string{"result"}),
+		lastReloadSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "limiterd_policy_last_reload_success_timestamp_seconds",
+			Help: "Unix time of the last successful policy reload; 0 before the first.",
+		}),
+	}
+	// Both results exist from the start, so that rate() and alerts see a zero, not a gap.
+	m.reloads.WithLabelValues(ReloadSuccess)
+	m.reloads.WithLabelValues(ReloadFailure)
+	m.registry.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		m.decisions, m.decisionLatency, m.storeErrors, m.reloads, m.lastReloadSuccess,
+	)
+	if budget != nil {
+		m.registry.MustRegister(
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "limiterd_tracked_clients",
+				Help: "Clients whose state is kept in process memory.",
+			}, func() float64 { return float64(budget.Tracked()) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "limiterd_client_evictions_total",
+				Help: "Clients evicted to respect --max-clients while their state still held usage: each may have been admitted more than its limit.",
+			}, func() float64 { return float64(budget.Evictions()) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "limiterd_idle_clients_dropped_total",
+				Help: "Idle client states dropped (fresh again, so no decision changes).",
+			}, func() float64 { return float64(budget.Dropped()) }),
+		)
+	}
+	return m
+}
+
+// Registry returns the registry the metrics are registered on, for adding collectors.
+func (m *Metrics) Registry() *prometheus.Registry { return m.registry }
+
+// Handler returns the /metrics handler for the registry.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{Registry: m.registry})
+}
+
+// Tier implements engine.Observer: it resolves the tier's labelled children once.
+func (m *Metrics) Tier(policyID, tier string) engine.TierObserver {
+	return &tierObserver{
+		allowed:        m.decisions.WithLabelValues(policyID, tier, engine.Allowed.String()),
+		rejected:       m.decisions.WithLabelValues(policyID, tier, engine.Rejected.String()),
+		dryRunRejected: m.decisions.WithLabelValues(policyID, tier, engine.DryRunRejected.String()),
+		latency:        m.decisionLatency.WithLabelValues(policyID),
+	}
+}
+
+// StoreError implements engine.Observer.
+func (m *Metrics) StoreError(policyID string) { m.storeErrors.WithLabelValues(policyID).Inc() }
+
+// ReloadSucceeded counts a successful policy reload that completed at the given instant.
+func (m *Metrics) ReloadSucceeded(at time.Time) {
+	m.reloads.WithLabelValues(ReloadSuccess).Inc()
+	m.lastReloadSuccess.Set(float64(at.UnixNano()) / 1e9)
+}
+
+// ReloadFailed counts a rejected policy reload.
+func (m *Metrics) ReloadFailed() { m.reloads.WithLabelValues(ReloadFailure).Inc() }
+
+// tierObserver records one tier's decisions on children resolved at swap time.
+type tierObserver struct {
+	allowed, rejected, dryRunRejected prometheus.Counter
+	latency                           prometheus.Observer
+}
+
+// Observe implements engine.TierObserver.
+func (t *tierObserver) Observe(o engine.Outcome, elapsed time.Duration) {
+	switch o {
+	case engine.Rejected:
+		t.rejected.Inc()
+	case engine.DryRunRejected:
+		t.dryRunRejected.Inc()
+	default:
+		t.allowed.Inc()
+	}
+	t.latency.Observe(elapsed.Seconds())
+}

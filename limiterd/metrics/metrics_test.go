@@ -1,0 +1,271 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/limiterd/limiterd/api/v1alpha1"
+	"github.com/limiterd/limiterd/limiterd/engine"
+	"github.com/limiterd/limiterd/limiterd/limiter"
+	"github.com/limiterd/limiterd/limiterd/policy"
+)
+
+func compileSet(t *testing.T, policies ...*v1alpha1.RateLimitPolicy) *policy.Set {
+	t.Helper()
+	var compiled []*policy.Policy
+	for _, p := range policies {
+		c, err := policy.Compile(p)
+		if err != nil {
+			t.Fatalf("compile: %v", err)
+		}
+		compiled = append(compiled, c)
+	}
+	set, err := policy.NewSet(compiled...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return set
+}
+
+// apiPolicy is default/api: tier standard (1 token a minute, the default), tier shadow (the
+// same, dry run) for keys starting with "shadow-".
+func apiPolicy(failureMode v1alpha1.FailureMode) *v1alpha1.RateLimitPolicy {
+	tb := func() *v1alpha1.TokenBucket {
+		return &v1alpha1.TokenBucket{Capacity: 1, RefillRate: 1, RefillPeriod: &metav1.Duration{Duration: time.Minute}}
+	}
+	return &v1alpha1.RateLimitPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "api", Namespace: "default"},
+		Spec: v1alpha1.RateLimitPolicySpec{
+			DefaultTier: "standard",
+			FailureMode: failureMode,
+			Tiers: []v1alpha1.Tier{
+				{Name: "standard", Algorithm: v1alpha1.AlgorithmTokenBucket, TokenBucket: tb()},
+				{Name: "shadow", Algorithm: v1alpha1.AlgorithmTokenBucket, TokenBucket: tb(), DryRun: true},
+			},
+			Overrides: []v1alpha1.Override{{Tier: "shadow", ClientPrefixes: []string{"shadow-"}}},
+		},
+	}
+}
+
+func TestDecisionsByPolicyTierAndResult(t *testing.T) {
+	budget := limiter.NewBudget(0)
+	m := New(budget)
+	e := engine.New(engine.Options{Budget: budget, Observer: m})
+	e.Swap(compileSet(t, apiPolicy(v1alpha1.FailureModeOpen)))
+	ctx := context.Background()
+	for _, key := range []string{"alice", "alice", "alice", "bob", "shadow-carol", "shadow-carol"} {
+		if _, err := e.Decide(ctx, "default/api", key, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		tier, result string
+		want         float64
+	}{
+		{"standard", "allowed", 2}, {"standard", "rejected", 2}, {"standard", "dry_run_rejected", 0},
+		{"shadow", "allowed", 1}, {"shadow", "rejected", 0}, {"shadow", "dry_run_rejected", 1},
+	} {
+		if got := testutil.ToFloat64(m.decisions.WithLabelValues("default/api", tc.tier, tc.result)); got != tc.want {
+			t.Errorf("decisions{tier=%s,result=%s} = %v, want %v", tc.tier, tc.result, got, tc.want)
+		}
+	}
+	if got := testutil.CollectAndCount(m.decisionLatency, "limiterd_decision_duration_seconds"); got != 1 {
+		t.Errorf("latency series = %d, want 1 (by policy only)", got)
+	}
+	if got := gathered(t, m, "limiterd_tracked_clients"); got != 3 {
+		t.Errorf("tracked clients = %v, want 3", got)
+	}
+
+	// No series carries a client key.
+	families, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		for _, metric := range f.GetMetric() {
+			for _, l := range metric.GetLabel() {
+				if strings.Contains(l.GetValue(), "alice") || strings.Contains(l.GetValue(), "carol") {
+					t.Errorf("%s has a client key label %s=%q", f.GetName(), l.GetName(), l.GetValue())
+				}
+			}
+		}
+	}
+}
+
+// gathered returns the value of an unlabelled gauge or counter as the registry exports it.
+func gathered(t *testing.T, m *Metrics, name string) float64 {
+	t.Helper()
+	families, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		metric := f.GetMetric()[0]
+		switch {
+		case metric.GetGauge() != nil:
+			return metric.GetGauge().GetValue()
+		case metric.GetCounter() != nil:
+			return metric.GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("metric %s not gathered", name)
+	return 0
+}
+
+// scrape returns what /metrics answers.
+func scrape(t *testing.T, m *Metrics) string {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("/metrics: %d", rec.Code)
+	}
+	return rec.Body.String()
+}
+
+func TestBudgetMetrics(t *testing.T) {
+	// One client at most: once a store shard holds a client, a new client in that shard evicts
+	// it, still holding usage. 600 clients over 256 shards evict some.
+	budget := limiter.NewBudget(1)
+	m := New(budget)
+	now := time.Unix(1700000000, 0)
+	e := engine.New(engine.Options{Budget: budget, Observer: m, Clock: func() time.Time { return now }})
+	e.Swap(compileSet(t, apiPolicy(v1alpha1.FailureModeOpen)))
+	ctx := context.Background()
+	for i := range 600 {
+		if _, err := e.Decide(ctx, "default/api", fmt.Sprintf("client-%d", i), 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if budget.Evictions() == 0 {
+		t.Fatal("no eviction: the test does not exercise the counter")
+	}
+	for name, want := range map[string]int64{
+		"limiterd_tracked_clients":            budget.Tracked(),
+		"limiterd_client_evictions_total":     budget.Evictions(),
+		"limiterd_idle_clients_dropped_total": budget.Dropped(),
+	} {
+		if got := gathered(t, m, name); got != float64(want) {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
+	}
+	if err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(fmt.Sprintf(`
+# HELP limiterd_tracked_clients Clients whose state is kept in process memory.
+# TYPE limiterd_tracked_clients gauge
+limiterd_tracked_clients %d
+`, budget.Tracked())), "limiterd_tracked_clients"); err != nil {
+		t.Error(err)
+	}
+	// A minute later every bucket is full again: a sweep drops them all.
+	tracked := budget.Tracked()
+	now = now.Add(time.Minute)
+	e.Sweep()
+	if got := gathered(t, m, "limiterd_idle_clients_dropped_total"); got != float64(tracked) {
+		t.Errorf("dropped after the sweep = %v, want %d", got, tracked)
+	}
+	if got := gathered(t, m, "limiterd_tracked_clients"); got != 0 {
+		t.Errorf("tracked after the sweep = %v, want 0", got)
+	}
+}
+
+// failingStore fails every operation.
+type failingStore struct{}
+
+var errStoreDown = errors.New("store down")
+
+func (failingStore) Decide(context.Context, string, limiter.RateLimiter, time.Time, int64) (limiter.Decision, error) {
+	return limiter.Decision{}, errStoreDown
+}
+
+func (failingStore) Peek(context.Context, string, limiter.RateLimiter, time.Time) (limiter.Decision, error) {
+	return limiter.Decision{}, errStoreDown
+}
+func (failingStore) Reset(context.Context, string) error { return errStoreDown }
+
+func TestStoreErrorsByPolicy(t *testing.T) {
+	m := New(nil)
+	e := engine.New(engine.Options{Observer: m, NewStore: func(string) limiter.Store { return failingStore{} }})
+	e.Swap(compileSet(t, apiPolicy(v1alpha1.FailureModeOpen)))
+	for range 3 {
+		if _, err := e.Decide(context.Background(), "", "alice", 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := testutil.ToFloat64(m.storeErrors.WithLabelValues("default/api")); got != 3 {
+		t.Errorf("store errors = %v, want 3", got)
+	}
+	if got := testutil.ToFloat64(m.decisions.WithLabelValues("default/api", "standard", "allowed")); got != 3 {
+		t.Errorf("allowed (failure mode Open) = %v, want 3", got)
+	}
+}
+
+func TestReloads(t *testing.T) {
+	m := New(nil)
+	if err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(`
+# HELP limiterd_policy_reloads_total Policy contributions applied (success) or rejected (failure: unreadable, invalid or conflicting).
+# TYPE limiterd_policy_reloads_total counter
+limiterd_policy_reloads_total{result="failure"} 0
+limiterd_policy_reloads_total{result="success"} 0
+# HELP limiterd_policy_last_reload_success_timestamp_seconds Unix time of the last successful policy reload; 0 before the first.
+# TYPE limiterd_policy_last_reload_success_timestamp_seconds gauge
+limiterd_policy_last_reload_success_timestamp_seconds 0
+`), "limiterd_policy_reloads_total", "limiterd_policy_last_reload_success_timestamp_seconds"); err != nil {
+		t.Error(err)
+	}
+	m.ReloadSucceeded(time.Unix(1700000000, 500_000_000))
+	m.ReloadFailed()
+	m.ReloadFailed()
+	if got := testutil.ToFloat64(m.reloads.WithLabelValues(ReloadSuccess)); got != 1 {
+		t.Errorf("successes = %v", got)
+	}
+	if got := testutil.ToFloat64(m.reloads.WithLabelValues(ReloadFailure)); got != 2 {
+		t.Errorf("failures = %v", got)
+	}
+	if got := testutil.ToFloat64(m.lastReloadSuccess); got != 1700000000.5 {
+		t.Errorf("last success = %v", got)
+	}
+}
+
+func TestObserveDoesNotAllocate(t *testing.T) {
+	m := New(nil)
+	obs := m.Tier("default/api", "standard")
+	allocs := testing.AllocsPerRun(1000, func() {
+		obs.Observe(engine.Allowed, time.Microsecond)
+		obs.Observe(engine.Rejected, time.Microsecond)
+		obs.Observe(engine.DryRunRejected, time.Microsecond)
+	})
+	if allocs != 0 {
+		t.Errorf("Observe allocates %v times, want 0 (children resolved at Tier time)", allocs)
+	}
+	if got := testutil.ToFloat64(m.decisions.WithLabelValues("default/api", "standard", "rejected")); got < 1000 {
+		t.Errorf("rejected = %v, want every observation counted", got)
+	}
+}
+
+func TestHandlerServesMetrics(t *testing.T) {
+	m := New(limiter.NewBudget(0))
+	m.ReloadFailed()
+	body := scrape(t, m)
+	for _, want := range []string{
+		`limiterd_policy_reloads_total{result="failure"} 1`,
+		"limiterd_tracked_clients 0",
+		"go_goroutines",
+		"process_cpu_seconds_total",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+}

@@ -1,0 +1,229 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"time"
+	"unicode/utf8"
+
+	"github.com/limiterd/limiterd/limiterd/engine"
+)
+
+// ReadinessCheck is one condition of /readyz, a store's reachability say.
+type ReadinessCheck struct {
+	// Name identifies the check in the /readyz answer.
+	Name string
+	// Check returns nil when the condition holds. It must honour ctx.
+	Check func(ctx context.Context) error
+}
+
+// DefaultReadinessTimeout bounds each readiness check.
+const DefaultReadinessTimeout = 2 * time.Second
+
+// AdminOptions configure an Admin.
+type AdminOptions struct {
+	// Metrics serves /metrics (nil: 404).
+	Metrics http.Handler
+	// ReadinessChecks are checked by /readyz after the engine's own ("policies": a policy set
+	// is loaded).
+	ReadinessChecks []ReadinessCheck
+	// ReadinessTimeout bounds each check (default DefaultReadinessTimeout).
+	ReadinessTimeout time.Duration
+	// Logger receives unexpected failures (nil: slog.Default).
+	Logger *slog.Logger
+}
+
+// Admin serves the admin API of an engine:
+//
+//	GET    /metrics                          Prometheus metrics
+//	GET    /healthz                          200 while the process serves
+//	GET    /readyz                           200 when every readiness check passes, else 503
+//	GET    /v1/clients?policy=...&key=...    a client's state, without consuming anything
+//	DELETE /v1/clients?policy=...&key=...    forget a client's state (204)
+//
+// policy may be omitted when exactly one policy is loaded. Errors answer {"error": "..."} with
+// the statuses of the decisions API; a store that fails answers 503.
+type Admin struct {
+	engine  *engine.Engine
+	metrics http.Handler
+	checks  []ReadinessCheck
+	timeout time.Duration
+	log     *slog.Logger
+}
+
+// NewAdmin returns the admin API of e.
+func NewAdmin(e *engine.Engine, opts AdminOptions) *Admin {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.ReadinessTimeout <= 0 {
+		opts.ReadinessTimeout = DefaultReadinessTimeout
+	}
+	checks := []ReadinessCheck{{Name: "policies", Check: func(context.Context) error {
+		if !e.Ready() {
+			return engine.ErrNotReady
+		}
+		return nil
+	}}}
+	return &Admin{
+		engine:  e,
+		metrics: opts.Metrics,
+		checks:  append(checks, opts.ReadinessChecks...),
+		timeout: opts.ReadinessTimeout,
+		log:     opts.Logger,
+	}
+}
+
+// ServeHTTP implements http.Handler.
+func (a *Admin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch r.URL.Path {
+	case "/metrics":
+		if a.metrics == nil {
+			writeError(w, http.StatusNotFound, "no metrics")
+			return
+		}
+		a.metrics.ServeHTTP(w, r)
+	case "/healthz":
+		if !a.readOnly(w, r) {
+			return
+		}
+		writeJSON(w, http.StatusOK, StatusAnswer{Status: "ok"}, a.log)
+	case "/readyz":
+		if !a.readOnly(w, r) {
+			return
+		}
+		a.readyz(w, r)
+	case "/v1/clients":
+		a.clients(w, r)
+	default:
+		writeError(w, http.StatusNotFound, "no such path")
+	}
+}
+
+func (a *Admin) readOnly(w http.ResponseWriter, r *http.Request) bool {
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		return true
+	}
+	w.Header()["Allow"] = allowGet
+	writeError(w, http.StatusMethodNotAllowed, "use GET")
+	return false
+}
+
+// StatusAnswer is the body of /healthz and /readyz: Failed maps each failed check to its error.
+type StatusAnswer struct {
+	Status string            `json:"status"`
+	Failed map[string]string `json:"failed,omitempty"`
+}
+
+func (a *Admin) readyz(w http.ResponseWriter, r *http.Request) {
+	failed := make(map[string]string)
+	for _, c := range a.checks {
+		ctx, cancel := context.WithTimeout(r.Context(), a.timeout)
+		err := c.Check(ctx)
+		cancel()
+		if err != nil {
+			failed[c.Name] = err.Error()
+		}
+	}
+	if len(failed) > 0 {
+		writeJSON(w, http.StatusServiceUnavailable, StatusAnswer{Status: "not ready", Failed: failed}, a.log)
+		return
+	}
+	writeJSON(w, http.StatusOK, StatusAnswer{Status: "ready"}, a.log)
+}
+
+// ClientAnswer is the body of GET /v1/clients: what a one-unit decision would answer now.
+// Limit and Remaining are null for a tier without a limit.
+type ClientAnswer struct {
+	Policy            string `json:"policy"`
+	Tier              string `json:"tier"`
+	Allowed           bool   `json:"allowed"`
+	Limit             *int64 `json:"limit"`
+	Remaining         *int64 `json:"remaining"`
+	ResetAfterSeconds int64  `json:"resetAfterSeconds"`
+	RetryAfterSeconds int64  `json:"retryAfterSeconds"`
+}
+
+func (a *Admin) clients(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodDelete {
+		w.Header()["Allow"] = allowGetDelete
+		writeError(w, http.StatusMethodNotAllowed, "use GET or DELETE")
+		return
+	}
+	policyID, key, err := decodeClientQuery(r.URL.RawQuery)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if r.Method == http.MethodDelete {
+		if err := a.engine.Reset(r.Context(), policyID, key); err != nil {
+			a.writeError(w, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	res, err := a.engine.Peek(r.Context(), policyID, key)
+	if err != nil {
+		a.writeError(w, err)
+		return
+	}
+	answer := ClientAnswer{
+		Policy:            res.Policy.ID,
+		Tier:              res.Tier.Name,
+		Allowed:           res.Allowed,
+		ResetAfterSeconds: ceilSeconds(res.ResetAfter),
+	}
+	if !res.Allowed {
+		answer.RetryAfterSeconds = max(1, ceilSeconds(res.RetryAfter))
+	}
+	if res.Tier.Limiter.Limit() > 0 {
+		answer.Limit, answer.Remaining = &res.Limit, &res.Remaining
+	}
+	writeJSON(w, http.StatusOK, answer, a.log)
+}
+
+// writeError answers an engine error; an error the engine does not classify comes from the
+// store.
+func (a *Admin) writeError(w http.ResponseWriter, err error) {
+	switch {
+	case errors.Is(err, engine.ErrNotReady), errors.Is(err, engine.ErrUnknownPolicy),
+		errors.Is(err, engine.ErrPolicyRequired), errors.Is(err, engine.ErrInvalidCost):
+		writeError(w, engineErrorStatus(err, a.log), err.Error())
+	default:
+		a.log.Error("client state not reached", "error", err)
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+	}
+}
+
+// decodeClientQuery reads policy and key from an admin query, with the bounds of the decisions
+// API; unknown or repeated parameters are rejected.
+func decodeClientQuery(rawQuery string) (policyID, key string, err error) {
+	values, err := url.ParseQuery(rawQuery)
+	if err != nil {
+		return "", "", errRequest("malformed query")
+	}
+	for name, v := range values {
+		if name != "policy" && name != "key" {
+			return "", "", errRequest("unknown query parameter (known: policy, key)")
+		}
+		if len(v) > 1 {
+			return "", "", errRequest("query names " + name + " twice")
+		}
+	}
+	policyID, key = values.Get("policy"), values.Get("key")
+	switch {
+	case key == "":
+		return "", "", errKeyMissing
+	case len(key) > MaxKeyBytes:
+		return "", "", errKeyTooLong
+	case !utf8.ValidString(key):
+		return "", "", errKeyUTF8
+	case len(policyID) > MaxPolicyBytes:
+		return "", "", errPolicyTooLong
+	}
+	return policyID, key, nil
+}

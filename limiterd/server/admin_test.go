@@ -1,0 +1,139 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestAdminHealthAndReadiness(t *testing.T) {
+	clock := newTestClock()
+	notReady := NewAdmin(newEngine(t, clock), AdminOptions{})
+	if a := serve(t, notReady, http.MethodGet, "/healthz", ""); a.status != 200 || !strings.Contains(a.body, `"ok"`) {
+		t.Errorf("healthz before policies: %d %s, want 200", a.status, a.body)
+	}
+	a := serve(t, notReady, http.MethodGet, "/readyz", "")
+	if a.status != 503 {
+		t.Fatalf("readyz before policies: %d %s, want 503", a.status, a.body)
+	}
+	var status StatusAnswer
+	if err := json.Unmarshal([]byte(a.body), &status); err != nil || status.Failed["policies"] == "" {
+		t.Errorf("readyz body %s: %v, want the policies check failed", a.body, err)
+	}
+
+	e := newEngine(t, clock, newPolicy("api", tierTokenBucket("standard", 3, 1, time.Second)))
+	if a := serve(t, NewAdmin(e, AdminOptions{}), http.MethodGet, "/readyz", ""); a.status != 200 {
+		t.Errorf("readyz with policies: %d %s, want 200", a.status, a.body)
+	}
+
+	// Extra checks take part, each bounded by the timeout.
+	storeDown := errors.New("store unreachable")
+	var sawDeadline bool
+	admin := NewAdmin(e, AdminOptions{
+		ReadinessTimeout: time.Minute,
+		ReadinessChecks: []ReadinessCheck{
+			{Name: "store", Check: func(ctx context.Context) error {
+				_, sawDeadline = ctx.Deadline()
+				return storeDown
+			}},
+			{Name: "fine", Check: func(context.Context) error { return nil }},
+		},
+	})
+	a = serve(t, admin, http.MethodGet, "/readyz", "")
+	if a.status != 503 || !strings.Contains(a.body, storeDown.Error()) || strings.Contains(a.body, "fine") {
+		t.Errorf("readyz with a failing check: %d %s", a.status, a.body)
+	}
+	if !sawDeadline {
+		t.Error("readiness check ran without a deadline")
+	}
+	if a := serve(t, admin, http.MethodPost, "/readyz", ""); a.status != 405 {
+		t.Errorf("POST /readyz: %d, want 405", a.status)
+	}
+	if a := serve(t, admin, http.MethodGet, "/nope", ""); a.status != 404 {
+		t.Errorf("unknown path: %d, want 404", a.status)
+	}
+}
+
+func TestAdminMetricsRoute(t *testing.T) {
+	e := newEngine(t, newTestClock())
+	metrics := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("limiterd_x 1\n")) })
+	if a := serve(t, NewAdmin(e, AdminOptions{Metrics: metrics}), http.MethodGet, "/metrics", ""); a.status != 200 || a.body != "limiterd_x 1\n" {
+		t.Errorf("/metrics: %d %q", a.status, a.body)
+	}
+	if a := serve(t, NewAdmin(e, AdminOptions{}), http.MethodGet, "/metrics", ""); a.status != 404 {
+		t.Errorf("/metrics without a handler: %d, want 404", a.status)
+	}
+}
+
+func TestAdminClientsPeekAndReset(t *testing.T) {
+	clock := newTestClock()
+	e := newEngine(t, clock, newPolicy("api", tierTokenBucket("standard", 2, 1, time.Second), tierUnlimited("internal")))
+	decisions := NewDecisions(e, nil)
+	admin := NewAdmin(e, AdminOptions{})
+
+	peek := func() ClientAnswer {
+		t.Helper()
+		a := serve(t, admin, http.MethodGet, "/v1/clients?policy=default/api&key=alice", "")
+		if a.status != 200 {
+			t.Fatalf("peek: %d %s", a.status, a.body)
+		}
+		var c ClientAnswer
+		if err := json.Unmarshal([]byte(a.body), &c); err != nil {
+			t.Fatalf("decode %s: %v", a.body, err)
+		}
+		return c
+	}
+	c := peek()
+	if c.Policy != "default/api" || c.Tier != "standard" || !c.Allowed || *c.Limit != 2 || *c.Remaining != 2 || c.ResetAfterSeconds != 0 {
+		t.Fatalf("fresh client: %+v", c)
+	}
+	serve(t, decisions, http.MethodPost, "/v1/allow", `{"key":"alice"}`)
+	serve(t, decisions, http.MethodPost, "/v1/allow", `{"key":"alice"}`)
+	for range 3 { // peeking consumes nothing
+		c = peek()
+		if c.Allowed || *c.Remaining != 0 || c.ResetAfterSeconds != 2 || c.RetryAfterSeconds != 1 {
+			t.Fatalf("exhausted client: %+v", c)
+		}
+	}
+	if a := serve(t, admin, http.MethodDelete, "/v1/clients?key=alice", ""); a.status != http.StatusNoContent {
+		t.Fatalf("reset: %d %s", a.status, a.body)
+	}
+	if a := serve(t, decisions, http.MethodPost, "/v1/allow", `{"key":"alice"}`); a.status != 200 || !strings.Contains(a.body, `"remaining":1`) {
+		t.Fatalf("decision after the reset: %d %s, want a fresh allowance", a.status, a.body)
+	}
+}
+
+func TestAdminClientsErrors(t *testing.T) {
+	clock := newTestClock()
+	e := newEngine(t, clock,
+		newPolicy("a", tierTokenBucket("standard", 2, 1, time.Second)),
+		newPolicy("b", tierTokenBucket("standard", 2, 1, time.Second)))
+	admin := NewAdmin(e, AdminOptions{})
+	for _, tc := range []struct {
+		method, target string
+		status         int
+	}{
+		{"GET", "/v1/clients?policy=default/a", 400},
+		{"GET", "/v1/clients?policy=default/a&key=" + strings.Repeat("k", MaxKeyBytes+1), 400},
+		{"GET", "/v1/clients?policy=default/a&key=k&cost=1", 400},
+		{"GET", "/v1/clients?policy=default/a&key=k&key=j", 400},
+		{"GET", "/v1/clients?key=k", 400}, // two policies loaded
+		{"GET", "/v1/clients?policy=default/c&key=k", 404},
+		{"DELETE", "/v1/clients?policy=default/c&key=k", 404},
+		{"POST", "/v1/clients?policy=default/a&key=k", 405},
+	} {
+		a := serve(t, admin, tc.method, tc.target, "")
+		if a.status != tc.status {
+			t.Errorf("%s %s: %d %s, want %d", tc.method, tc.target, a.status, a.body, tc.status)
+			continue
+		}
+		a.errorText(t)
+	}
+	if a := serve(t, NewAdmin(newEngine(t, clock), AdminOptions{}), http.MethodGet, "/v1/clients?key=k", ""); a.status != 503 {
+		t.Errorf("before policies: %d %s, want 503", a.status, a.body)
+	}
+}

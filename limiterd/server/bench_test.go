@@ -1,0 +1,99 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// discardWriter is a reusable ResponseWriter, so that a benchmark measures the handler only.
+type discardWriter struct {
+	header http.Header
+	status int
+}
+
+func (w *discardWriter) Header() http.Header         { return w.header }
+func (w *discardWriter) Write(b []byte) (int, error) { return len(b), nil }
+func (w *discardWriter) WriteHeader(status int)      { w.status = status }
+
+// rewindBody is a request body that can be read again.
+type rewindBody struct{ bytes.Reader }
+
+func (*rewindBody) Close() error { return nil }
+
+// benchHandler measures h answering POST /v1/allow for 10,000 keys round robin.
+func benchHandler(b *testing.B, h http.Handler) {
+	bodies := make([][]byte, 10_000)
+	for i := range bodies {
+		bodies[i] = []byte(`{"policy":"default/api","key":"client-` + strconv.Itoa(i) + `","cost":1}`)
+	}
+	req, err := http.NewRequest(http.MethodPost, "http://limiterd/v1/allow", nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	body := &rewindBody{}
+	req.Body = body
+	w := &discardWriter{header: make(http.Header)}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		data := bodies[i%len(bodies)]
+		body.Reset(data)
+		req.ContentLength = int64(len(data))
+		clear(w.header)
+		h.ServeHTTP(w, req)
+		if w.status != http.StatusOK && w.status != http.StatusTooManyRequests {
+			b.Fatalf("status %d", w.status)
+		}
+	}
+}
+
+// BenchmarkHandlerTrivial is the baseline: read the body, answer a fixed decision.
+func BenchmarkHandlerTrivial(b *testing.B) {
+	answer := []byte(`{"allowed":true,"limit":1000,"remaining":999,"resetAfterSeconds":1,"retryAfterSeconds":0}` + "\n")
+	benchHandler(b, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write(answer)
+	}))
+}
+
+// BenchmarkHandlerDecisions is limiterd's decision handler on the in-memory store.
+func BenchmarkHandlerDecisions(b *testing.B) {
+	clock := newTestClock()
+	e := newEngine(b, clock, newPolicy("api", tierTokenBucket("standard", 1000, 1000, time.Second)))
+	benchHandler(b, NewDecisions(e, nil))
+}
+
+// BenchmarkDecodeAllowRequest compares the request decoder with encoding/json.
+func BenchmarkDecodeAllowRequest(b *testing.B) {
+	body := []byte(`{"policy":"default/api","key":"client-12345","cost":1}`)
+	b.Run("limiterd", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := DecodeAllowRequest(body); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("encoding-json", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var req struct {
+				Policy string `json:"policy"`
+				Key    string `json:"key"`
+				Cost   int64  `json:"cost"`
+			}
+			dec := json.NewDecoder(bytes.NewReader(body))
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(&req); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

@@ -1,0 +1,384 @@
+// Package server is limiterd's HTTP layer: the decisions API (Decisions) and the admin API
+// (Admin), each an http.Handler served on its own port.
+//
+// # Decisions
+//
+//	POST /v1/allow   {"policy": "<namespace>/<name>", "key": "<client key>", "cost": 1}
+//	GET  /v1/allow?policy=<namespace>/<name>&key=<client key>&cost=1
+//	GET  /v1/policies
+//
+// policy may be omitted when exactly one policy is loaded; cost defaults to 1. The answer is
+// 200 (allowed) or 429 (rejected) with the body
+//
+//	{"allowed":true,"limit":10,"remaining":9,"resetAfterSeconds":2,"retryAfterSeconds":0}
+//
+// and the header fields of draft-ietf-httpapi-ratelimit-headers-10, named after the client's
+// tier:
+//
+//	RateLimit-Policy: "<tier>";q=<limit>;w=<window seconds>
+//	RateLimit: "<tier>";r=<remaining>;t=<seconds until reset>
+//	Retry-After: <seconds>            (429 only)
+//
+// Durations are whole seconds rounded up, so waiting that long is always enough; Retry-After is
+// at least 1. A tier without a limit (Unlimited) answers 200 with "limit" and "remaining" null
+// and no RateLimit fields, since it has no quota to advertise. A dry-run tier always answers
+// 200; its fields describe the decision that would have been enforced. The answer never says
+// which algorithm decided.
+//
+// Errors answer {"error": "..."} and consume nothing: 400 for a malformed request (see
+// DecodeAllowRequest and DecodeAllowQuery: unknown fields and parameters are rejected so that a
+// typo never goes unnoticed) and for an omitted policy while several are loaded, 404 for an
+// unknown policy or path, 405 for another method, 413 for a body over 64 KiB, 503 before any
+// policy is loaded. The request's Content-Type is not checked (curl -d sends a form type).
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/limiterd/limiterd/api/v1alpha1"
+	"github.com/limiterd/limiterd/limiterd/engine"
+	"github.com/limiterd/limiterd/limiterd/policy"
+)
+
+// Shared header values; net/http never modifies them.
+var (
+	jsonContentType = []string{"application/json"}
+	allowGetPost    = []string{"GET, POST"}
+	allowGet        = []string{"GET"}
+	allowGetDelete  = []string{"GET, DELETE"}
+	noSniff         = []string{"nosniff"}
+)
+
+// Canonical header keys, so values can be set on the map directly.
+const (
+	headerRateLimitPolicy = "Ratelimit-Policy"
+	headerRateLimit       = "Ratelimit"
+	headerRetryAfter      = "Retry-After"
+)
+
+// Decisions serves the decisions API for an engine.
+type Decisions struct {
+	engine *engine.Engine
+	log    *slog.Logger
+}
+
+// NewDecisions returns the decisions API of e. log receives unexpected failures only (nil:
+// slog.Default); a decision logs nothing.
+func NewDecisions(e *engine.Engine, log *slog.Logger) *Decisions {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Decisions{engine: e, log: log}
+}
+
+// ServeHTTP implements http.Handler.
+func (h *Decisions) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch r.URL.Path {
+	case "/v1/allow":
+		h.allow(w, r)
+	case "/v1/policies":
+		h.policies(w, r)
+	default:
+		writeError(w, http.StatusNotFound, "no such path")
+	}
+}
+
+// buffer is a pooled scratch buffer for request bodies and answers.
+type buffer struct{ b []byte }
+
+var buffers = sync.Pool{New: func() any { return &buffer{b: make([]byte, 0, 1024)} }}
+
+func (h *Decisions) allow(w http.ResponseWriter, r *http.Request) {
+	var (
+		req AllowRequest
+		err error
+	)
+	switch r.Method {
+	case http.MethodPost:
+		buf := buffers.Get().(*buffer)
+		defer buffers.Put(buf)
+		var status int
+		if buf.b, status, err = readBody(w, r, buf.b[:0]); err != nil {
+			writeError(w, status, err.Error())
+			return
+		}
+		req, err = DecodeAllowRequest(buf.b)
+	case http.MethodGet:
+		req, err = DecodeAllowQuery(r.URL.RawQuery)
+	default:
+		w.Header()["Allow"] = allowGetPost
+		writeError(w, http.StatusMethodNotAllowed, "use GET or POST")
+		return
+	}
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	res, err := h.engine.Decide(r.Context(), req.Policy, req.Key, req.Cost)
+	if err != nil {
+		h.writeEngineError(w, err)
+		return
+	}
+	writeDecision(w, &res)
+}
+
+// readBody reads a request body of at most MaxBodyBytes into buf.
+func readBody(w http.ResponseWriter, r *http.Request, buf []byte) ([]byte, int, error) {
+	if r.ContentLength > MaxBodyBytes {
+		return buf, http.StatusRequestEntityTooLarge, errBodyTooLarge
+	}
+	body := http.MaxBytesReader(w, r.Body, MaxBodyBytes)
+	for {
+		if len(buf) == cap(buf) {
+			buf = slices.Grow(buf, cap(buf))
+		}
+		n, err := body.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == nil {
+			continue
+		}
+		var tooLarge *http.MaxBytesError
+		switch {
+		case errors.Is(err, io.EOF):
+			return buf, 0, nil
+		case errors.As(err, &tooLarge):
+			return buf, http.StatusRequestEntityTooLarge, errBodyTooLarge
+		default:
+			return buf, http.StatusBadRequest, errRequest("cannot read the body: " + err.Error())
+		}
+	}
+}
+
+const errBodyTooLarge = errRequest("body is larger than 65536 bytes")
+
+// writeEngineError answers a request the engine refused to decide.
+func (h *Decisions) writeEngineError(w http.ResponseWriter, err error) {
+	writeError(w, engineErrorStatus(err, h.log), err.Error())
+}
+
+func engineErrorStatus(err error, log *slog.Logger) int {
+	switch {
+	case errors.Is(err, engine.ErrNotReady):
+		return http.StatusServiceUnavailable
+	case errors.Is(err, engine.ErrUnknownPolicy):
+		return http.StatusNotFound
+	case errors.Is(err, engine.ErrPolicyRequired), errors.Is(err, engine.ErrInvalidCost):
+		return http.StatusBadRequest
+	}
+	log.Error("request failed", "error", err)
+	return http.StatusInternalServerError
+}
+
+// writeDecision writes a decision's answer with one allocation for the header values.
+func writeDecision(w http.ResponseWriter, res *engine.Result) {
+	h := w.Header()
+	h["Content-Type"] = jsonContentType
+	buf := buffers.Get().(*buffer)
+	defer buffers.Put(buf)
+	b := buf.b[:0]
+	status := http.StatusOK
+	if !res.Allowed {
+		status = http.StatusTooManyRequests
+	}
+	limited := res.Tier.Limiter.Limit() > 0
+	if limited || status == http.StatusTooManyRequests {
+		// Header values: RateLimit-Policy, RateLimit, Retry-After, in one string.
+		var ends [3]int
+		n := 0
+		if limited {
+			b = appendPolicyField(b, res.Tier)
+			ends[n] = len(b)
+			n++
+			b = appendLimitField(b, res.Tier.Name, res.Remaining, res.ResetAfter)
+			ends[n] = len(b)
+			n++
+		}
+		if status == http.StatusTooManyRequests {
+			b = strconv.AppendInt(b, max(1, ceilSeconds(res.RetryAfter)), 10)
+			ends[n] = len(b)
+			n++
+		}
+		all := string(b)
+		values := make([]string, n)
+		start := 0
+		for i := range n {
+			values[i] = all[start:ends[i]]
+			start = ends[i]
+		}
+		if limited {
+			h[headerRateLimitPolicy] = values[0:1:1]
+			h[headerRateLimit] = values[1:2:2]
+		}
+		if status == http.StatusTooManyRequests {
+			h[headerRetryAfter] = values[n-1 : n : n]
+		}
+		b = b[:0]
+	}
+	b = append(b, `{"allowed":`...)
+	b = strconv.AppendBool(b, res.Allowed)
+	if limited {
+		b = append(b, `,"limit":`...)
+		b = strconv.AppendInt(b, res.Limit, 10)
+		b = append(b, `,"remaining":`...)
+		b = strconv.AppendInt(b, res.Remaining, 10)
+	} else {
+		b = append(b, `,"limit":null,"remaining":null`...)
+	}
+	b = append(b, `,"resetAfterSeconds":`...)
+	b = strconv.AppendInt(b, ceilSeconds(res.ResetAfter), 10)
+	b = append(b, `,"retryAfterSeconds":`...)
+	if res.Allowed {
+		b = append(b, '0')
+	} else {
+		b = strconv.AppendInt(b, max(1, ceilSeconds(res.RetryAfter)), 10)
+	}
+	b = append(b, "}\n"...)
+	buf.b = b
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}
+
+// appendPolicyField appends the RateLimit-Policy value of a tier: "<tier>";q=<limit>;w=<window>.
+func appendPolicyField(b []byte, t *policy.Tier) []byte {
+	b = appendSFString(b, t.Name)
+	b = append(b, ";q="...)
+	b = strconv.AppendInt(b, t.Limiter.Limit(), 10)
+	b = append(b, ";w="...)
+	return strconv.AppendInt(b, max(1, ceilSeconds(t.Limiter.Window())), 10)
+}
+
+// appendLimitField appends a RateLimit value: "<tier>";r=<remaining>;t=<reset>.
+func appendLimitField(b []byte, name string, remaining int64, reset time.Duration) []byte {
+	b = appendSFString(b, name)
+	b = append(b, ";r="...)
+	b = strconv.AppendInt(b, max(0, remaining), 10)
+	b = append(b, ";t="...)
+	return strconv.AppendInt(b, ceilSeconds(reset), 10)
+}
+
+// appendSFString appends s as a structured-field String (RFC 9651 §3.3.3): printable ASCII in
+// quotes, '"' and '\' escaped. Tier names are DNS labels, so nothing is ever dropped in
+// practice; other bytes are replaced by '?'.
+func appendSFString(b []byte, s string) []byte {
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '"' || c == '\\':
+			b = append(b, '\\', c)
+		case c < 0x20 || c > 0x7e:
+			b = append(b, '?')
+		default:
+			b = append(b, c)
+		}
+	}
+	return append(b, '"')
+}
+
+// ceilSeconds rounds a duration up to whole seconds.
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}
+
+// writeError answers {"error": msg} with status.
+func writeError(w http.ResponseWriter, status int, msg string) {
+	h := w.Header()
+	h["Content-Type"] = jsonContentType
+	h["X-Content-Type-Options"] = noSniff
+	body, err := json.Marshal(struct {
+		Error string `json:"error"`
+	}{msg})
+	if err != nil { // unreachable: a string always marshals
+		body = []byte(`{"error":"internal error"}`)
+	}
+	w.WriteHeader(status)
+	_, _ = w.Write(append(body, '\n'))
+}
+
+// writeJSON answers v as JSON with status.
+func writeJSON(w http.ResponseWriter, status int, v any, log *slog.Logger) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		log.Error("answer not encoded", "error", err)
+		writeError(w, http.StatusInternalServerError, "answer not encoded")
+		return
+	}
+	w.Header()["Content-Type"] = jsonContentType
+	w.WriteHeader(status)
+	_, _ = w.Write(append(body, '\n'))
+}
+
+// PolicyInfo describes a loaded policy in GET /v1/policies.
+type PolicyInfo struct {
+	ID          string               `json:"id"`
+	Generation  int64                `json:"generation"`
+	DefaultTier string               `json:"defaultTier"`
+	FailureMode v1alpha1.FailureMode `json:"failureMode"`
+	Tiers       []v1alpha1.Tier      `json:"tiers"`
+	// Overrides counts the overrides; OverrideClients and OverridePrefixes the exact keys and
+	// key prefixes they name.
+	Overrides        int `json:"overrides"`
+	OverrideClients  int `json:"overrideClients"`
+	OverridePrefixes int `json:"overridePrefixes"`
+}
+
+// PoliciesAnswer is the body of GET /v1/policies.
+type PoliciesAnswer struct {
+	Policies []PolicyInfo `json:"policies"`
+}
+
+func (h *Decisions) policies(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header()["Allow"] = allowGet
+		writeError(w, http.StatusMethodNotAllowed, "use GET")
+		return
+	}
+	set := h.engine.Policies()
+	if set == nil {
+		writeError(w, http.StatusServiceUnavailable, engine.ErrNotReady.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, describePolicies(set), h.log)
+}
+
+// describePolicies lists a set's policies, sorted by ID.
+func describePolicies(set *policy.Set) PoliciesAnswer {
+	all := set.All()
+	slices.SortFunc(all, func(a, b *policy.Policy) int {
+		switch {
+		case a.ID < b.ID:
+			return -1
+		case a.ID > b.ID:
+			return 1
+		}
+		return 0
+	})
+	answer := PoliciesAnswer{Policies: make([]PolicyInfo, 0, len(all))}
+	for _, p := range all {
+		spec := &p.Source.Spec
+		info := PolicyInfo{
+			ID:          p.ID,
+			Generation:  p.Generation,
+			DefaultTier: p.Default.Name,
+			FailureMode: p.FailureMode,
+			Tiers:       spec.Tiers,
+			Overrides:   len(spec.Overrides),
+		}
+		for _, o := range spec.Overrides {
+			info.OverrideClients += len(o.Clients)
+			info.OverridePrefixes += len(o.ClientPrefixes)
+		}
+		answer.Policies = append(answer.Policies, info)
+	}
+	return answer
+}

@@ -1,0 +1,311 @@
+package server
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestAllowTokenBucketAnswersAndHeaders(t *testing.T) {
+	clock := newTestClock()
+	// 2 tokens, 1 a second: a full refill takes 2 s.
+	h := NewDecisions(newEngine(t, clock, newPolicy("api", tierTokenBucket("standard", 2, 1, time.Second))), nil)
+	const req = `{"policy":"default/api","key":"alice","cost":1}`
+
+	want := []struct {
+		status                      int
+		body, rateLimit, retryAfter string
+	}{
+		{200, `{"allowed":true,"limit":2,"remaining":1,"resetAfterSeconds":1,"retryAfterSeconds":0}`, `"standard";r=1;t=1`, ""},
+		{200, `{"allowed":true,"limit":2,"remaining":0,"resetAfterSeconds":2,"retryAfterSeconds":0}`, `"standard";r=0;t=2`, ""},
+		{429, `{"allowed":false,"limit":2,"remaining":0,"resetAfterSeconds":2,"retryAfterSeconds":1}`, `"standard";r=0;t=2`, "1"},
+	}
+	for i, w := range want {
+		a := serve(t, h, http.MethodPost, "/v1/allow", req)
+		if a.status != w.status || strings.TrimSpace(a.body) != w.body {
+			t.Fatalf("request %d: %d %s, want %d %s", i, a.status, a.body, w.status, w.body)
+		}
+		if got := a.header.Get("RateLimit-Policy"); got != `"standard";q=2;w=2` {
+			t.Errorf("request %d: RateLimit-Policy = %q", i, got)
+		}
+		if got := a.header.Get("RateLimit"); got != w.rateLimit {
+			t.Errorf("request %d: RateLimit = %q, want %q", i, got, w.rateLimit)
+		}
+		if got := a.header.Get("Retry-After"); got != w.retryAfter {
+			t.Errorf("request %d: Retry-After = %q, want %q", i, got, w.retryAfter)
+		}
+		if got := a.header.Get("Content-Type"); got != "application/json" {
+			t.Errorf("request %d: Content-Type = %q", i, got)
+		}
+	}
+	// Half a second later half a token is back: still rejected, retry in 0.5 s rounds up to 1.
+	clock.Advance(500 * time.Millisecond)
+	a := serve(t, h, http.MethodGet, "/v1/allow?key=alice", "")
+	if a.status != 429 || a.header.Get("Retry-After") != "1" {
+		t.Fatalf("after 0.5 s: %d Retry-After %q", a.status, a.header.Get("Retry-After"))
+	}
+	clock.Advance(500 * time.Millisecond)
+	if a := serve(t, h, http.MethodGet, "/v1/allow?key=alice", ""); a.status != 200 {
+		t.Fatalf("after 1 s: %d %s, want 200", a.status, a.body)
+	}
+}
+
+func TestAllowGetAndPostAreTheSameDecision(t *testing.T) {
+	clock := newTestClock()
+	h := NewDecisions(newEngine(t, clock, newPolicy("api", tierTokenBucket("standard", 5, 1, time.Second))), nil)
+	if a := serve(t, h, http.MethodPost, "/v1/allow", `{"key":"bob","cost":3}`); a.status != 200 || !strings.Contains(a.body, `"remaining":2`) {
+		t.Fatalf("POST: %d %s", a.status, a.body)
+	}
+	q := url.Values{"policy": {"default/api"}, "key": {"bob"}, "cost": {"2"}}
+	if a := serve(t, h, http.MethodGet, "/v1/allow?"+q.Encode(), ""); a.status != 200 || !strings.Contains(a.body, `"remaining":0`) {
+		t.Fatalf("GET: %d %s", a.status, a.body)
+	}
+	if a := serve(t, h, http.MethodGet, "/v1/allow?key=bob", ""); a.status != 429 {
+		t.Fatalf("GET after the allowance: %d %s, want 429", a.status, a.body)
+	}
+}
+
+func TestAllowSlidingWindowHeaders(t *testing.T) {
+	clock := newTestClock()
+	h := NewDecisions(newEngine(t, clock, newPolicy("api", tierSlidingWindow("hourly", 3, time.Hour))), nil)
+	a := serve(t, h, http.MethodPost, "/v1/allow", `{"key":"k"}`)
+	if a.status != 200 {
+		t.Fatalf("%d %s", a.status, a.body)
+	}
+	if got := a.header.Get("RateLimit-Policy"); got != `"hourly";q=3;w=3600` {
+		t.Errorf("RateLimit-Policy = %q", got)
+	}
+	if got := a.header.Get("RateLimit"); got != `"hourly";r=2;t=3600` {
+		t.Errorf("RateLimit = %q", got)
+	}
+	// A cost above the limit can never be admitted: retry after the reset.
+	a = serve(t, h, http.MethodPost, "/v1/allow", `{"key":"k","cost":4}`)
+	if a.status != 429 || a.header.Get("Retry-After") != "3600" {
+		t.Fatalf("cost above the limit: %d Retry-After %q %s", a.status, a.header.Get("Retry-After"), a.body)
+	}
+}
+
+func TestAllowNeverNamesTheAlgorithm(t *testing.T) {
+	clock := newTestClock()
+	h := NewDecisions(newEngine(t, clock, newPolicy("api",
+		tierTokenBucket("standard", 1, 1, time.Second), tierSlidingWindow("other", 1, time.Second))), nil)
+	for i := range 2 {
+		a := serve(t, h, http.MethodPost, "/v1/allow", `{"key":"k"}`)
+		text := strings.ToLower(a.body + a.header.Get("RateLimit-Policy") + a.header.Get("RateLimit"))
+		for _, word := range []string{"token", "bucket", "sliding", "window", "gcra"} {
+			if strings.Contains(text, word) {
+				t.Errorf("answer %d names the algorithm (%q): %s", i, word, text)
+			}
+		}
+	}
+}
+
+func TestAllowUnlimitedTierHasNoQuota(t *testing.T) {
+	h := NewDecisions(newEngine(t, newTestClock(), newPolicy("api", tierUnlimited("free"))), nil)
+	for range 3 {
+		a := serve(t, h, http.MethodPost, "/v1/allow", `{"key":"k","cost":1000000000}`)
+		if a.status != 200 || strings.TrimSpace(a.body) != `{"allowed":true,"limit":null,"remaining":null,"resetAfterSeconds":0,"retryAfterSeconds":0}` {
+			t.Fatalf("%d %s", a.status, a.body)
+		}
+		for _, name := range []string{"RateLimit", "RateLimit-Policy", "Retry-After"} {
+			if v := a.header.Get(name); v != "" {
+				t.Errorf("%s = %q, want none", name, v)
+			}
+		}
+	}
+}
+
+func TestAllowDryRunTierAlwaysAdmits(t *testing.T) {
+	tier := tierTokenBucket("shadow", 1, 1, time.Minute)
+	tier.DryRun = true
+	h := NewDecisions(newEngine(t, newTestClock(), newPolicy("api", tier)), nil)
+	serve(t, h, http.MethodPost, "/v1/allow", `{"key":"k"}`)
+	a := serve(t, h, http.MethodPost, "/v1/allow", `{"key":"k"}`)
+	if a.status != 200 || !strings.Contains(a.body, `"allowed":true`) || a.header.Get("Retry-After") != "" {
+		t.Fatalf("dry run over the limit: %d %s Retry-After %q", a.status, a.body, a.header.Get("Retry-After"))
+	}
+	if got := a.header.Get("RateLimit"); got != `"shadow";r=0;t=60` {
+		t.Errorf("RateLimit = %q, want the enforced-would-be state", got)
+	}
+}
+
+func TestAllowPolicySelection(t *testing.T) {
+	clock := newTestClock()
+	two := NewDecisions(newEngine(t, clock,
+		newPolicy("a", tierTokenBucket("standard", 5, 1, time.Second)),
+		newPolicy("b", tierSlidingWindow("strict", 1, time.Second))), nil)
+	if a := serve(t, two, http.MethodPost, "/v1/allow", `{"key":"k"}`); a.status != 400 {
+		t.Errorf("omitted policy with two loaded: %d %s, want 400", a.status, a.body)
+	} else {
+		a.errorText(t)
+	}
+	if a := serve(t, two, http.MethodPost, "/v1/allow", `{"policy":"default/b","key":"k"}`); a.status != 200 ||
+		a.header.Get("RateLimit-Policy") != `"strict";q=1;w=1` {
+		t.Errorf("named policy: %d %s %v", a.status, a.body, a.header)
+	}
+	if a := serve(t, two, http.MethodPost, "/v1/allow", `{"policy":"default/c","key":"k"}`); a.status != 404 {
+		t.Errorf("unknown policy: %d %s, want 404", a.status, a.body)
+	} else {
+		a.errorText(t)
+	}
+	if a := serve(t, two, http.MethodGet, "/v1/allow?policy=nope&key=k", ""); a.status != 404 {
+		t.Errorf("unknown policy (GET): %d %s, want 404", a.status, a.body)
+	}
+}
+
+func TestAllowBeforeAnyPolicyIs503(t *testing.T) {
+	h := NewDecisions(newEngine(t, newTestClock()), nil)
+	for _, tc := range []struct{ method, target, body string }{
+		{http.MethodPost, "/v1/allow", `{"key":"k"}`},
+		{http.MethodGet, "/v1/allow?key=k", ""},
+		{http.MethodGet, "/v1/policies", ""},
+	} {
+		a := serve(t, h, tc.method, tc.target, tc.body)
+		if a.status != http.StatusServiceUnavailable {
+			t.Errorf("%s %s: %d %s, want 503", tc.method, tc.target, a.status, a.body)
+			continue
+		}
+		a.errorText(t)
+	}
+}
+
+func TestAllowRejectsBadRequests(t *testing.T) {
+	long := strings.Repeat("k", MaxKeyBytes+1)
+	for _, tc := range []struct {
+		name   string
+		method string
+		target string
+		body   string
+		status int
+	}{
+		{"missing key", "POST", "/v1/allow", `{"cost":1}`, 400},
+		{"empty key", "POST", "/v1/allow", `{"key":""}`, 400},
+		{"null key", "POST", "/v1/allow", `{"key":null}`, 400},
+		{"numeric key", "POST", "/v1/allow", `{"key":12}`, 400},
+		{"key too long", "POST", "/v1/allow", `{"key":"` + long + `"}`, 400},
+		{"cost zero", "POST", "/v1/allow", `{"key":"k","cost":0}`, 400},
+		{"cost negative", "POST", "/v1/allow", `{"key":"k","cost":-1}`, 400},
+		{"cost fraction", "POST", "/v1/allow", `{"key":"k","cost":1.5}`, 400},
+		{"cost integral float", "POST", "/v1/allow", `{"key":"k","cost":1.0}`, 400},
+		{"cost exponent", "POST", "/v1/allow", `{"key":"k","cost":1e3}`, 400},
+		{"cost string", "POST", "/v1/allow", `{"key":"k","cost":"2"}`, 400},
+		{"cost bool", "POST", "/v1/allow", `{"key":"k","cost":true}`, 400},
+		{"cost too large", "POST", "/v1/allow", `{"key":"k","cost":1000000001}`, 400},
+		{"cost huge", "POST", "/v1/allow", `{"key":"k","cost":99999999999999999999999}`, 400},
+		{"malformed", "POST", "/v1/allow", `{"key":"k"`, 400},
+		{"not an object", "POST", "/v1/allow", `["k"]`, 400},
+		{"empty body", "POST", "/v1/allow", ``, 400},
+		{"unknown field", "POST", "/v1/allow", `{"key":"k","cots":2}`, 400},
+		{"field twice", "POST", "/v1/allow", `{"key":"k","key":"j"}`, 400},
+		{"trailing data", "POST", "/v1/allow", `{"key":"k"} {}`, 400},
+		{"GET missing key", "GET", "/v1/allow?policy=default/api", "", 400},
+		{"GET key too long", "GET", "/v1/allow?key=" + long, "", 400},
+		{"GET cost zero", "GET", "/v1/allow?key=k&cost=0", "", 400},
+		{"GET cost float", "GET", "/v1/allow?key=k&cost=1.5", "", 400},
+		{"GET cost string", "GET", "/v1/allow?key=k&cost=two", "", 400},
+		{"GET cost too large", "GET", "/v1/allow?key=k&cost=1000000001", "", 400},
+		{"GET unknown parameter", "GET", "/v1/allow?key=k&cots=1", "", 400},
+		{"GET key twice", "GET", "/v1/allow?key=k&key=j", "", 400},
+		{"GET bad escape", "GET", "/v1/allow?key=%zz", "", 400},
+		{"PUT", "PUT", "/v1/allow", `{"key":"k"}`, 405},
+		{"DELETE", "DELETE", "/v1/allow?key=k", "", 405},
+		{"POST policies", "POST", "/v1/policies", "", 405},
+		{"unknown path", "GET", "/v1/allowed?key=k", "", 404},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := newTestClock()
+			h := NewDecisions(newEngine(t, clock, newPolicy("api", tierTokenBucket("standard", 3, 1, time.Minute))), nil)
+			a := serve(t, h, tc.method, tc.target, tc.body)
+			if a.status != tc.status {
+				t.Fatalf("%d %s, want %d", a.status, a.body, tc.status)
+			}
+			a.errorText(t)
+			if tc.status == 405 && a.header.Get("Allow") == "" {
+				t.Error("405 without Allow")
+			}
+			// An error consumes nothing: the key still has its whole allowance.
+			ok := serve(t, h, http.MethodPost, "/v1/allow", `{"key":"k"}`)
+			if ok.status != 200 || !strings.Contains(ok.body, `"remaining":2`) {
+				t.Fatalf("decision after the error: %d %s, want the full allowance", ok.status, ok.body)
+			}
+		})
+	}
+}
+
+func TestAllowBodyTooLarge(t *testing.T) {
+	clock := newTestClock()
+	h := NewDecisions(newEngine(t, clock, newPolicy("api", tierTokenBucket("standard", 3, 1, time.Minute))), nil)
+	big := `{"key":"k","policy":"` + strings.Repeat("p", MaxBodyBytes) + `"}`
+
+	a := serve(t, h, http.MethodPost, "/v1/allow", big)
+	if a.status != http.StatusRequestEntityTooLarge {
+		t.Fatalf("declared length: %d %s, want 413", a.status, a.body)
+	}
+	a.errorText(t)
+
+	// Without a declared length (chunked), the limit holds while reading.
+	req := httptest.NewRequest(http.MethodPost, "/v1/allow", struct{ *strings.Reader }{strings.NewReader(big)})
+	req.ContentLength = -1
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if rec.Code != http.StatusRequestEntityTooLarge {
+		t.Fatalf("undeclared length: %d %s, want 413", rec.Code, rec.Body)
+	}
+	// A body of exactly the limit is read (and then judged on its content).
+	exact := `{"key":"k"}` + strings.Repeat(" ", MaxBodyBytes-len(`{"key":"k"}`))
+	if a := serve(t, h, http.MethodPost, "/v1/allow", exact); a.status != 200 {
+		t.Fatalf("body of exactly %d bytes: %d %s", MaxBodyBytes, a.status, a.body)
+	}
+	if a := serve(t, h, http.MethodPost, "/v1/allow", `{"key":"k"}`); a.status != 200 || !strings.Contains(a.body, `"remaining":1`) {
+		t.Fatalf("after the 413s: %d %s, want one unit spent by the exact-limit body only", a.status, a.body)
+	}
+}
+
+func TestAllowKeyBounds(t *testing.T) {
+	h := NewDecisions(newEngine(t, newTestClock(), newPolicy("api", tierTokenBucket("standard", 3, 1, time.Minute))), nil)
+	key := strings.Repeat("é", MaxKeyBytes/2) // 1024 bytes
+	if a := serve(t, h, http.MethodPost, "/v1/allow", `{"key":"`+key+`"}`); a.status != 200 {
+		t.Fatalf("key of %d bytes: %d %s", len(key), a.status, a.body)
+	}
+	// Escapes count once decoded: 1024 escaped bytes are within the bound.
+	escaped := strings.Repeat(`\u00e9`, MaxKeyBytes/2)
+	if a := serve(t, h, http.MethodPost, "/v1/allow", `{"key":"`+escaped+`"}`); a.status != 200 || !strings.Contains(a.body, `"remaining":1`) {
+		t.Fatalf("escaped key: %d %s, want the same client as the raw key", a.status, a.body)
+	}
+	if a := serve(t, h, http.MethodGet, "/v1/allow?key="+url.QueryEscape(key), ""); a.status != 200 || !strings.Contains(a.body, `"remaining":0`) {
+		t.Fatalf("GET with the same key: %d %s", a.status, a.body)
+	}
+}
+
+func TestPolicies(t *testing.T) {
+	p := newPolicy("api", tierTokenBucket("standard", 10, 5, time.Second), tierUnlimited("internal"))
+	p.Spec.Overrides = append(p.Spec.Overrides,
+		overrideOf("internal", []string{"svc-a", "svc-b"}, []string{"svc-"}))
+	h := NewDecisions(newEngine(t, newTestClock(), p, newPolicy("b", tierSlidingWindow("w", 5, time.Minute))), nil)
+	a := serve(t, h, http.MethodGet, "/v1/policies", "")
+	if a.status != 200 {
+		t.Fatalf("%d %s", a.status, a.body)
+	}
+	var got PoliciesAnswer
+	if err := json.Unmarshal([]byte(a.body), &got); err != nil {
+		t.Fatalf("decode %s: %v", a.body, err)
+	}
+	if len(got.Policies) != 2 || got.Policies[0].ID != "default/api" || got.Policies[1].ID != "default/b" {
+		t.Fatalf("policies %+v, want default/api then default/b", got.Policies)
+	}
+	api := got.Policies[0]
+	if api.Generation != 3 || api.DefaultTier != "standard" || api.Overrides != 1 ||
+		api.OverrideClients != 2 || api.OverridePrefixes != 1 || len(api.Tiers) != 2 {
+		t.Errorf("default/api = %+v", api)
+	}
+	if tb := api.Tiers[0].TokenBucket; tb == nil || tb.Capacity != 10 || tb.RefillRate != 5 || api.Tiers[0].Algorithm != "TokenBucket" {
+		t.Errorf("tier standard = %+v", api.Tiers[0])
+	}
+	if api.Tiers[1].Name != "internal" || api.Tiers[1].Algorithm != "Unlimited" {
+		t.Errorf("tier internal = %+v", api.Tiers[1])
+	}
+}

@@ -1,0 +1,127 @@
+package server
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/limiterd/limiterd/api/v1alpha1"
+	"github.com/limiterd/limiterd/limiterd/engine"
+	"github.com/limiterd/limiterd/limiterd/policy"
+)
+
+// testClock is a clock that moves only when told.
+type testClock struct{ ns atomic.Int64 }
+
+func newTestClock() *testClock {
+	c := &testClock{}
+	c.ns.Store(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC).UnixNano())
+	return c
+}
+
+func (c *testClock) Now() time.Time          { return time.Unix(0, c.ns.Load()) }
+func (c *testClock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
+func tierTokenBucket(name string, capacity, rate int64, period time.Duration) v1alpha1.Tier {
+	return v1alpha1.Tier{
+		Name:      name,
+		Algorithm: v1alpha1.AlgorithmTokenBucket,
+		TokenBucket: &v1alpha1.TokenBucket{
+			Capacity: capacity, RefillRate: rate, RefillPeriod: &metav1.Duration{Duration: period},
+		},
+	}
+}
+
+func tierSlidingWindow(name string, limit int64, window time.Duration) v1alpha1.Tier {
+	return v1alpha1.Tier{
+		Name:          name,
+		Algorithm:     v1alpha1.AlgorithmSlidingWindow,
+		SlidingWindow: &v1alpha1.SlidingWindow{Limit: limit, Window: metav1.Duration{Duration: window}},
+	}
+}
+
+func tierUnlimited(name string) v1alpha1.Tier {
+	return v1alpha1.Tier{Name: name, Algorithm: v1alpha1.AlgorithmUnlimited}
+}
+
+// newPolicy returns a policy default/<name> whose default tier is the first tier.
+func newPolicy(name string, tiers ...v1alpha1.Tier) *v1alpha1.RateLimitPolicy {
+	return &v1alpha1.RateLimitPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Generation: 3},
+		Spec:       v1alpha1.RateLimitPolicySpec{Tiers: tiers, DefaultTier: tiers[0].Name},
+	}
+}
+
+// newEngine returns an engine on clock with the policies loaded (none: not ready).
+func newEngine(t testing.TB, clock *testClock, policies ...*v1alpha1.RateLimitPolicy) *engine.Engine {
+	t.Helper()
+	e := engine.New(engine.Options{Clock: clock.Now})
+	if len(policies) == 0 {
+		return e
+	}
+	var compiled []*policy.Policy
+	for _, p := range policies {
+		c, err := policy.Compile(p)
+		if err != nil {
+			t.Fatalf("compile %s: %v", p.Name, err)
+		}
+		compiled = append(compiled, c)
+	}
+	set, err := policy.NewSet(compiled...)
+	if err != nil {
+		t.Fatalf("new set: %v", err)
+	}
+	e.Swap(set)
+	return e
+}
+
+// answer is a recorded response.
+type answer struct {
+	status int
+	header http.Header
+	body   string
+}
+
+func serve(t testing.TB, h http.Handler, method, target, body string) answer {
+	t.Helper()
+	var r io.Reader
+	if body != "" {
+		r = strings.NewReader(body)
+	}
+	req := httptest.NewRequest(method, target, r)
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	res := rec.Result()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatalf("read body: %v", err)
+	}
+	return answer{status: res.StatusCode, header: res.Header, body: string(b)}
+}
+
+// errorText returns the "error" of an error answer, failing the test if the body is not one.
+func (a answer) errorText(t testing.TB) string {
+	t.Helper()
+	var e struct {
+		Error string `json:"error"`
+	}
+	dec := json.NewDecoder(strings.NewReader(a.body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&e); err != nil || e.Error == "" {
+		t.Fatalf("body %q is not an error answer: %v", a.body, err)
+	}
+	if ct := a.header.Get("Content-Type"); ct != "application/json" {
+		t.Fatalf("error Content-Type = %q, want application/json", ct)
+	}
+	return e.Error
+}
+
+func overrideOf(tier string, clients, prefixes []string) v1alpha1.Override {
+	return v1alpha1.Override{Tier: tier, Clients: clients, ClientPrefixes: prefixes}
+}

@@ -1,0 +1,464 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// Request limits.
+const (
+	// MaxKeyBytes bounds a client key.
+	MaxKeyBytes = 1024
+	// MaxPolicyBytes bounds a policy ID ("<namespace>/<name>": 253 + 1 + 253 bytes at most).
+	MaxPolicyBytes = 512
+	// MaxCost bounds the cost of one request (the largest token-bucket capacity).
+	MaxCost = 1_000_000_000
+	// MaxBodyBytes bounds a request body.
+	MaxBodyBytes = 64 << 10
+)
+
+// AllowRequest is a decision request: POST /v1/allow {"policy": "...", "key": "...", "cost": 1}
+// or GET /v1/allow?policy=...&key=...&cost=1.
+type AllowRequest struct {
+	// Policy is "<namespace>/<name>"; "" when the request names none (allowed when exactly one
+	// policy is loaded).
+	Policy string
+	// Key identifies the client: 1 to MaxKeyBytes bytes of UTF-8.
+	Key string
+	// Cost is what the request spends, 1 to MaxCost; 1 when the request names none.
+	Cost int64
+}
+
+// errRequest is a request the decoder rejects; its text is the client's error message.
+type errRequest string
+
+func (e errRequest) Error() string { return string(e) }
+
+const (
+	errKeyMissing     = errRequest("key is required")
+	errKeyTooLong     = errRequest("key is longer than 1024 bytes")
+	errKeyUTF8        = errRequest("key is not valid UTF-8")
+	errPolicyTooLong  = errRequest("policy is longer than 512 bytes")
+	errPolicyUTF8     = errRequest("policy is not valid UTF-8")
+	errCost           = errRequest("cost must be an integer between 1 and 1000000000")
+	errNotObject      = errRequest("body must be a JSON object")
+	errTrailing       = errRequest("body has data after the JSON object")
+	errDuplicateField = errRequest("body names a field twice")
+)
+
+// DecodeAllowRequest decodes a JSON decision request. The JSON is strict: an object with at
+// most the fields "policy" (string or null), "key" (string) and "cost" (integer or null), each
+// once, names matched exactly; nothing but whitespace after it. A cost is an integer literal
+// (no fraction, no exponent) from 1 to MaxCost, 1 when absent or null. Every error is an
+// errRequest whose text can be shown to the client.
+func DecodeAllowRequest(body []byte) (AllowRequest, error) {
+	d := jsonDecoder{data: body}
+	req := AllowRequest{Cost: 1}
+	var haveKey, havePolicy, haveCost bool
+	d.skipSpace()
+	if !d.consume('{') {
+		return AllowRequest{}, errNotObject
+	}
+	d.skipSpace()
+	if !d.consume('}') {
+		for {
+			name, err := d.bytes(maxFieldNameBytes)
+			switch {
+			case errors.Is(err, errStringTooLong):
+				return AllowRequest{}, errRequest("unknown field (known: policy, key, cost)")
+			case errors.Is(err, errNotString):
+				return AllowRequest{}, d.syntax("a field name")
+			case err != nil:
+				return AllowRequest{}, err
+			}
+			d.skipSpace()
+			if !d.consume(':') {
+				return AllowRequest{}, d.syntax("':' after a field name")
+			}
+			d.skipSpace()
+			switch string(name) {
+			case "key":
+				if haveKey {
+					return AllowRequest{}, errDuplicateField
+				}
+				haveKey = true
+				if req.Key, err = d.str(MaxKeyBytes); err != nil {
+					return AllowRequest{}, fieldErr(err, errKeyTooLong, errKeyUTF8, "key must be a string")
+				}
+			case "policy":
+				if havePolicy {
+					return AllowRequest{}, errDuplicateField
+				}
+				havePolicy = true
+				if d.null() {
+					break
+				}
+				if req.Policy, err = d.str(MaxPolicyBytes); err != nil {
+					return AllowRequest{}, fieldErr(err, errPolicyTooLong, errPolicyUTF8, "policy must be a string")
+				}
+			case "cost":
+				if haveCost {
+					return AllowRequest{}, errDuplicateField
+				}
+				haveCost = true
+				if d.null() {
+					break
+				}
+				if req.Cost, err = d.cost(); err != nil {
+					return AllowRequest{}, err
+				}
+			default:
+				return AllowRequest{}, errRequest(fmt.Sprintf("unknown field %s (known: policy, key, cost)", strconv.QuoteToASCII(string(name))))
+			}
+			d.skipSpace()
+			if d.consume('}') {
+				break
+			}
+			if !d.consume(',') {
+				return AllowRequest{}, d.syntax("',' or '}' after a value")
+			}
+			d.skipSpace()
+		}
+	}
+	d.skipSpace()
+	if d.pos != len(d.data) {
+		return AllowRequest{}, errTrailing
+	}
+	if req.Key == "" {
+		return AllowRequest{}, errKeyMissing
+	}
+	return req, nil
+}
+
+// fieldErr maps the decoder's string errors to a field's messages.
+func fieldErr(err, tooLong, badUTF8 error, notString string) error {
+	switch {
+	case errors.Is(err, errStringTooLong):
+		return tooLong
+	case errors.Is(err, errStringUTF8):
+		return badUTF8
+	case errors.Is(err, errNotString):
+		return errRequest(notString)
+	}
+	return err
+}
+
+const (
+	errStringTooLong = errRequest("string too long")
+	errStringUTF8    = errRequest("string is not valid UTF-8")
+	errNotString     = errRequest("not a string")
+)
+
+// jsonDecoder reads the few JSON forms a decision request holds.
+type jsonDecoder struct {
+	data []byte
+	pos  int
+	buf  [64]byte // scratch for strings with escapes
+}
+
+func (d *jsonDecoder) syntax(expected string) error {
+	if d.pos >= len(d.data) {
+		return errRequest("malformed JSON: unexpected end of body, expected " + expected)
+	}
+	return errRequest("malformed JSON at byte " + strconv.Itoa(d.pos) + ": expected " + expected)
+}
+
+func (d *jsonDecoder) skipSpace() {
+	for d.pos < len(d.data) {
+		switch d.data[d.pos] {
+		case ' ', '\t', '\n', '\r':
+			d.pos++
+		default:
+			return
+		}
+	}
+}
+
+func (d *jsonDecoder) consume(c byte) bool {
+	if d.pos < len(d.data) && d.data[d.pos] == c {
+		d.pos++
+		return true
+	}
+	return false
+}
+
+// null consumes a JSON null.
+func (d *jsonDecoder) null() bool {
+	if len(d.data)-d.pos >= 4 && string(d.data[d.pos:d.pos+4]) == "null" {
+		d.pos += 4
+		return true
+	}
+	return false
+}
+
+// maxFieldNameBytes bounds a field name worth reading: longer ones are unknown.
+const maxFieldNameBytes = 64
+
+// str decodes a JSON string of at most limit bytes (after unescaping) that is valid UTF-8.
+func (d *jsonDecoder) str(limit int) (string, error) {
+	b, err := d.bytes(limit)
+	if err != nil {
+		return "", err
+	}
+	return string(b), nil
+}
+
+// bytes is str without the copy: the bytes alias the body or the decoder's scratch buffer and
+// are valid until the next call.
+func (d *jsonDecoder) bytes(limit int) ([]byte, error) {
+	if !d.consume('"') {
+		if d.pos < len(d.data) {
+			switch c := d.data[d.pos]; {
+			case c == '{' || c == '[' || c == '-' || c == 't' || c == 'f' || c == 'n' || (c >= '0' && c <= '9'):
+				return nil, errNotString
+			}
+		}
+		return nil, d.syntax("a string")
+	}
+	start := d.pos
+	// Fast path: no escape, so the string is a slice of the body.
+	for d.pos < len(d.data) {
+		c := d.data[d.pos]
+		if c == '"' {
+			raw := d.data[start:d.pos]
+			d.pos++
+			if len(raw) > limit {
+				return nil, errStringTooLong
+			}
+			if !utf8.Valid(raw) {
+				return nil, errStringUTF8
+			}
+			return raw, nil
+		}
+		if c == '\\' {
+			break
+		}
+		if c < 0x20 {
+			return nil, d.syntax("no control character in a string")
+		}
+		d.pos++
+	}
+	if d.pos >= len(d.data) {
+		return nil, d.syntax("the end of a string")
+	}
+	out := append(d.buf[:0], d.data[start:d.pos]...)
+	for {
+		if d.pos >= len(d.data) {
+			return nil, d.syntax("the end of a string")
+		}
+		c := d.data[d.pos]
+		switch {
+		case c == '"':
+			d.pos++
+			if len(out) > limit {
+				return nil, errStringTooLong
+			}
+			if !utf8.Valid(out) {
+				return nil, errStringUTF8
+			}
+			return out, nil
+		case c < 0x20:
+			return nil, d.syntax("no control character in a string")
+		case c != '\\':
+			out = append(out, c)
+			d.pos++
+		default:
+			d.pos++
+			if d.pos >= len(d.data) {
+				return nil, d.syntax("an escape")
+			}
+			e := d.data[d.pos]
+			d.pos++
+			switch e {
+			case '"', '\\', '/':
+				out = append(out, e)
+			case 'b':
+				out = append(out, '\b')
+			case 'f':
+				out = append(out, '\f')
+			case 'n':
+				out = append(out, '\n')
+			case 'r':
+				out = append(out, '\r')
+			case 't':
+				out = append(out, '\t')
+			case 'u':
+				r, ok := d.hex4()
+				if !ok {
+					return nil, d.syntax("4 hex digits after \\u")
+				}
+				if utf16.IsSurrogate(r) {
+					// A high surrogate must be followed by an escaped low one; a lone one is
+					// invalid UTF-16, hence not valid UTF-8 once decoded.
+					if len(d.data)-d.pos < 2 || d.data[d.pos] != '\\' || d.data[d.pos+1] != 'u' {
+						return nil, errStringUTF8
+					}
+					d.pos += 2
+					lo, ok := d.hex4()
+					if !ok {
+						return nil, d.syntax("4 hex digits after \\u")
+					}
+					if r = utf16.DecodeRune(r, lo); r == utf8.RuneError {
+						return nil, errStringUTF8
+					}
+				}
+				out = utf8.AppendRune(out, r)
+			default:
+				return nil, d.syntax("a valid escape")
+			}
+		}
+		if len(out) > limit {
+			return nil, errStringTooLong
+		}
+	}
+}
+
+func (d *jsonDecoder) hex4() (rune, bool) {
+	if len(d.data)-d.pos < 4 {
+		return 0, false
+	}
+	var r rune
+	for _, c := range d.data[d.pos : d.pos+4] {
+		r <<= 4
+		switch {
+		case c >= '0' && c <= '9':
+			r |= rune(c - '0')
+		case c >= 'a' && c <= 'f':
+			r |= rune(c - 'a' + 10)
+		case c >= 'A' && c <= 'F':
+			r |= rune(c - 'A' + 10)
+		default:
+			return 0, false
+		}
+	}
+	d.pos += 4
+	return r, true
+}
+
+// cost decodes a JSON number that must be an integer from 1 to MaxCost.
+func (d *jsonDecoder) cost() (int64, error) {
+	start := d.pos
+	if d.pos < len(d.data) && d.data[d.pos] == '-' {
+		d.pos++
+	}
+	digits := d.pos
+	for d.pos < len(d.data) && d.data[d.pos] >= '0' && d.data[d.pos] <= '9' {
+		d.pos++
+	}
+	if d.pos == digits {
+		if d.pos < len(d.data) && (d.data[d.pos] == '"' || d.data[d.pos] == 't' || d.data[d.pos] == 'f' || d.data[d.pos] == '{' || d.data[d.pos] == '[') {
+			return 0, errCost
+		}
+		return 0, d.syntax("a number")
+	}
+	if d.pos < len(d.data) {
+		if c := d.data[d.pos]; c == '.' || c == 'e' || c == 'E' {
+			return 0, errCost // a fraction or an exponent: not an integer literal
+		}
+	}
+	return parseCost(d.data[start:d.pos])
+}
+
+// parseCost parses a decimal cost: an optional '-', digits without a leading zero.
+func parseCost(lit []byte) (int64, error) {
+	if len(lit) == 0 || lit[0] == '-' {
+		return 0, errCost
+	}
+	if lit[0] == '0' {
+		return 0, errCost // 0 itself, or a leading zero (not JSON)
+	}
+	if len(lit) > 10 {
+		return 0, errCost
+	}
+	var n int64
+	for _, c := range lit {
+		if c < '0' || c > '9' {
+			return 0, errCost
+		}
+		n = n*10 + int64(c-'0')
+	}
+	if n > MaxCost {
+		return 0, errCost
+	}
+	return n, nil
+}
+
+// DecodeAllowQuery decodes a decision request from a URL query: policy, key and cost, each at
+// most once, with the same bounds as DecodeAllowRequest; cost is a decimal integer.
+func DecodeAllowQuery(rawQuery string) (AllowRequest, error) {
+	req := AllowRequest{Cost: 1}
+	var haveKey, havePolicy, haveCost bool
+	for rest := rawQuery; rest != ""; {
+		var pair string
+		pair, rest = cut(rest, '&')
+		if pair == "" {
+			continue
+		}
+		rawName, rawValue := cut(pair, '=')
+		name, err := url.QueryUnescape(rawName)
+		if err != nil {
+			return AllowRequest{}, errRequest("malformed query parameter name")
+		}
+		value, err := url.QueryUnescape(rawValue)
+		if err != nil {
+			return AllowRequest{}, errRequest("malformed query parameter " + strconv.QuoteToASCII(name))
+		}
+		switch name {
+		case "key":
+			if haveKey {
+				return AllowRequest{}, errRequest("query names key twice")
+			}
+			haveKey = true
+			if len(value) > MaxKeyBytes {
+				return AllowRequest{}, errKeyTooLong
+			}
+			if !utf8.ValidString(value) {
+				return AllowRequest{}, errKeyUTF8
+			}
+			req.Key = value
+		case "policy":
+			if havePolicy {
+				return AllowRequest{}, errRequest("query names policy twice")
+			}
+			havePolicy = true
+			if len(value) > MaxPolicyBytes {
+				return AllowRequest{}, errPolicyTooLong
+			}
+			if !utf8.ValidString(value) {
+				return AllowRequest{}, errPolicyUTF8
+			}
+			req.Policy = value
+		case "cost":
+			if haveCost {
+				return AllowRequest{}, errRequest("query names cost twice")
+			}
+			haveCost = true
+			if req.Cost, err = parseCost([]byte(value)); err != nil {
+				return AllowRequest{}, err
+			}
+		default:
+			if len(name) > 64 {
+				name = name[:64]
+			}
+			return AllowRequest{}, errRequest(fmt.Sprintf("unknown query parameter %s (known: policy, key, cost)", strconv.QuoteToASCII(name)))
+		}
+	}
+	if req.Key == "" {
+		return AllowRequest{}, errKeyMissing
+	}
+	return req, nil
+}
+
+// cut splits s at the first sep.
+func cut(s string, sep byte) (before, after string) {
+	for i := 0; i < len(s); i++ {
+		if s[i] == sep {
+			return s[:i], s[i+1:]
+		}
+	}
+	return s, ""
+}

@@ -1,0 +1,255 @@
+package source
+
+import (
+	"bytes"
+	"errors"
+	"log/slog"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/limiterd/limiterd/api/v1alpha1"
+	"github.com/limiterd/limiterd/limiterd/engine"
+	"github.com/limiterd/limiterd/limiterd/policy"
+)
+
+// recorder counts reload outcomes.
+type recorder struct {
+	mu                  sync.Mutex
+	successes, failures int
+	lastSuccess         time.Time
+}
+
+func (r *recorder) ReloadSucceeded(at time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.successes++
+	r.lastSuccess = at
+}
+
+func (r *recorder) ReloadFailed() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.failures++
+}
+
+func (r *recorder) counts() (successes, failures int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.successes, r.failures
+}
+
+// swapRecorder is a Target that keeps every set it is given.
+type swapRecorder struct {
+	mu   sync.Mutex
+	sets []*policy.Set
+}
+
+func (s *swapRecorder) Swap(set *policy.Set) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sets = append(s.sets, set)
+}
+
+func (s *swapRecorder) swaps() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.sets)
+}
+
+// loaded returns the IDs of the last swapped set, sorted.
+func (s *swapRecorder) loaded() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.sets) == 0 {
+		return nil
+	}
+	var ids []string
+	for _, p := range s.sets[len(s.sets)-1].All() {
+		ids = append(ids, p.ID)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// rlp returns a valid policy <namespace>/<name> with one token-bucket tier of the capacity.
+func rlp(namespace, name string, capacity int64) *v1alpha1.RateLimitPolicy {
+	return &v1alpha1.RateLimitPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+		Spec: v1alpha1.RateLimitPolicySpec{
+			DefaultTier: "standard",
+			Tiers: []v1alpha1.Tier{{
+				Name:        "standard",
+				Algorithm:   v1alpha1.AlgorithmTokenBucket,
+				TokenBucket: &v1alpha1.TokenBucket{Capacity: capacity, RefillRate: 1},
+			}},
+		},
+	}
+}
+
+// invalid returns a policy whose default tier does not exist.
+func invalid(namespace, name string) *v1alpha1.RateLimitPolicy {
+	p := rlp(namespace, name, 1)
+	p.Spec.DefaultTier = "missing"
+	return p
+}
+
+func newTestPipeline(t *testing.T) (*Pipeline, *swapRecorder, *recorder, *bytes.Buffer) {
+	t.Helper()
+	var logs bytes.Buffer
+	target, rec := &swapRecorder{}, &recorder{}
+	p := NewPipeline(target, PipelineOptions{
+		Logger:   slog.New(slog.NewJSONHandler(&logs, nil)),
+		Observer: rec,
+		Clock:    func() time.Time { return time.Unix(1700000000, 0) },
+	})
+	return p, target, rec, &logs
+}
+
+func TestPipelineMergesOrigins(t *testing.T) {
+	p, target, rec, _ := newTestPipeline(t)
+	if err := p.Apply("file:a", []*v1alpha1.RateLimitPolicy{rlp("default", "one", 1), rlp("team", "two", 1)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Apply("configmap:ns/b", []*v1alpha1.RateLimitPolicy{rlp("", "three", 1)}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := target.loaded(), []string{"default/one", "default/three", "team/two"}; !slices.Equal(got, want) {
+		t.Fatalf("loaded %v, want %v", got, want)
+	}
+	if s, f := rec.counts(); s != 2 || f != 0 {
+		t.Errorf("reloads: %d successes, %d failures; want 2, 0", s, f)
+	}
+	if got := p.Policies("file:a"); !slices.Equal(got, []string{"default/one", "team/two"}) {
+		t.Errorf("origin a contributes %v", got)
+	}
+	// A new contribution replaces the origin's old one.
+	if err := p.Apply("file:a", []*v1alpha1.RateLimitPolicy{rlp("default", "four", 1)}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := target.loaded(), []string{"default/four", "default/three"}; !slices.Equal(got, want) {
+		t.Fatalf("loaded %v, want %v", got, want)
+	}
+	p.Remove("configmap:ns/b")
+	if got, want := target.loaded(), []string{"default/four"}; !slices.Equal(got, want) {
+		t.Fatalf("after removal: loaded %v, want %v", got, want)
+	}
+	p.Remove("configmap:never-seen") // no-op
+	if target.swaps() != 4 {
+		t.Errorf("swaps = %d, want 4", target.swaps())
+	}
+}
+
+func TestPipelineKeepsLastGoodContribution(t *testing.T) {
+	p, target, rec, logs := newTestPipeline(t)
+	if err := p.Apply("file:a", []*v1alpha1.RateLimitPolicy{rlp("default", "one", 5)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Apply("file:b", []*v1alpha1.RateLimitPolicy{rlp("default", "two", 5)}); err != nil {
+		t.Fatal(err)
+	}
+	swaps := target.swaps()
+
+	for name, bad := range map[string][]*v1alpha1.RateLimitPolicy{
+		"invalid":       {rlp("default", "one", 6), invalid("default", "x")},
+		"duplicate ID":  {rlp("default", "one", 6), rlp("default", "one", 7)},
+		"nil policy":    {nil},
+		"other's ID":    {rlp("default", "two", 6)},
+		"zero capacity": {rlp("default", "one", 0)},
+	} {
+		if err := p.Apply("file:a", bad); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	p.Fail("file:a", errors.New("yaml: line 3: mapping values are not allowed"))
+	if target.swaps() != swaps {
+		t.Errorf("a rejected contribution swapped (%d swaps, want %d)", target.swaps(), swaps)
+	}
+	if got := p.Policies("file:a"); !slices.Equal(got, []string{"default/one"}) {
+		t.Errorf("origin a keeps %v, want its last good [default/one]", got)
+	}
+	if s, f := rec.counts(); s != 2 || f != 6 {
+		t.Errorf("reloads: %d successes, %d failures; want 2, 6", s, f)
+	}
+	if !bytes.Contains(logs.Bytes(), []byte(`"msg":"policy contribution rejected"`)) ||
+		!bytes.Contains(logs.Bytes(), []byte(`"origin":"file:a"`)) {
+		t.Errorf("rejections not logged with their origin:\n%s", logs)
+	}
+}
+
+func TestPipelineConflictResolvesWhenTheIDIsFreed(t *testing.T) {
+	p, target, rec, _ := newTestPipeline(t)
+	if err := p.Apply("file:a", []*v1alpha1.RateLimitPolicy{rlp("default", "shared", 1)}); err != nil {
+		t.Fatal(err)
+	}
+	err := p.Apply("file:b", []*v1alpha1.RateLimitPolicy{rlp("default", "shared", 2), rlp("default", "own", 1)})
+	if !errors.Is(err, ErrConflict) {
+		t.Fatalf("conflicting contribution: %v, want ErrConflict", err)
+	}
+	if got := target.loaded(); !slices.Equal(got, []string{"default/shared"}) {
+		t.Fatalf("loaded %v, want only a's policy", got)
+	}
+	// a moves its policy away: b's waiting contribution goes in with the same swap.
+	if err := p.Apply("file:a", []*v1alpha1.RateLimitPolicy{rlp("default", "renamed", 1)}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := target.loaded(), []string{"default/own", "default/renamed", "default/shared"}; !slices.Equal(got, want) {
+		t.Fatalf("loaded %v, want %v", got, want)
+	}
+	if got := p.Policies("file:b"); !slices.Equal(got, []string{"default/own", "default/shared"}) {
+		t.Errorf("b contributes %v", got)
+	}
+	if s, f := rec.counts(); s != 2 || f != 1 {
+		t.Errorf("reloads: %d successes, %d failures; want 2, 1", s, f)
+	}
+}
+
+func TestPipelineFailureReplacesAWaitingConflict(t *testing.T) {
+	p, target, _, _ := newTestPipeline(t)
+	_ = p.Apply("file:a", []*v1alpha1.RateLimitPolicy{rlp("default", "shared", 1)})
+	_ = p.Apply("file:b", []*v1alpha1.RateLimitPolicy{rlp("default", "shared", 2)})
+	p.Fail("file:b", errors.New("unreadable")) // b's content changed again, to something broken
+	p.Remove("file:a")
+	if got := target.loaded(); len(got) != 0 {
+		t.Fatalf("loaded %v, want nothing: b's conflicting content was superseded", got)
+	}
+}
+
+func TestPipelineReadiness(t *testing.T) {
+	e := engine.New(engine.Options{})
+	rec := &recorder{}
+	p := NewPipeline(e, PipelineOptions{Observer: rec, Logger: slog.New(slog.DiscardHandler)})
+	p.Fail("file:a", errors.New("missing"))
+	_ = p.Apply("file:b", []*v1alpha1.RateLimitPolicy{invalid("default", "x")})
+	if err := p.Apply("file:c", nil); err != nil { // an empty contribution is valid...
+		t.Fatal(err)
+	}
+	if e.Ready() {
+		t.Fatal("ready without any policy") // ...but does not make the engine ready
+	}
+	if err := p.Apply("file:a", []*v1alpha1.RateLimitPolicy{rlp("default", "one", 1)}); err != nil {
+		t.Fatal(err)
+	}
+	if !e.Ready() || e.Policies().Len() != 1 {
+		t.Fatalf("after a good contribution: ready %v", e.Ready())
+	}
+	p.Remove("file:a")
+	if !e.Ready() || e.Policies().Len() != 0 {
+		t.Fatalf("after removing the only origin: ready %v, %d policies; want ready with none", e.Ready(), e.Policies().Len())
+	}
+}
+
+func TestPipelineDoesNotModifyItsInput(t *testing.T) {
+	p, _, _, _ := newTestPipeline(t)
+	in := rlp("", "one", 1)
+	before := in.DeepCopy()
+	if err := p.Apply("file:a", []*v1alpha1.RateLimitPolicy{in}); err != nil {
+		t.Fatal(err)
+	}
+	if in.Namespace != before.Namespace || in.Spec.Tiers[0].TokenBucket.RefillPeriod != nil {
+		t.Errorf("Apply modified its input: %+v", in)
+	}
+}
