@@ -1,0 +1,170 @@
+{{/*
+limiterd.name: the chart name, or nameOverride; cut to 63 characters (a label value's limit).
+*/}}
+{{- define "limiterd.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+limiterd.fullname: the base name of every object: fullnameOverride, or the release name followed
+by the chart name unless the release name already contains it. Cut to 52 characters so that
+suffixes such as "-operator-metrics" keep names within 63.
+*/}}
+{{- define "limiterd.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 52 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 52 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 52 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+limiterd.operatorFullname: the name of the operator's objects.
+*/}}
+{{- define "limiterd.operatorFullname" -}}
+{{- printf "%s-operator" (include "limiterd.fullname" .) }}
+{{- end }}
+
+{{/*
+limiterd.chart: the value of the helm.sh/chart label, "<name>-<version>".
+*/}}
+{{- define "limiterd.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+limiterd.labels: the labels of every object (no component); commonLabels are added last.
+*/}}
+{{- define "limiterd.labels" -}}
+helm.sh/chart: {{ include "limiterd.chart" . }}
+app.kubernetes.io/name: {{ include "limiterd.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: limiterd
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/*
+limiterd.selectorLabels: the labels that select the pods of the release (no component). Never
+change them: a Deployment's selector is immutable.
+*/}}
+{{- define "limiterd.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "limiterd.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/*
+limiterd.limiterdLabels: the labels of limiterd's objects (component "limiterd").
+*/}}
+{{- define "limiterd.limiterdLabels" -}}
+{{ include "limiterd.labels" . }}
+app.kubernetes.io/component: limiterd
+{{- end }}
+
+{{/*
+limiterd.limiterdSelectorLabels: the labels selecting limiterd's pods.
+*/}}
+{{- define "limiterd.limiterdSelectorLabels" -}}
+{{ include "limiterd.selectorLabels" . }}
+app.kubernetes.io/component: limiterd
+{{- end }}
+
+{{/*
+limiterd.operatorLabels: the labels of the operator's objects (component "operator").
+*/}}
+{{- define "limiterd.operatorLabels" -}}
+{{ include "limiterd.labels" . }}
+app.kubernetes.io/component: operator
+{{- end }}
+
+{{/*
+limiterd.operatorSelectorLabels: the labels selecting the operator's pods.
+*/}}
+{{- define "limiterd.operatorSelectorLabels" -}}
+{{ include "limiterd.selectorLabels" . }}
+app.kubernetes.io/component: operator
+{{- end }}
+
+{{/*
+limiterd.limiterdServiceAccountName: the ServiceAccount limiterd runs as: serviceAccount.name,
+else the full name when the chart creates it, else "default".
+*/}}
+{{- define "limiterd.limiterdServiceAccountName" -}}
+{{- if .Values.limiterd.serviceAccount.create }}
+{{- default (include "limiterd.fullname" .) .Values.limiterd.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.limiterd.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/*
+limiterd.operatorServiceAccountName: the ServiceAccount the operator runs as, chosen like
+limiterd's.
+*/}}
+{{- define "limiterd.operatorServiceAccountName" -}}
+{{- if .Values.operator.serviceAccount.create }}
+{{- default (include "limiterd.operatorFullname" .) .Values.operator.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.operator.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/*
+limiterd.image: an image reference from an image value (repository, tag, digest) and the root
+context: "repository@digest" when a digest is given, else "repository:tag" with the chart's
+appVersion as the default tag. Call it with (dict "image" .Values.x.image "root" $).
+*/}}
+{{- define "limiterd.image" -}}
+{{- if .image.digest }}
+{{- printf "%s@%s" .image.repository .image.digest }}
+{{- else }}
+{{- printf "%s:%s" .image.repository (default .root.Chart.AppVersion .image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/*
+limiterd.redisPasswordDir: where the Redis password Secret is mounted in limiterd's container.
+*/}}
+{{- define "limiterd.redisPasswordDir" -}}/etc/limiterd/redis-password{{- end }}
+
+{{/*
+limiterd.redisTLSDir: where the Redis TLS Secret is mounted in limiterd's container.
+*/}}
+{{- define "limiterd.redisTLSDir" -}}/etc/limiterd/redis-tls{{- end }}
+
+{{/*
+limiterd.validate: fails the rendering on combinations of values the schema cannot express
+across keys; included by the limiterd Deployment.
+*/}}
+{{- define "limiterd.validate" -}}
+{{- $store := .Values.limiterd.store }}
+{{- if and (eq $store.type "redis") (not $store.redis.addrs) }}
+{{- fail "limiterd.store.redis.addrs needs an address when limiterd.store.type is redis" }}
+{{- end }}
+{{- $tls := $store.redis.tls }}
+{{- if ne (empty $tls.certKey) (empty $tls.keyKey) }}
+{{- fail "limiterd.store.redis.tls.certKey and limiterd.store.redis.tls.keyKey must be given together" }}
+{{- end }}
+{{- if and $tls.enabled (not $tls.secretName) $tls.certKey }}
+{{- fail "limiterd.store.redis.tls.secretName is required for a client certificate (certKey, keyKey)" }}
+{{- end }}
+{{- $pdb := .Values.limiterd.podDisruptionBudget }}
+{{- if and $pdb.enabled (kindIs "invalid" $pdb.minAvailable) (kindIs "invalid" $pdb.maxUnavailable) }}
+{{- fail "limiterd.podDisruptionBudget: give minAvailable or maxUnavailable" }}
+{{- end }}
+{{- $hpa := .Values.limiterd.autoscaling }}
+{{- if and $hpa.enabled (gt (int $hpa.minReplicas) (int $hpa.maxReplicas)) }}
+{{- fail "limiterd.autoscaling.minReplicas must not exceed maxReplicas" }}
+{{- end }}
+{{- if and $hpa.enabled (kindIs "invalid" $hpa.targetCPUUtilizationPercentage) (kindIs "invalid" $hpa.targetMemoryUtilizationPercentage) }}
+{{- fail "limiterd.autoscaling needs targetCPUUtilizationPercentage or targetMemoryUtilizationPercentage" }}
+{{- end }}
+{{- end }}

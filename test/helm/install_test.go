@@ -1,0 +1,440 @@
+package helm_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/yaml"
+
+	"github.com/limiterd/limiterd/internal/testenv"
+)
+
+const crdName = "ratelimitpolicies.limiterd.dev"
+
+// apiServer is a test API server (etcd and kube-apiserver, no nodes or controllers) without the
+// RateLimitPolicy CRD, which the chart installs.
+type apiServer struct {
+	client     client.Client
+	kubeconfig string
+}
+
+// startAPIServer starts an API server for t, stopped when t ends.
+func startAPIServer(t *testing.T) *apiServer {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	assets, err := testenv.AssetsDir(ctx)
+	if err != nil {
+		unavailable(t, "the envtest API server", err)
+	}
+	scheme := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(apiextensionsv1.AddToScheme(scheme))
+	env := &envtest.Environment{BinaryAssetsDirectory: assets, Scheme: scheme}
+	cfg, err := env.Start()
+	if err != nil {
+		_ = env.Stop()
+		t.Fatalf("start API server (assets %s): %v", assets, err)
+	}
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Errorf("stop API server: %v", err)
+		}
+	})
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kubeconfig, env.KubeConfig, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return &apiServer{client: c, kubeconfig: kubeconfig}
+}
+
+// helm runs helm against the API server and returns its stdout; it fails t on an error.
+func (s *apiServer) helm(t *testing.T, args ...string) string {
+	t.Helper()
+	out, errOut, err := runHelm(t, append(args, "--kubeconfig", s.kubeconfig)...)
+	if err != nil {
+		t.Fatalf("helm %s: %v\n%s%s", strings.Join(args, " "), err, out, errOut)
+	}
+	return out
+}
+
+// installServiceMonitorCRD installs a minimal monitoring.coreos.com/v1 ServiceMonitor CRD (the
+// Prometheus Operator's is not in the test API server), so that the chart's ServiceMonitors
+// can be created.
+func (s *apiServer) installServiceMonitorCRD(t *testing.T) {
+	t.Helper()
+	preserve := true
+	crd := &apiextensionsv1.CustomResourceDefinition{
+		ObjectMeta: metav1.ObjectMeta{Name: "servicemonitors.monitoring.coreos.com"},
+		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
+			Group: "monitoring.coreos.com",
+			Names: apiextensionsv1.CustomResourceDefinitionNames{Kind: "ServiceMonitor", ListKind: "ServiceMonitorList", Plural: "servicemonitors", Singular: "servicemonitor"},
+			Scope: apiextensionsv1.NamespaceScoped,
+			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{
+				Name: "v1", Served: true, Storage: true,
+				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
+					Type: "object",
+					Properties: map[string]apiextensionsv1.JSONSchemaProps{
+						"spec": {Type: "object", XPreserveUnknownFields: &preserve},
+					},
+				}},
+			}},
+		},
+	}
+	ctx := context.Background()
+	if err := s.client.Create(ctx, crd); err != nil {
+		t.Fatal(err)
+	}
+	s.waitEstablished(t, crd.Name)
+}
+
+// waitEstablished waits until a CRD is established.
+func (s *apiServer) waitEstablished(t *testing.T, name string) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		var crd apiextensionsv1.CustomResourceDefinition
+		if err := s.client.Get(ctx, client.ObjectKey{Name: name}, &crd); err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		for _, c := range crd.Status.Conditions {
+			if c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("CRD %s not established: %v", name, err)
+	}
+}
+
+// getCRD returns the RateLimitPolicy CRD, or nil when it does not exist.
+func (s *apiServer) getCRD(t *testing.T) *apiextensionsv1.CustomResourceDefinition {
+	t.Helper()
+	var crd apiextensionsv1.CustomResourceDefinition
+	err := s.client.Get(context.Background(), client.ObjectKey{Name: crdName}, &crd)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &crd
+}
+
+// mustExist fails t unless each object exists.
+func (s *apiServer) mustExist(t *testing.T, objs ...client.Object) {
+	t.Helper()
+	for _, o := range objs {
+		if err := s.client.Get(context.Background(), client.ObjectKeyFromObject(o), o); err != nil {
+			t.Errorf("%T %s/%s: %v", o, o.GetNamespace(), o.GetName(), err)
+		}
+	}
+}
+
+// mustNotExist fails t if any object still exists.
+func (s *apiServer) mustNotExist(t *testing.T, objs ...client.Object) {
+	t.Helper()
+	for _, o := range objs {
+		err := s.client.Get(context.Background(), client.ObjectKeyFromObject(o), o)
+		if !apierrors.IsNotFound(err) {
+			t.Errorf("%T %s/%s still exists after uninstall (err %v)", o, o.GetNamespace(), o.GetName(), err)
+		}
+	}
+}
+
+// can asks the API server's RBAC authorizer whether a ServiceAccount may do something.
+func (s *apiServer) can(t *testing.T, saNamespace, sa, verb, group, resource, subresource, namespace string) bool {
+	t.Helper()
+	sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+		User:   fmt.Sprintf("system:serviceaccount:%s:%s", saNamespace, sa),
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + saNamespace, "system:authenticated"},
+		ResourceAttributes: &authorizationv1.ResourceAttributes{
+			Namespace: namespace, Verb: verb, Group: group, Resource: resource, Subresource: subresource,
+		},
+	}}
+	if err := s.client.Create(context.Background(), sar); err != nil {
+		t.Fatal(err)
+	}
+	return sar.Status.Allowed
+}
+
+type permission struct {
+	verb, group, resource, subresource, namespace string
+	allowed                                       bool
+}
+
+func (s *apiServer) checkPermissions(t *testing.T, saNamespace, sa string, perms []permission) {
+	t.Helper()
+	for _, p := range perms {
+		if got := s.can(t, saNamespace, sa, p.verb, p.group, p.resource, p.subresource, p.namespace); got != p.allowed {
+			res := p.resource
+			if p.subresource != "" {
+				res += "/" + p.subresource
+			}
+			t.Errorf("ServiceAccount %s/%s may %s %s.%s in %q: %v, want %v", saNamespace, sa, p.verb, res, p.group, p.namespace, got, p.allowed)
+		}
+	}
+}
+
+func ns(name string) *corev1.Namespace {
+	return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+}
+
+// TestInstall installs the chart into a real API server, which validates every object, then
+// upgrades and uninstalls it: the CRD and the policies are kept unless crds.keep=false; the
+// ServiceAccounts get exactly their permissions; the namespaced scenario is confined to its
+// namespace. Pods never run (the server has no nodes), so helm does not wait for them.
+func TestInstall(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an API server")
+	}
+	s := startAPIServer(t)
+	s.installServiceMonitorCRD(t)
+	ctx := context.Background()
+	for _, name := range []string{"team-a", "shop"} {
+		if err := s.client.Create(ctx, ns(name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// 1. crds.keep=false: uninstalling deletes the CRD.
+	t.Run("crds.keep=false deletes the CRD on uninstall", func(t *testing.T) {
+		s.helm(t, "install", "dropper", chartRel, "--namespace", "dropper", "--create-namespace", "--wait=false", "--set", "crds.keep=false")
+		crd := s.getCRD(t)
+		if crd == nil {
+			t.Fatal("CRD not installed")
+		}
+		if _, ok := crd.Annotations["helm.sh/resource-policy"]; ok {
+			t.Errorf("CRD annotated %v with crds.keep=false", crd.Annotations)
+		}
+		s.helm(t, "uninstall", "dropper", "--namespace", "dropper", "--wait=false")
+		err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+			return s.getCRD(t) == nil, nil
+		})
+		if err != nil {
+			t.Fatalf("CRD still present after uninstall with crds.keep=false: %v", err)
+		}
+	})
+
+	// 2. Every feature on: the server accepts every object.
+	policy := &unstructured.Unstructured{}
+	policy.SetGroupVersionKind(schema.GroupVersionKind{Group: "limiterd.dev", Version: "v1alpha1", Kind: "RateLimitPolicy"})
+	policy.SetNamespace("shop")
+	policy.SetName("public-api")
+	t.Run("install with every feature", func(t *testing.T) {
+		out := s.helm(t, "install", release, chartRel, "--namespace", namespace, "--create-namespace", "--wait=false",
+			"--values", chartRel+"/ci/all-features-values.yaml")
+		for _, want := range []string{
+			"STATUS: deployed",
+			"kubectl port-forward -n " + namespace + " svc/" + limiterdName + " 8080:8080",
+			"curl -sS -X POST http://127.0.0.1:8080/v1/allow",
+			"kind: RateLimitPolicy",
+		} {
+			if !strings.Contains(out, want) {
+				t.Errorf("helm install output (NOTES) lacks %q:\n%s", want, out)
+			}
+		}
+		crd := s.getCRD(t)
+		if crd == nil {
+			t.Fatal("CRD not installed")
+		}
+		if crd.Annotations["helm.sh/resource-policy"] != "keep" {
+			t.Errorf("CRD annotations %v lack helm.sh/resource-policy: keep", crd.Annotations)
+		}
+		s.waitEstablished(t, crdName)
+
+		// The first policy NOTES tells to apply is valid.
+		_, rest, ok := strings.Cut(out, "<<'YAML'\n")
+		doc, _, ok2 := strings.Cut(rest, "\nYAML\n")
+		if !ok || !ok2 {
+			t.Fatalf("NOTES has no <<'YAML' ... YAML policy:\n%s", out)
+		}
+		first := &unstructured.Unstructured{}
+		if err := yaml.Unmarshal([]byte(doc), &first.Object); err != nil {
+			t.Fatalf("NOTES policy: %v\n%s", err, doc)
+		}
+		first.SetNamespace("default")
+		if err := s.client.Create(ctx, first); err != nil {
+			t.Errorf("apply the policy of NOTES: %v", err)
+		}
+
+		s.mustExist(t,
+			&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: limiterdName}},
+			&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: operatorName}},
+			&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: limiterdName}},
+			&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: limiterdName + "-admin"}},
+			&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: operatorName + "-metrics"}},
+			&autoscalingv2.HorizontalPodAutoscaler{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: limiterdName}},
+			&policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: limiterdName}},
+			&networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: limiterdName}},
+			&networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: operatorName}},
+			&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: limiterdName + "-dashboard"}},
+			&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: limiterdName}},
+			&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: operatorName}},
+			&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: operatorName + "-leader-election"}},
+		)
+		var sms unstructured.UnstructuredList
+		sms.SetGroupVersionKind(schema.GroupVersionKind{Group: "monitoring.coreos.com", Version: "v1", Kind: "ServiceMonitorList"})
+		if err := s.client.List(ctx, &sms, client.InNamespace(namespace)); err != nil || len(sms.Items) != 2 {
+			t.Errorf("ServiceMonitors: %d, err %v; want 2", len(sms.Items), err)
+		}
+
+		// The installed CRD serves and validates policies.
+		policy.Object["spec"] = map[string]any{
+			"defaultTier": "free",
+			"tiers": []any{map[string]any{
+				"name": "free", "algorithm": "TokenBucket",
+				"tokenBucket": map[string]any{"capacity": int64(10), "refillRate": int64(5), "refillPeriod": "1s"},
+			}},
+		}
+		if err := s.client.Create(ctx, policy); err != nil {
+			t.Fatalf("create a RateLimitPolicy through the chart's CRD: %v", err)
+		}
+		bad := policy.DeepCopy()
+		bad.SetName("bad")
+		bad.Object["spec"] = map[string]any{"defaultTier": "free", "tiers": "not-a-list"}
+		if err := s.client.Create(ctx, bad); err == nil {
+			t.Errorf("the CRD accepted a policy whose tiers is a string")
+		}
+
+		// Least privilege, as the API server's RBAC authorizer decides it.
+		s.checkPermissions(t, namespace, limiterdName, []permission{
+			{"list", "", "configmaps", "", "shop", true},
+			{"watch", "", "configmaps", "", "", true},
+			{"get", "", "configmaps", "", "team-a", true},
+			{"create", "", "configmaps", "", "shop", false},
+			{"update", "", "configmaps", "", "shop", false},
+			{"delete", "", "configmaps", "", "shop", false},
+			{"get", "", "secrets", "", namespace, false},
+			{"list", "limiterd.dev", "ratelimitpolicies", "", "shop", false},
+			{"create", "coordination.k8s.io", "leases", "", namespace, true}, // its status Lease
+			{"update", "coordination.k8s.io", "leases", "", namespace, true},
+			{"list", "coordination.k8s.io", "leases", "", namespace, false},
+			{"create", "coordination.k8s.io", "leases", "", "shop", false},
+		})
+		s.checkPermissions(t, namespace, operatorName, []permission{
+			{"watch", "limiterd.dev", "ratelimitpolicies", "", "", true},
+			{"patch", "limiterd.dev", "ratelimitpolicies", "status", "shop", true},
+			{"update", "limiterd.dev", "ratelimitpolicies", "", "shop", false},
+			{"delete", "limiterd.dev", "ratelimitpolicies", "", "shop", false},
+			{"create", "", "configmaps", "", "shop", true},
+			{"delete", "", "configmaps", "", "shop", true},
+			{"create", "events.k8s.io", "events", "", "shop", true},
+			{"create", "", "events", "", "shop", true},
+			{"create", "coordination.k8s.io", "leases", "", namespace, true},
+			{"create", "coordination.k8s.io", "leases", "", "shop", false},
+			{"get", "", "secrets", "", namespace, false},
+			{"list", "", "pods", "", namespace, false},
+			{"create", "apps", "deployments", "", namespace, false},
+		})
+	})
+
+	// 3. Upgrade to the Redis scenario: the CRD is upgraded in place, the HPA removed.
+	t.Run("upgrade", func(t *testing.T) {
+		s.helm(t, "upgrade", release, chartRel, "--namespace", namespace, "--wait=false",
+			"--values", chartRel+"/ci/redis-cluster-values.yaml")
+		var dep appsv1.Deployment
+		if err := s.client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: limiterdName}, &dep); err != nil {
+			t.Fatal(err)
+		}
+		if dep.Spec.Replicas == nil || *dep.Spec.Replicas != 3 {
+			t.Errorf("replicas after upgrade = %v, want 3", dep.Spec.Replicas)
+		}
+		if !strings.Contains(strings.Join(dep.Spec.Template.Spec.Containers[0].Args, " "), "--redis-addr=redis-cluster-0.redis-cluster-headless.redis.svc.cluster.local:6379") {
+			t.Errorf("args after upgrade: %v", dep.Spec.Template.Spec.Containers[0].Args)
+		}
+		s.mustNotExist(t, &autoscalingv2.HorizontalPodAutoscaler{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: limiterdName}})
+		if s.getCRD(t) == nil {
+			t.Fatal("CRD gone after upgrade")
+		}
+	})
+
+	// 4. Uninstall: everything goes but the CRD and the policies.
+	t.Run("uninstall keeps the CRD and the policies", func(t *testing.T) {
+		s.helm(t, "uninstall", release, "--namespace", namespace, "--wait=false")
+		s.mustNotExist(t,
+			&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: limiterdName}},
+			&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: operatorName}},
+			&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: limiterdName}},
+			&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: limiterdName}},
+			&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: operatorName}},
+			&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: limiterdName}},
+		)
+		// The API server deletes a CRD asynchronously: give a deletion time to show.
+		time.Sleep(2 * time.Second)
+		crd := s.getCRD(t)
+		if crd == nil || crd.DeletionTimestamp != nil {
+			t.Fatalf("CRD deleted by uninstall: %v", crd)
+		}
+		if err := s.client.Get(ctx, client.ObjectKeyFromObject(policy), policy.DeepCopy()); err != nil {
+			t.Errorf("RateLimitPolicy gone after uninstall: %v", err)
+		}
+	})
+
+	// 5. Reinstalling the same release adopts the kept CRD.
+	t.Run("reinstall adopts the kept CRD", func(t *testing.T) {
+		s.helm(t, "install", release, chartRel, "--namespace", namespace, "--wait=false")
+		if crd := s.getCRD(t); crd == nil || crd.Labels["app.kubernetes.io/managed-by"] != "Helm" {
+			t.Errorf("CRD after reinstall: %v", crd)
+		}
+		s.helm(t, "uninstall", release, "--namespace", namespace, "--wait=false")
+	})
+
+	// 6. Namespaced: limiterd reads ConfigMaps of team-a only; the CRD is left to others.
+	t.Run("namespaced", func(t *testing.T) {
+		const rel = "team-a"
+		if s.getCRD(t) == nil {
+			t.Fatal("the CRD kept by the previous steps is gone")
+		}
+		s.helm(t, "install", rel, chartRel, "--namespace", "team-a-system", "--create-namespace", "--wait=false",
+			"--values", chartRel+"/ci/namespaced-values.yaml")
+		sa := rel + "-limiterd"
+		s.mustExist(t,
+			&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a-system", Name: sa}},
+			&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: sa}},
+		)
+		s.mustNotExist(t,
+			&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: sa}},
+			&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a-system", Name: sa + "-operator"}},
+		)
+		s.checkPermissions(t, "team-a-system", sa, []permission{
+			{"list", "", "configmaps", "", "team-a", true},
+			{"watch", "", "configmaps", "", "team-a", true},
+			{"list", "", "configmaps", "", "shop", false},
+			{"list", "", "configmaps", "", "", false},
+			{"create", "", "configmaps", "", "team-a", false},
+		})
+		s.helm(t, "uninstall", rel, "--namespace", "team-a-system", "--wait=false")
+		if s.getCRD(t) == nil {
+			t.Errorf("uninstalling a release with crds.install=false removed the CRD")
+		}
+	})
+}

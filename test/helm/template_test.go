@@ -1,0 +1,806 @@
+package helm_test
+
+import (
+	"encoding/json"
+	"os"
+	"path"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+const (
+	limiterdName = release // the full name of release "limiterd"
+	operatorName = release + "-operator"
+)
+
+// TestLintStrict runs helm lint --strict with the defaults and with each ci/*-values.yaml.
+func TestLintStrict(t *testing.T) {
+	t.Parallel()
+	scenarios := append([]string{""}, ciValues(t)...)
+	for _, values := range scenarios {
+		name := "defaults"
+		if values != "" {
+			name = filepath.Base(values)
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			args := []string{"lint", "--strict", chartRel}
+			if values != "" {
+				args = append(args, "--values", values)
+			}
+			out, errOut, err := runHelm(t, args...)
+			if err != nil {
+				t.Fatalf("helm %s: %v\n%s%s", strings.Join(args, " "), err, out, errOut)
+			}
+			if !strings.Contains(out, "1 chart(s) linted, 0 chart(s) failed") {
+				t.Fatalf("helm lint output lacks the success line:\n%s%s", out, errOut)
+			}
+			for _, line := range strings.Split(out+errOut, "\n") {
+				if strings.Contains(line, "[WARNING]") || strings.Contains(line, "[ERROR]") {
+					t.Errorf("helm lint: %s", line)
+				}
+			}
+		})
+	}
+}
+
+// TestTemplateDefaults checks the objects of the defaults and their security settings.
+func TestTemplateDefaults(t *testing.T) {
+	t.Parallel()
+	m := render(t)
+	_, appVersion := chartMeta(t)
+
+	want := map[string]int{
+		"CustomResourceDefinition": 1, "ServiceAccount": 2, "ClusterRole": 2, "ClusterRoleBinding": 2,
+		"Role": 2, "RoleBinding": 2, "Service": 3, "Deployment": 2,
+	}
+	if got := m.kinds(); !mapsEqual(got, want) {
+		t.Errorf("kinds = %v, want %v", got, want)
+	}
+	for _, o := range m {
+		if o.GetKind() == "CustomResourceDefinition" || strings.HasPrefix(o.GetKind(), "Cluster") {
+			if o.GetNamespace() != "" {
+				t.Errorf("%s %s is cluster-scoped but has namespace %q", o.GetKind(), o.GetName(), o.GetNamespace())
+			}
+		} else if o.GetNamespace() != namespace {
+			t.Errorf("%s %s: namespace %q, want %q", o.GetKind(), o.GetName(), o.GetNamespace(), namespace)
+		}
+		l := o.GetLabels()
+		if l["app.kubernetes.io/instance"] != release || l["app.kubernetes.io/managed-by"] != "Helm" || l["app.kubernetes.io/name"] != "limiterd" {
+			t.Errorf("%s %s: labels %v lack the standard ones", o.GetKind(), o.GetName(), l)
+		}
+	}
+
+	// limiterd.
+	dep := typed[appsv1.Deployment](t, m.get(t, "Deployment", limiterdName))
+	if dep.Spec.Replicas == nil || *dep.Spec.Replicas != 2 {
+		t.Errorf("limiterd replicas = %v, want 2", dep.Spec.Replicas)
+	}
+	checkPodSecurity(t, dep)
+	c := container(t, dep, "limiterd")
+	if want := "ghcr.io/limiterd/limiterd:" + appVersion; c.Image != want {
+		t.Errorf("limiterd image = %q, want %q", c.Image, want)
+	}
+	checkArgs(t, c.Args, []string{"--addr=:8080", "--admin-addr=:9090", "--store=memory", "--max-clients=1000000", "--log-level=info", "--shutdown-timeout=15s",
+		"--replica-name=$(POD_NAME)", "--status-namespace=" + namespace, "--status-interval=5s"},
+		[]string{"--namespace", "--store-timeout", "--redis-addr", "--redis-tls", "--redis-password-file", "--kubeconfig", "--policy-file", "--grpc-addr"})
+	if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {
+		return e.Name == "POD_NAME" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name"
+	}) {
+		t.Errorf("limiterd env %+v lacks POD_NAME from metadata.name (its --replica-name)", c.Env)
+	}
+	checkPorts(t, c, map[string]int32{"http": 8080, "admin": 9090})
+	checkProbes(t, c, "admin")
+	if dep.Spec.Template.Spec.ServiceAccountName != limiterdName {
+		t.Errorf("limiterd runs as ServiceAccount %q, want %q", dep.Spec.Template.Spec.ServiceAccountName, limiterdName)
+	}
+	if len(dep.Spec.Template.Spec.Volumes) != 0 {
+		t.Errorf("limiterd has volumes %v with the memory store", dep.Spec.Template.Spec.Volumes)
+	}
+
+	// The operator.
+	op := typed[appsv1.Deployment](t, m.get(t, "Deployment", operatorName))
+	checkPodSecurity(t, op)
+	oc := container(t, op, "manager")
+	if want := "ghcr.io/limiterd/manager:" + appVersion; oc.Image != want {
+		t.Errorf("operator image = %q, want %q", oc.Image, want)
+	}
+	checkArgs(t, oc.Args, []string{"--leader-elect", "--leader-election-namespace=" + namespace, "--metrics-bind-address=:8080", "--health-probe-bind-address=:8081"}, nil)
+	checkPorts(t, oc, map[string]int32{"metrics": 8080, "probes": 8081})
+	checkProbes(t, oc, "probes")
+	if op.Spec.Template.Spec.ServiceAccountName != operatorName {
+		t.Errorf("operator runs as ServiceAccount %q, want %q", op.Spec.Template.Spec.ServiceAccountName, operatorName)
+	}
+
+	// Services select the right pods: the decisions Service exposes only the decisions port,
+	// the admin Service is ClusterIP.
+	svc := typed[corev1.Service](t, m.get(t, "Service", limiterdName))
+	checkService(t, svc, dep, op, corev1.ServiceTypeClusterIP, map[string]int32{"http": 8080})
+	admin := typed[corev1.Service](t, m.get(t, "Service", limiterdName+"-admin"))
+	checkService(t, admin, dep, op, corev1.ServiceTypeClusterIP, map[string]int32{"admin": 9090})
+	opSvc := typed[corev1.Service](t, m.get(t, "Service", operatorName+"-metrics"))
+	checkService(t, opSvc, op, dep, corev1.ServiceTypeClusterIP, map[string]int32{"metrics": 8080})
+
+	// limiterd's RBAC: read-only ConfigMaps, cluster-wide, bound to its ServiceAccount.
+	cr := typed[rbacv1.ClusterRole](t, m.get(t, "ClusterRole", limiterdName))
+	if got, want := ruleSet(cr.Rules), ruleSet([]rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch"}}}); !mapsEqual(got, want) {
+		t.Errorf("limiterd ClusterRole grants %v, want only %v", keys(got), keys(want))
+	}
+	crb := typed[rbacv1.ClusterRoleBinding](t, m.get(t, "ClusterRoleBinding", limiterdName))
+	checkBinding(t, crb.RoleRef, crb.Subjects, "ClusterRole", limiterdName, limiterdName)
+	checkStatusRole(t, m)
+	opcrb := typed[rbacv1.ClusterRoleBinding](t, m.get(t, "ClusterRoleBinding", operatorName))
+	checkBinding(t, opcrb.RoleRef, opcrb.Subjects, "ClusterRole", operatorName, operatorName)
+	rb := typed[rbacv1.RoleBinding](t, m.get(t, "RoleBinding", operatorName+"-leader-election"))
+	checkBinding(t, rb.RoleRef, rb.Subjects, "Role", operatorName+"-leader-election", operatorName)
+
+	// The CRD is kept on uninstall.
+	crd := m.get(t, "CustomResourceDefinition", "ratelimitpolicies.limiterd.dev")
+	if got := crd.GetAnnotations()["helm.sh/resource-policy"]; got != "keep" {
+		t.Errorf("CRD annotation helm.sh/resource-policy = %q, want keep", got)
+	}
+}
+
+// TestTemplateAllFeatures checks every optional object of ci/all-features-values.yaml.
+func TestTemplateAllFeatures(t *testing.T) {
+	t.Parallel()
+	m := render(t, "--values", chartRel+"/ci/all-features-values.yaml")
+	want := map[string]int{
+		"CustomResourceDefinition": 1, "ServiceAccount": 2, "ClusterRole": 2, "ClusterRoleBinding": 2,
+		"Role": 2, "RoleBinding": 2, "Service": 3, "Deployment": 2,
+		"HorizontalPodAutoscaler": 1, "PodDisruptionBudget": 1, "ServiceMonitor": 2, "NetworkPolicy": 2, "ConfigMap": 1,
+	}
+	if got := m.kinds(); !mapsEqual(got, want) {
+		t.Errorf("kinds = %v, want %v", got, want)
+	}
+	for _, o := range m {
+		if o.GetLabels()["team"] != "platform" {
+			t.Errorf("%s %s lacks commonLabels team=platform: %v", o.GetKind(), o.GetName(), o.GetLabels())
+		}
+	}
+	dep := typed[appsv1.Deployment](t, m.get(t, "Deployment", limiterdName))
+	op := typed[appsv1.Deployment](t, m.get(t, "Deployment", operatorName))
+	checkPodSecurity(t, dep)
+	checkPodSecurity(t, op)
+	pod := dep.Spec.Template
+	c := container(t, dep, "limiterd")
+	checkPorts(t, c, map[string]int32{"http": 8080, "admin": 9090, "grpc": 8081})
+
+	if dep.Spec.Replicas != nil {
+		t.Errorf("limiterd replicas = %d with autoscaling on, want unset (the HPA owns it)", *dep.Spec.Replicas)
+	}
+	if want := "ghcr.io/limiterd/limiterd@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"; c.Image != want {
+		t.Errorf("limiterd image = %q, want the digest %q", c.Image, want)
+	}
+	if got := pod.Spec.ImagePullSecrets; len(got) != 1 || got[0].Name != "ghcr-pull" {
+		t.Errorf("imagePullSecrets = %v", got)
+	}
+	if pod.Labels["tier"] != "data-plane" || pod.Annotations["example.com/owner"] != "platform" {
+		t.Errorf("pod labels/annotations = %v / %v", pod.Labels, pod.Annotations)
+	}
+	if pod.Spec.Affinity == nil || pod.Spec.Affinity.PodAntiAffinity == nil || len(pod.Spec.TopologySpreadConstraints) != 1 {
+		t.Errorf("affinity or topology spread constraints missing")
+	}
+	if got := op.Spec.Template.Spec.PriorityClassName; got != "system-cluster-critical" {
+		t.Errorf("operator priorityClassName = %q", got)
+	}
+	if got := op.Spec.Template.Spec.Tolerations; len(got) != 1 || got[0].Key != "dedicated" {
+		t.Errorf("operator tolerations = %v", got)
+	}
+
+	// Redis with a password file and mutual TLS, each file from the named Secret.
+	checkArgs(t, c.Args, []string{
+		"--grpc-addr=:8081", "--store=redis", "--store-timeout=50ms", "--redis-addr=redis-master.redis.svc:6379", "--redis-tls",
+		"--redis-tls-server-name=redis.example.internal", "--redis-clock=client", "--redis-local-reject-cache=10000", "--status-interval=10s",
+		"--max-clients=2000000", "--log-level=debug", "--shutdown-timeout=20s", "--sweep-interval=30s",
+	}, []string{"--namespace"})
+	checkSecretFile(t, dep, c, "--redis-password-file", "limiterd-redis", "redis-password")
+	checkSecretFile(t, dep, c, "--redis-ca-file", "limiterd-redis-tls", "ca.crt")
+	checkSecretFile(t, dep, c, "--redis-cert-file", "limiterd-redis-tls", "tls.crt")
+	checkSecretFile(t, dep, c, "--redis-key-file", "limiterd-redis-tls", "tls.key")
+	if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "GOMEMLIMIT" && e.Value == "450MiB" }) {
+		t.Errorf("limiterd env = %v, want GOMEMLIMIT", c.Env)
+	}
+
+	// Services: the decisions Service is a LoadBalancer, the admin one stays ClusterIP.
+	svc := typed[corev1.Service](t, m.get(t, "Service", limiterdName))
+	checkService(t, svc, dep, op, corev1.ServiceTypeLoadBalancer, map[string]int32{"http": 8080, "grpc": 8081})
+	admin := typed[corev1.Service](t, m.get(t, "Service", limiterdName+"-admin"))
+	checkService(t, admin, dep, op, corev1.ServiceTypeClusterIP, map[string]int32{"admin": 9090})
+
+	// HorizontalPodAutoscaler.
+	hpa := typed[autoscalingv2.HorizontalPodAutoscaler](t, m.get(t, "HorizontalPodAutoscaler", limiterdName))
+	if ref := hpa.Spec.ScaleTargetRef; ref.Kind != "Deployment" || ref.Name != limiterdName || ref.APIVersion != "apps/v1" {
+		t.Errorf("HPA targets %+v", ref)
+	}
+	if hpa.Spec.MinReplicas == nil || *hpa.Spec.MinReplicas != 3 || hpa.Spec.MaxReplicas != 12 {
+		t.Errorf("HPA replicas %v..%d, want 3..12", hpa.Spec.MinReplicas, hpa.Spec.MaxReplicas)
+	}
+	targets := map[corev1.ResourceName]int32{}
+	for _, mt := range hpa.Spec.Metrics {
+		if mt.Resource != nil && mt.Resource.Target.AverageUtilization != nil {
+			targets[mt.Resource.Name] = *mt.Resource.Target.AverageUtilization
+		}
+	}
+	if !mapsEqual(targets, map[corev1.ResourceName]int32{corev1.ResourceCPU: 60, corev1.ResourceMemory: 80}) {
+		t.Errorf("HPA targets %v", targets)
+	}
+	if hpa.Spec.Behavior == nil || hpa.Spec.Behavior.ScaleDown == nil {
+		t.Errorf("HPA behavior missing")
+	}
+
+	// PodDisruptionBudget.
+	pdb := typed[policyv1.PodDisruptionBudget](t, m.get(t, "PodDisruptionBudget", limiterdName))
+	if pdb.Spec.MaxUnavailable == nil || *pdb.Spec.MaxUnavailable != intstr.FromString("25%") || pdb.Spec.MinAvailable != nil {
+		t.Errorf("PDB maxUnavailable=%v minAvailable=%v, want 25%% and unset", pdb.Spec.MaxUnavailable, pdb.Spec.MinAvailable)
+	}
+	checkSelects(t, "PDB", pdb.Spec.Selector, dep, op)
+
+	// ServiceMonitors: limiterd's scrapes the admin Service's admin port, not the decisions Service.
+	sm := m.get(t, "ServiceMonitor", limiterdName)
+	checkServiceMonitor(t, sm, admin, svc, "admin")
+	osm := m.get(t, "ServiceMonitor", operatorName)
+	checkServiceMonitor(t, osm, typed[corev1.Service](t, m.get(t, "Service", operatorName+"-metrics")), svc, "metrics")
+	if sm.GetLabels()["release"] != "kube-prometheus-stack" {
+		t.Errorf("ServiceMonitor labels %v lack release=kube-prometheus-stack", sm.GetLabels())
+	}
+	eps, _, _ := unstructured.NestedSlice(sm.Object, "spec", "endpoints")
+	if ep := eps[0].(map[string]any); ep["interval"] != "15s" || ep["scrapeTimeout"] != "5s" || ep["metricRelabelings"] == nil {
+		t.Errorf("ServiceMonitor endpoint %v", ep)
+	}
+
+	// NetworkPolicies.
+	np := typed[networkingv1.NetworkPolicy](t, m.get(t, "NetworkPolicy", limiterdName))
+	checkSelects(t, "NetworkPolicy", &np.Spec.PodSelector, dep, op)
+	if !slices.Equal(np.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}) {
+		t.Errorf("NetworkPolicy policyTypes = %v, want [Ingress]", np.Spec.PolicyTypes)
+	}
+	peers := ingressPeers(t, np)
+	if got := peers["http"]; len(got) != 3 || !isSameNamespace(got[0]) ||
+		got[1].NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"] != "shop" ||
+		len(got[2].NamespaceSelector.MatchExpressions) != 1 {
+		t.Errorf("decisions port peers = %+v, want the namespace itself, shop and the labelled namespaces", got)
+	}
+	if got := peers["admin"]; len(got) != 2 || !isSameNamespace(got[0]) ||
+		got[1].NamespaceSelector == nil || got[1].NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"] != "monitoring" || got[1].PodSelector != nil {
+		t.Errorf("admin port peers = %+v, want the namespace itself and monitoring", got)
+	}
+	if !reflect.DeepEqual(peers["grpc"], peers["http"]) {
+		t.Errorf("gRPC port peers %+v differ from the decisions port's %+v", peers["grpc"], peers["http"])
+	}
+	if len(peers) != 3 {
+		t.Errorf("NetworkPolicy opens ports %v, want http, grpc and admin only", keys(peers))
+	}
+	onp := typed[networkingv1.NetworkPolicy](t, m.get(t, "NetworkPolicy", operatorName))
+	checkSelects(t, "operator NetworkPolicy", &onp.Spec.PodSelector, op, dep)
+	if opeers := ingressPeers(t, onp); len(opeers) != 1 || len(opeers["metrics"]) != 2 {
+		t.Errorf("operator NetworkPolicy peers = %+v, want the metrics port from the namespace and monitoring", opeers)
+	}
+
+	// Grafana dashboard, for the sidecar.
+	cm := typed[corev1.ConfigMap](t, m.get(t, "ConfigMap", limiterdName+"-dashboard"))
+	if cm.Labels["grafana_dashboard"] != "1" || cm.Annotations["grafana_folder"] != "limiterd" {
+		t.Errorf("dashboard ConfigMap labels %v annotations %v", cm.Labels, cm.Annotations)
+	}
+	want2, err := os.ReadFile(filepath.Join(repoRoot(t), "docs", "grafana", "limiterd.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got, wantJSON any
+	if err := json.Unmarshal([]byte(cm.Data["limiterd.json"]), &got); err != nil {
+		t.Fatalf("dashboard ConfigMap: %v", err)
+	}
+	if err := json.Unmarshal(want2, &wantJSON); err != nil {
+		t.Fatal(err)
+	}
+	if !jsonEqual(got, wantJSON) {
+		t.Errorf("dashboard ConfigMap data differs from docs/grafana/limiterd.json")
+	}
+}
+
+// TestTemplateRedisCluster checks ci/redis-cluster-values.yaml: Redis with a password and TLS
+// verified by a CA (no client certificate), and a PodDisruptionBudget by minAvailable.
+func TestTemplateRedisCluster(t *testing.T) {
+	t.Parallel()
+	m := render(t, "--values", chartRel+"/ci/redis-cluster-values.yaml")
+	dep := typed[appsv1.Deployment](t, m.get(t, "Deployment", limiterdName))
+	c := container(t, dep, "limiterd")
+	var addrs []string
+	for _, a := range c.Args {
+		if v, ok := strings.CutPrefix(a, "--redis-addr="); ok {
+			addrs = append(addrs, v)
+		}
+	}
+	if len(addrs) != 3 || addrs[0] != "redis-cluster-0.redis-cluster-headless.redis.svc.cluster.local:6379" {
+		t.Errorf("--redis-addr flags %v, want the three cluster nodes", addrs)
+	}
+	checkArgs(t, c.Args, []string{"--store=redis", "--redis-tls", "--store-timeout=25ms", "--redis-clock=server"},
+		[]string{"--redis-cert-file", "--redis-key-file", "--redis-local-reject-cache", "--redis-tls-server-name"})
+	checkSecretFile(t, dep, c, "--redis-password-file", "redis-auth", "password")
+	checkSecretFile(t, dep, c, "--redis-ca-file", "redis-ca", "ca.crt")
+	if *dep.Spec.Replicas != 3 {
+		t.Errorf("replicas = %d, want 3", *dep.Spec.Replicas)
+	}
+	pdb := typed[policyv1.PodDisruptionBudget](t, m.get(t, "PodDisruptionBudget", limiterdName))
+	if pdb.Spec.MinAvailable == nil || *pdb.Spec.MinAvailable != intstr.FromInt32(2) || pdb.Spec.MaxUnavailable != nil {
+		t.Errorf("PDB minAvailable=%v maxUnavailable=%v, want 2 and unset", pdb.Spec.MinAvailable, pdb.Spec.MaxUnavailable)
+	}
+	if n := len(m.ofKind("HorizontalPodAutoscaler")); n != 0 {
+		t.Errorf("%d HPAs rendered, want none", n)
+	}
+}
+
+// TestTemplateNamespaced checks ci/namespaced-values.yaml: limiterd reads one namespace through
+// a Role there; no operator, no CRD, no ClusterRole.
+func TestTemplateNamespaced(t *testing.T) {
+	t.Parallel()
+	m := render(t, "--values", chartRel+"/ci/namespaced-values.yaml")
+	want := map[string]int{"ServiceAccount": 1, "Role": 2, "RoleBinding": 2, "Service": 2, "Deployment": 1}
+	if got := m.kinds(); !mapsEqual(got, want) {
+		t.Errorf("kinds = %v, want %v", got, want)
+	}
+	role := typed[rbacv1.Role](t, m.get(t, "Role", limiterdName))
+	if role.Namespace != "team-a" {
+		t.Errorf("Role namespace = %q, want team-a", role.Namespace)
+	}
+	if got, want := ruleSet(role.Rules), ruleSet([]rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch"}}}); !mapsEqual(got, want) {
+		t.Errorf("Role grants %v", keys(got))
+	}
+	rb := typed[rbacv1.RoleBinding](t, m.get(t, "RoleBinding", limiterdName))
+	if rb.Namespace != "team-a" {
+		t.Errorf("RoleBinding namespace = %q, want team-a", rb.Namespace)
+	}
+	checkBinding(t, rb.RoleRef, rb.Subjects, "Role", limiterdName, limiterdName)
+	checkStatusRole(t, m)
+	dep := typed[appsv1.Deployment](t, m.get(t, "Deployment", limiterdName))
+	checkArgs(t, container(t, dep, "limiterd").Args, []string{"--namespace=team-a", "--store=memory", "--status-namespace=" + namespace}, nil)
+}
+
+// TestTemplateCRDOptions checks crds.keep and crds.install.
+func TestTemplateCRDOptions(t *testing.T) {
+	t.Parallel()
+	crd := render(t, "--set", "crds.keep=false").get(t, "CustomResourceDefinition", "ratelimitpolicies.limiterd.dev")
+	if _, ok := crd.GetAnnotations()["helm.sh/resource-policy"]; ok {
+		t.Errorf("crds.keep=false: CRD still annotated %v", crd.GetAnnotations())
+	}
+	if n := len(render(t, "--set", "crds.install=false").ofKind("CustomResourceDefinition")); n != 0 {
+		t.Errorf("crds.install=false: %d CRDs rendered", n)
+	}
+}
+
+// TestTemplateOptionalOff checks that the defaults render none of the optional objects and that
+// switching off RBAC, ServiceAccounts and leader election drops their objects.
+func TestTemplateOptionalOff(t *testing.T) {
+	t.Parallel()
+	m := render(t, "--set", "rbac.create=false", "--set", "limiterd.serviceAccount.create=false",
+		"--set", "operator.serviceAccount.create=false", "--set", "operator.leaderElection.enabled=false")
+	for _, k := range []string{"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ServiceAccount"} {
+		if n := len(m.ofKind(k)); n != 0 {
+			t.Errorf("%d %s rendered", n, k)
+		}
+	}
+	op := typed[appsv1.Deployment](t, m.get(t, "Deployment", operatorName))
+	checkArgs(t, container(t, op, "manager").Args, nil, []string{"--leader-elect", "--leader-election-namespace"})
+	if sa := op.Spec.Template.Spec.ServiceAccountName; sa != "default" {
+		t.Errorf("operator ServiceAccount = %q, want default", sa)
+	}
+
+	// Without the replica status, no Role for Leases and --status-interval=0.
+	m = render(t, "--set", "limiterd.replicaStatus.enabled=false")
+	for _, r := range m.ofKind("Role") {
+		if r.GetName() == limiterdName+"-status" {
+			t.Errorf("replicaStatus.enabled=false renders the status Role")
+		}
+	}
+	dep := typed[appsv1.Deployment](t, m.get(t, "Deployment", limiterdName))
+	checkArgs(t, container(t, dep, "limiterd").Args, []string{"--status-interval=0"}, []string{"--status-namespace", "--replica-name"})
+}
+
+// checkStatusRole checks limiterd's Role for its status Leases: in the release namespace, only
+// get, create, update and delete of Leases, bound to limiterd's ServiceAccount.
+func checkStatusRole(t testing.TB, m manifest) {
+	t.Helper()
+	role := typed[rbacv1.Role](t, m.get(t, "Role", limiterdName+"-status"))
+	if role.Namespace != namespace {
+		t.Errorf("status Role namespace %q, want %q", role.Namespace, namespace)
+	}
+	want := ruleSet([]rbacv1.PolicyRule{{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update", "delete"}}})
+	if got := ruleSet(role.Rules); !mapsEqual(got, want) {
+		t.Errorf("status Role grants %v, want %v", keys(got), keys(want))
+	}
+	rb := typed[rbacv1.RoleBinding](t, m.get(t, "RoleBinding", limiterdName+"-status"))
+	checkBinding(t, rb.RoleRef, rb.Subjects, "Role", limiterdName+"-status", limiterdName)
+}
+
+// TestTemplateRefusesInconsistentValues checks the cross-key checks the schema cannot make.
+func TestTemplateRefusesInconsistentValues(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"redis without address", []string{"--set", "limiterd.store.type=redis"}, "limiterd/store/redis/addrs"},
+		{"client certificate without key", []string{"--set", "limiterd.store.type=redis", "--set", "limiterd.store.redis.addrs={r:6379}",
+			"--set", "limiterd.store.redis.tls.enabled=true", "--set", "limiterd.store.redis.tls.secretName=s", "--set", "limiterd.store.redis.tls.certKey=tls.crt"},
+			"certKey and limiterd.store.redis.tls.keyKey must be given together"},
+		{"autoscaling min above max", []string{"--set", "limiterd.autoscaling.enabled=true", "--set", "limiterd.autoscaling.minReplicas=5", "--set", "limiterd.autoscaling.maxReplicas=3"},
+			"minReplicas must not exceed maxReplicas"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if out := renderErr(t, tc.args...); !strings.Contains(out, tc.want) {
+				t.Errorf("error %q does not mention %q", out, tc.want)
+			}
+		})
+	}
+}
+
+// container returns a Deployment's container by name.
+func container(t testing.TB, d *appsv1.Deployment, name string) *corev1.Container {
+	t.Helper()
+	for i := range d.Spec.Template.Spec.Containers {
+		if c := &d.Spec.Template.Spec.Containers[i]; c.Name == name {
+			return c
+		}
+	}
+	t.Fatalf("Deployment %s has no container %q", d.Name, name)
+	return nil
+}
+
+// checkPodSecurity checks the secure defaults of a Deployment's pod and every container.
+func checkPodSecurity(t testing.TB, d *appsv1.Deployment) {
+	t.Helper()
+	ps := d.Spec.Template.Spec.SecurityContext
+	if ps == nil || ps.RunAsNonRoot == nil || !*ps.RunAsNonRoot {
+		t.Errorf("%s: pod securityContext.runAsNonRoot is not true", d.Name)
+	}
+	if ps == nil || ps.RunAsUser == nil || *ps.RunAsUser != 65532 {
+		t.Errorf("%s: pod runs as user %v, want 65532", d.Name, ps.RunAsUser)
+	}
+	if ps == nil || ps.SeccompProfile == nil || ps.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("%s: pod seccompProfile is not RuntimeDefault", d.Name)
+	}
+	if len(d.Spec.Template.Spec.Containers) == 0 {
+		t.Fatalf("%s: no containers", d.Name)
+	}
+	for _, c := range d.Spec.Template.Spec.Containers {
+		sc := c.SecurityContext
+		switch {
+		case sc == nil:
+			t.Errorf("%s/%s: no securityContext", d.Name, c.Name)
+			continue
+		case sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation:
+			t.Errorf("%s/%s: allowPrivilegeEscalation is not false", d.Name, c.Name)
+		case sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem:
+			t.Errorf("%s/%s: readOnlyRootFilesystem is not true", d.Name, c.Name)
+		case sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot:
+			t.Errorf("%s/%s: runAsNonRoot is not true", d.Name, c.Name)
+		case sc.Privileged != nil && *sc.Privileged:
+			t.Errorf("%s/%s: privileged", d.Name, c.Name)
+		case sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) != 0:
+			t.Errorf("%s/%s: capabilities %+v, want drop [ALL] and no add", d.Name, c.Name, sc.Capabilities)
+		case sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault:
+			t.Errorf("%s/%s: seccompProfile is not RuntimeDefault", d.Name, c.Name)
+		}
+		for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+			if q, ok := c.Resources.Requests[r]; !ok || q.IsZero() {
+				t.Errorf("%s/%s: no %s request", d.Name, c.Name, r)
+			}
+		}
+		lim, ok := c.Resources.Limits[corev1.ResourceMemory]
+		if !ok {
+			t.Errorf("%s/%s: no memory limit", d.Name, c.Name)
+		} else if req := c.Resources.Requests[corev1.ResourceMemory]; lim.Cmp(req) < 0 {
+			t.Errorf("%s/%s: memory limit %s below request %s", d.Name, c.Name, lim.String(), req.String())
+		}
+		if lim, ok := c.Resources.Limits[corev1.ResourceCPU]; ok && lim.Cmp(resource.MustParse("10m")) < 0 {
+			t.Errorf("%s/%s: cpu limit %s", d.Name, c.Name, lim.String())
+		}
+	}
+	if d.Spec.Template.Spec.HostNetwork || d.Spec.Template.Spec.HostPID || d.Spec.Template.Spec.HostIPC {
+		t.Errorf("%s: uses host namespaces", d.Name)
+	}
+}
+
+// checkProbes checks the liveness probe on /healthz and the readiness probe on /readyz, both on
+// the named container port.
+func checkProbes(t testing.TB, c *corev1.Container, port string) {
+	t.Helper()
+	for _, p := range []struct {
+		name  string
+		probe *corev1.Probe
+		path  string
+	}{{"liveness", c.LivenessProbe, "/healthz"}, {"readiness", c.ReadinessProbe, "/readyz"}} {
+		if p.probe == nil || p.probe.HTTPGet == nil {
+			t.Errorf("%s: no HTTP %s probe", c.Name, p.name)
+			continue
+		}
+		if p.probe.HTTPGet.Path != p.path || p.probe.HTTPGet.Port != intstr.FromString(port) {
+			t.Errorf("%s: %s probe on %s port %v, want %s port %s", c.Name, p.name, p.probe.HTTPGet.Path, p.probe.HTTPGet.Port.String(), p.path, port)
+		}
+		if p.probe.PeriodSeconds < 1 || p.probe.TimeoutSeconds < 1 || p.probe.FailureThreshold < 1 {
+			t.Errorf("%s: %s probe timing %+v", c.Name, p.name, p.probe.ProbeHandler)
+		}
+	}
+}
+
+// checkPorts checks a container's named TCP ports.
+func checkPorts(t testing.TB, c *corev1.Container, want map[string]int32) {
+	t.Helper()
+	got := map[string]int32{}
+	for _, p := range c.Ports {
+		if p.Protocol != corev1.ProtocolTCP {
+			t.Errorf("%s: port %s protocol %s", c.Name, p.Name, p.Protocol)
+		}
+		got[p.Name] = p.ContainerPort
+	}
+	if !mapsEqual(got, want) {
+		t.Errorf("%s: ports %v, want %v", c.Name, got, want)
+	}
+}
+
+// checkArgs checks that args contain each of want and no flag named in absent.
+func checkArgs(t testing.TB, args, want, absent []string) {
+	t.Helper()
+	for _, w := range want {
+		if !slices.Contains(args, w) {
+			t.Errorf("args %q lack %q", args, w)
+		}
+	}
+	for _, a := range absent {
+		for _, arg := range args {
+			if arg == a || strings.HasPrefix(arg, a+"=") {
+				t.Errorf("args %q contain %q", args, arg)
+			}
+		}
+	}
+}
+
+// flagValue returns the value of --name=value in args.
+func flagValue(args []string, name string) (string, bool) {
+	for _, a := range args {
+		if v, ok := strings.CutPrefix(a, name+"="); ok {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+// checkSecretFile checks that flag names a file mounted read-only from key of the Secret.
+func checkSecretFile(t testing.TB, d *appsv1.Deployment, c *corev1.Container, flag, secret, key string) {
+	t.Helper()
+	file, ok := flagValue(c.Args, flag)
+	if !ok {
+		t.Errorf("args %q lack %s", c.Args, flag)
+		return
+	}
+	for _, vm := range c.VolumeMounts {
+		rel, ok := strings.CutPrefix(file, strings.TrimSuffix(vm.MountPath, "/")+"/")
+		if !ok {
+			continue
+		}
+		if !vm.ReadOnly {
+			t.Errorf("%s: volume %s is mounted writable", flag, vm.Name)
+		}
+		for _, v := range d.Spec.Template.Spec.Volumes {
+			if v.Name != vm.Name {
+				continue
+			}
+			if v.Secret == nil || v.Secret.SecretName != secret {
+				t.Errorf("%s: volume %s is not Secret %s: %+v", flag, v.Name, secret, v.VolumeSource)
+				return
+			}
+			if v.Secret.DefaultMode == nil || *v.Secret.DefaultMode&0o007 != 0 {
+				t.Errorf("%s: Secret volume %s is world-readable (mode %v)", flag, v.Name, v.Secret.DefaultMode)
+			}
+			for _, it := range v.Secret.Items {
+				if it.Path == rel {
+					if it.Key != key {
+						t.Errorf("%s: file %s is key %q of Secret %s, want %q", flag, file, it.Key, secret, key)
+					}
+					return
+				}
+			}
+			t.Errorf("%s: Secret volume %s has no item for %s: %+v", flag, v.Name, rel, v.Secret.Items)
+			return
+		}
+		t.Errorf("%s: no volume %s", flag, vm.Name)
+		return
+	}
+	t.Errorf("%s=%s is under no volume mount of %s (%+v)", flag, file, c.Name, c.VolumeMounts)
+}
+
+// podLabels returns the labels of a Deployment's pods.
+func podLabels(d *appsv1.Deployment) labels.Set { return labels.Set(d.Spec.Template.Labels) }
+
+// checkSelects checks that sel selects the pods of d and not those of other.
+func checkSelects(t testing.TB, what string, sel *metav1.LabelSelector, d, other *appsv1.Deployment) {
+	t.Helper()
+	s, err := metav1.LabelSelectorAsSelector(sel)
+	if err != nil {
+		t.Fatalf("%s selector: %v", what, err)
+	}
+	if s.Empty() || !s.Matches(podLabels(d)) {
+		t.Errorf("%s selector %v does not select %s's pods %v", what, s, d.Name, podLabels(d))
+	}
+	if s.Matches(podLabels(other)) {
+		t.Errorf("%s selector %v also selects %s's pods", what, s, other.Name)
+	}
+	// The Deployment's own selector must select its pods too.
+	ds, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
+	if err != nil || !ds.Matches(podLabels(d)) {
+		t.Errorf("Deployment %s selector %v does not select its pods", d.Name, d.Spec.Selector)
+	}
+}
+
+// checkService checks a Service's type, that it selects d's pods (not other's), and that its
+// ports are exactly ports (name to number), each forwarding to the container port of that name.
+func checkService(t testing.TB, s *corev1.Service, d, other *appsv1.Deployment, typ corev1.ServiceType, ports map[string]int32) {
+	t.Helper()
+	if s.Spec.Type != typ {
+		t.Errorf("Service %s type %s, want %s", s.Name, s.Spec.Type, typ)
+	}
+	checkSelects(t, "Service "+s.Name, &metav1.LabelSelector{MatchLabels: s.Spec.Selector}, d, other)
+	got := map[string]int32{}
+	for _, p := range s.Spec.Ports {
+		got[p.Name] = p.Port
+		if p.TargetPort != intstr.FromString(p.Name) {
+			t.Errorf("Service %s port %s targets %s, want the container port of the same name", s.Name, p.Name, p.TargetPort.String())
+		}
+		found := false
+		for _, c := range d.Spec.Template.Spec.Containers {
+			for _, cp := range c.Ports {
+				found = found || cp.Name == p.Name
+			}
+		}
+		if !found {
+			t.Errorf("Service %s targets port %q, which no container of %s names", s.Name, p.Name, d.Name)
+		}
+	}
+	if !mapsEqual(got, ports) {
+		t.Errorf("Service %s ports %v, want %v", s.Name, got, ports)
+	}
+}
+
+// checkServiceMonitor checks that a ServiceMonitor selects svc (and not other) in the release
+// namespace and scrapes port's /metrics.
+func checkServiceMonitor(t testing.TB, sm *unstructured.Unstructured, svc, other *corev1.Service, port string) {
+	t.Helper()
+	if sm.GetAPIVersion() != "monitoring.coreos.com/v1" {
+		t.Errorf("ServiceMonitor apiVersion %s", sm.GetAPIVersion())
+	}
+	ml, _, _ := unstructured.NestedStringMap(sm.Object, "spec", "selector", "matchLabels")
+	sel := labels.SelectorFromSet(ml)
+	if len(ml) == 0 || !sel.Matches(labels.Set(svc.Labels)) {
+		t.Errorf("ServiceMonitor %s selector %v does not select Service %s (%v)", sm.GetName(), ml, svc.Name, svc.Labels)
+	}
+	if sel.Matches(labels.Set(other.Labels)) {
+		t.Errorf("ServiceMonitor %s selector %v also selects Service %s", sm.GetName(), ml, other.Name)
+	}
+	names, _, _ := unstructured.NestedStringSlice(sm.Object, "spec", "namespaceSelector", "matchNames")
+	if !slices.Equal(names, []string{namespace}) {
+		t.Errorf("ServiceMonitor %s namespaces %v", sm.GetName(), names)
+	}
+	eps, _, _ := unstructured.NestedSlice(sm.Object, "spec", "endpoints")
+	if len(eps) != 1 {
+		t.Fatalf("ServiceMonitor %s endpoints %v", sm.GetName(), eps)
+	}
+	ep := eps[0].(map[string]any)
+	if ep["port"] != port || ep["path"] != "/metrics" {
+		t.Errorf("ServiceMonitor %s endpoint %v, want port %s path /metrics", sm.GetName(), ep, port)
+	}
+	if svc.Spec.Ports[0].Name != port {
+		t.Errorf("Service %s has no port %s", svc.Name, port)
+	}
+}
+
+// ingressPeers maps each named port of a NetworkPolicy's ingress rules to the peers allowed.
+func ingressPeers(t testing.TB, np *networkingv1.NetworkPolicy) map[string][]networkingv1.NetworkPolicyPeer {
+	t.Helper()
+	out := map[string][]networkingv1.NetworkPolicyPeer{}
+	for _, r := range np.Spec.Ingress {
+		if len(r.Ports) == 0 || len(r.From) == 0 {
+			t.Errorf("NetworkPolicy %s has a rule open to every port or every peer: %+v", np.Name, r)
+		}
+		for _, p := range r.Ports {
+			if p.Port == nil {
+				t.Errorf("NetworkPolicy %s has a rule without a port", np.Name)
+				continue
+			}
+			for _, peer := range r.From {
+				if peer.NamespaceSelector != nil && len(peer.NamespaceSelector.MatchLabels) == 0 && len(peer.NamespaceSelector.MatchExpressions) == 0 {
+					t.Errorf("NetworkPolicy %s opens port %s to every namespace", np.Name, p.Port.String())
+				}
+				if peer.IPBlock != nil {
+					t.Errorf("NetworkPolicy %s opens port %s to an IP block", np.Name, p.Port.String())
+				}
+			}
+			out[p.Port.String()] = append(out[p.Port.String()], r.From...)
+		}
+	}
+	return out
+}
+
+// isSameNamespace tells whether a peer is "every pod of the policy's own namespace".
+func isSameNamespace(p networkingv1.NetworkPolicyPeer) bool {
+	return p.NamespaceSelector == nil && p.IPBlock == nil && p.PodSelector != nil &&
+		len(p.PodSelector.MatchLabels) == 0 && len(p.PodSelector.MatchExpressions) == 0
+}
+
+// checkBinding checks a binding's role and that its only subject is the ServiceAccount sa of the
+// release namespace.
+func checkBinding(t testing.TB, ref rbacv1.RoleRef, subjects []rbacv1.Subject, kind, role, sa string) {
+	t.Helper()
+	if ref.Kind != kind || ref.Name != role || ref.APIGroup != rbacv1.GroupName {
+		t.Errorf("binding refers to %+v, want %s %s", ref, kind, role)
+	}
+	if len(subjects) != 1 || subjects[0].Kind != rbacv1.ServiceAccountKind || subjects[0].Name != sa || subjects[0].Namespace != namespace {
+		t.Errorf("binding subjects %+v, want ServiceAccount %s/%s", subjects, namespace, sa)
+	}
+}
+
+// ruleSet expands RBAC rules into "group/resource:verb" triples (no wildcards allowed).
+func ruleSet(rules []rbacv1.PolicyRule) map[string]bool {
+	out := map[string]bool{}
+	for _, r := range rules {
+		for _, g := range r.APIGroups {
+			for _, res := range r.Resources {
+				for _, v := range r.Verbs {
+					out[path.Join(g, res)+":"+v] = true
+				}
+			}
+		}
+		if len(r.NonResourceURLs) > 0 || len(r.ResourceNames) > 0 {
+			out["nonResourceURLs or resourceNames"] = true
+		}
+	}
+	return out
+}
+
+func mapsEqual[K comparable, V comparable](a, b map[K]V) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+func keys[K ~string, V any](m map[K]V) []K {
+	out := make([]K, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func jsonEqual(a, b any) bool {
+	x, err1 := json.Marshal(a)
+	y, err2 := json.Marshal(b)
+	return err1 == nil && err2 == nil && string(x) == string(y)
+}
+
+func typedDeployment(t testing.TB, u *unstructured.Unstructured) *appsv1.Deployment {
+	t.Helper()
+	return typed[appsv1.Deployment](t, u)
+}
