@@ -30,8 +30,8 @@ run: build ## Run limiterd locally: in-memory store, the sample policy, decision
 ##@ Test
 
 .PHONY: test
-test: ## Run every test (unit, fuzz seeds, integration, end-to-end) with -race.
-	$(GO) test -race -count=1 ./...
+test: verify-generated ## Check generated files, then run every test (unit, fuzz seeds, integration, end-to-end) with -race.
+	$(GO) test -race -count=1 -timeout 30m ./...
 
 .PHONY: bench
 bench: ## Run the benchmarks side by side with their baselines; figures go to stdout.
@@ -53,6 +53,18 @@ $(HELM):
 	GOBIN=$(TOOLS_CACHE)/gobin-helm $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
 	mv $(TOOLS_CACHE)/gobin-helm/helm $@
 
+GOLANGCI_LINT_VERSION := v2.15.0
+GOLANGCI_LINT := $(TOOLS_CACHE)/golangci-lint-$(GOLANGCI_LINT_VERSION)
+
+$(GOLANGCI_LINT):
+	mkdir -p $(TOOLS_CACHE)
+	GOBIN=$(TOOLS_CACHE)/gobin-golangci-lint $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+	mv $(TOOLS_CACHE)/gobin-golangci-lint/golangci-lint $@
+
+.PHONY: lint
+lint: $(GOLANGCI_LINT) ## Run golangci-lint with the repository's .golangci.yml.
+	$(GOLANGCI_LINT) run ./...
+
 .PHONY: tools
 tools: $(CONTROLLER_GEN) $(HELM) ## Install the pinned tools (controller-gen, helm) into the cache.
 
@@ -70,8 +82,10 @@ manifests: $(CONTROLLER_GEN) ## Generate the RateLimitPolicy CRD into config/crd
 	rm -f config/crd/bases/*.yaml
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
 
-.PHONY: verify
-verify: generate manifests ## Regenerate, then fail if generated files differ from the committed ones (or are untracked).
+.PHONY: verify verify-generated
+verify: verify-generated lint ## Everything a reviewer checks: generated files are current, and golangci-lint passes.
+
+verify-generated: generate manifests ## Regenerate, then fail if generated files differ from the committed ones (or are untracked).
 	git diff --exit-code -- $(GENERATED_PATHS)
 	@changed=$$(git status --porcelain --untracked-files=all -- $(GENERATED_PATHS)); \
 	if [ -n "$$changed" ]; then \
