@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/limiterd/limiterd/limiterd/engine"
+	"github.com/limiterd/limiterd/limiterd/ratelimitheaders"
 )
 
 // ReadinessCheck is one condition of /readyz, a store's reachability say.
@@ -175,10 +176,10 @@ func (a *Admin) clients(w http.ResponseWriter, r *http.Request) {
 		Policy:            res.Policy.ID,
 		Tier:              res.Tier.Name,
 		Allowed:           res.Allowed,
-		ResetAfterSeconds: ceilSeconds(res.ResetAfter),
+		ResetAfterSeconds: ratelimitheaders.Seconds(res.ResetAfter),
 	}
 	if !res.Allowed {
-		answer.RetryAfterSeconds = max(1, ceilSeconds(res.RetryAfter))
+		answer.RetryAfterSeconds = ratelimitheaders.RetryAfterSeconds(res.RetryAfter)
 	}
 	if res.Tier.Limiter.Limit() > 0 {
 		answer.Limit, answer.Remaining = &res.Limit, &res.Remaining

@@ -41,11 +41,11 @@ import (
 	"slices"
 	"strconv"
 	"sync"
-	"time"
 
 	"github.com/limiterd/limiterd/api/v1alpha1"
 	"github.com/limiterd/limiterd/limiterd/engine"
 	"github.com/limiterd/limiterd/limiterd/policy"
+	"github.com/limiterd/limiterd/limiterd/ratelimitheaders"
 )
 
 // Shared header values; net/http never modifies them.
@@ -59,9 +59,9 @@ var (
 
 // Canonical header keys, so values can be set on the map directly.
 const (
-	headerRateLimitPolicy = "Ratelimit-Policy"
-	headerRateLimit       = "Ratelimit"
-	headerRetryAfter      = "Retry-After"
+	headerRateLimitPolicy = ratelimitheaders.RateLimitPolicy
+	headerRateLimit       = ratelimitheaders.RateLimit
+	headerRetryAfter      = ratelimitheaders.RetryAfter
 )
 
 // Decisions serves the decisions API for an engine.
@@ -194,15 +194,15 @@ func writeDecision(w http.ResponseWriter, res *engine.Result) {
 		var ends [3]int
 		n := 0
 		if limited {
-			b = appendPolicyField(b, res.Tier)
+			b = ratelimitheaders.AppendPolicy(b, res.Tier.Name, res.Tier.Limiter.Limit(), res.Tier.Limiter.Window())
 			ends[n] = len(b)
 			n++
-			b = appendLimitField(b, res.Tier.Name, res.Remaining, res.ResetAfter)
+			b = ratelimitheaders.AppendLimit(b, res.Tier.Name, res.Remaining, res.ResetAfter)
 			ends[n] = len(b)
 			n++
 		}
 		if status == http.StatusTooManyRequests {
-			b = strconv.AppendInt(b, max(1, ceilSeconds(res.RetryAfter)), 10)
+			b = ratelimitheaders.AppendRetryAfter(b, res.RetryAfter)
 			ends[n] = len(b)
 			n++
 		}
@@ -233,61 +233,17 @@ func writeDecision(w http.ResponseWriter, res *engine.Result) {
 		b = append(b, `,"limit":null,"remaining":null`...)
 	}
 	b = append(b, `,"resetAfterSeconds":`...)
-	b = strconv.AppendInt(b, ceilSeconds(res.ResetAfter), 10)
+	b = strconv.AppendInt(b, ratelimitheaders.Seconds(res.ResetAfter), 10)
 	b = append(b, `,"retryAfterSeconds":`...)
 	if res.Allowed {
 		b = append(b, '0')
 	} else {
-		b = strconv.AppendInt(b, max(1, ceilSeconds(res.RetryAfter)), 10)
+		b = ratelimitheaders.AppendRetryAfter(b, res.RetryAfter)
 	}
 	b = append(b, "}\n"...)
 	buf.b = b
 	w.WriteHeader(status)
 	_, _ = w.Write(b)
-}
-
-// appendPolicyField appends the RateLimit-Policy value of a tier: "<tier>";q=<limit>;w=<window>.
-func appendPolicyField(b []byte, t *policy.Tier) []byte {
-	b = appendSFString(b, t.Name)
-	b = append(b, ";q="...)
-	b = strconv.AppendInt(b, t.Limiter.Limit(), 10)
-	b = append(b, ";w="...)
-	return strconv.AppendInt(b, max(1, ceilSeconds(t.Limiter.Window())), 10)
-}
-
-// appendLimitField appends a RateLimit value: "<tier>";r=<remaining>;t=<reset>.
-func appendLimitField(b []byte, name string, remaining int64, reset time.Duration) []byte {
-	b = appendSFString(b, name)
-	b = append(b, ";r="...)
-	b = strconv.AppendInt(b, max(0, remaining), 10)
-	b = append(b, ";t="...)
-	return strconv.AppendInt(b, ceilSeconds(reset), 10)
-}
-
-// appendSFString appends s as a structured-field String (RFC 9651 §3.3.3): printable ASCII in
-// quotes, '"' and '\' escaped. Tier names are DNS labels, so nothing is ever dropped in
-// practice; other bytes are replaced by '?'.
-func appendSFString(b []byte, s string) []byte {
-	b = append(b, '"')
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c == '"' || c == '\\':
-			b = append(b, '\\', c)
-		case c < 0x20 || c > 0x7e:
-			b = append(b, '?')
-		default:
-			b = append(b, c)
-		}
-	}
-	return append(b, '"')
-}
-
-// ceilSeconds rounds a duration up to whole seconds.
-func ceilSeconds(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	return int64((d + time.Second - 1) / time.Second)
 }
 
 // writeError answers {"error": msg} with status.
