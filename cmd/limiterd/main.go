@@ -1,9 +1,11 @@
 // Command limiterd is the rate-limit decision service: it loads RateLimitPolicies from policy
-// files, reloads them when they change, and answers decision requests over HTTP.
+// files or from the operator's ConfigMaps (kube.go), reloads them when they change, and answers
+// decision requests over HTTP.
 //
 // Usage:
 //
 //	limiterd --policy-file policies.yaml [--policy-file more.yaml] [flags]
+//	limiterd --kubeconfig kubeconfig [--namespace ns] [flags]   (in a pod: neither flag needed)
 //
 // Run limiterd --help for the flags. It stops gracefully on SIGTERM or SIGINT: it stops
 // accepting connections and lets in-flight requests finish, for at most --shutdown-timeout.
@@ -263,8 +265,12 @@ func serve(ctx context.Context, cfg config, stderr io.Writer, h hooks) error {
 			}
 		})
 	}
+	policies := 0 // ConfigMaps may not be synced yet
+	if set := d.engine.Policies(); set != nil {
+		policies = set.Len()
+	}
 	log.Info("limiterd serving", "addr", decisionsLn.Addr().String(), "admin_addr", adminLn.Addr().String(),
-		"policies", d.engine.Policies().Len(), "max_clients", cfg.maxClients)
+		"policies", policies, "max_clients", cfg.maxClients)
 	if h.listening != nil {
 		h.listening(decisionsLn.Addr(), adminLn.Addr())
 	}

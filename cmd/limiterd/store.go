@@ -1,0 +1,208 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/limiterd/limiterd/limiterd/limiter"
+	"github.com/limiterd/limiterd/limiterd/server"
+	redisstore "github.com/limiterd/limiterd/limiterd/store/redis"
+)
+
+// passwordEnv holds the Redis password when --redis-password-file is not given.
+const passwordEnv = "LIMITERD_REDIS_PASSWORD"
+
+// storeConfig is what the store flags say: where client state is kept.
+type storeConfig struct {
+	kind         string // memory or redis
+	redisAddrs   []string
+	passwordFile string
+	tls          bool
+	caFile       string
+	certFile     string
+	keyFile      string
+	serverName   string
+	timeout      time.Duration
+	clock        string
+	rejectCache  int
+}
+
+// addrList is a repeatable flag of comma-separated addresses.
+type addrList []string
+
+func (l *addrList) String() string { return strings.Join(*l, ",") }
+
+func (l *addrList) Set(v string) error {
+	for _, a := range strings.Split(v, ",") {
+		if a = strings.TrimSpace(a); a == "" {
+			return errors.New("empty address")
+		}
+		*l = append(*l, strings.TrimSpace(a))
+	}
+	return nil
+}
+
+// register adds the store flags to fs.
+func (c *storeConfig) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.kind, "store", "memory",
+		"where client state is kept: memory (this process only) or redis (shared by every replica)")
+	fs.Var((*addrList)(&c.redisAddrs), "redis-addr",
+		"Redis `host:port`: one server, or nodes of a Redis Cluster (comma-separated or repeated)")
+	fs.StringVar(&c.passwordFile, "redis-password-file", "",
+		"`path` of a file holding the Redis password (default: $"+passwordEnv+", if set)")
+	fs.BoolVar(&c.tls, "redis-tls", false, "connect to Redis with TLS (implied by the other --redis-tls-* and file flags)")
+	fs.StringVar(&c.caFile, "redis-ca-file", "", "`path` of the PEM CA bundle that verifies Redis (default: the system's)")
+	fs.StringVar(&c.certFile, "redis-cert-file", "", "`path` of the PEM client certificate for Redis (with --redis-key-file)")
+	fs.StringVar(&c.keyFile, "redis-key-file", "", "`path` of the PEM client key for Redis (with --redis-cert-file)")
+	fs.StringVar(&c.serverName, "redis-tls-server-name", "", "`name` Redis's certificate must carry (default: the address's host)")
+	fs.DurationVar(&c.timeout, "store-timeout", redisstore.DefaultTimeout,
+		"most a decision waits for the store; past it the policy's failureMode decides")
+	fs.StringVar(&c.clock, "redis-clock", "server",
+		"clock decisions are made on: server (Redis TIME: replicas agree) or client (this host's; needs synchronised clocks)")
+	fs.IntVar(&c.rejectCache, "redis-local-reject-cache", 0,
+		"clients per policy whose rejection this process remembers, answering them without Redis until their retry time (0: none)")
+}
+
+// check validates the store flags after parsing.
+func (c *storeConfig) check(fs *flag.FlagSet) error {
+	switch c.kind {
+	case "memory":
+		var redisFlags []string
+		fs.Visit(func(f *flag.Flag) {
+			if strings.HasPrefix(f.Name, "redis-") || f.Name == "store-timeout" {
+				redisFlags = append(redisFlags, "--"+f.Name)
+			}
+		})
+		if len(redisFlags) > 0 {
+			return fmt.Errorf("%s need --store redis", strings.Join(redisFlags, ", "))
+		}
+		return nil
+	case "redis":
+	default:
+		return fmt.Errorf("--store must be memory or redis, got %q", c.kind)
+	}
+	switch {
+	case len(c.redisAddrs) == 0:
+		return errors.New("--store redis needs --redis-addr")
+	case c.timeout <= 0:
+		return errors.New("--store-timeout must be positive")
+	case c.clock != "server" && c.clock != "client":
+		return fmt.Errorf("--redis-clock must be server or client, got %q", c.clock)
+	case c.rejectCache < 0:
+		return errors.New("--redis-local-reject-cache must not be negative")
+	case (c.certFile == "") != (c.keyFile == ""):
+		return errors.New("--redis-cert-file and --redis-key-file go together")
+	}
+	return nil
+}
+
+// openedStore is the store limiterd decides on, ready to plug into the engine and the daemon.
+type openedStore struct {
+	// newStore returns a policy's store (nil: the engine's memory stores).
+	newStore  func(policyID string) limiter.Store
+	readiness []server.ReadinessCheck
+	close     func()
+	adopted   bool
+}
+
+// openStore connects the configured store. Redis is connected in the background when it
+// cannot be reached yet: limiterd starts, reports not ready, and applies the failure modes.
+func openStore(c storeConfig, log *slog.Logger) (*openedStore, error) {
+	if c.kind != "redis" {
+		return &openedStore{close: func() {}}, nil
+	}
+	opts := redisstore.Options{
+		Addrs:       c.redisAddrs,
+		Timeout:     c.timeout,
+		RejectCache: c.rejectCache,
+		Logger:      log,
+	}
+	if c.clock == "client" {
+		// Keys outlive their state by a second, so that replicas whose clocks lag a little
+		// still find it.
+		opts.Clock, opts.ExpirySlack = redisstore.CallerClock, time.Second
+	}
+	var err error
+	if opts.Password, err = redisPassword(c.passwordFile); err != nil {
+		return nil, err
+	}
+	if opts.TLS, err = redisTLS(c); err != nil {
+		return nil, err
+	}
+	client, err := redisstore.New(opts)
+	if err != nil {
+		return nil, fmt.Errorf("redis store: %w", err)
+	}
+	log.Info("store", "kind", "redis", "addrs", c.redisAddrs, "clock", opts.Clock.String(),
+		"timeout", c.timeout.String(), "tls", opts.TLS != nil, "reject_cache", c.rejectCache)
+	return &openedStore{
+		newStore:  func(policyID string) limiter.Store { return client.Store(policyID) },
+		readiness: []server.ReadinessCheck{{Name: "store", Check: client.Ping}},
+		close:     client.Close,
+	}, nil
+}
+
+// closeIfUnused closes a store that no daemon adopted (newDaemon failed).
+func (s *openedStore) closeIfUnused() {
+	if !s.adopted {
+		s.close()
+	}
+}
+
+// addStore gives the daemon the store's readiness checks, and closes the store when the
+// daemon's background loops stop.
+func (d *daemon) addStore(s *openedStore) {
+	s.adopted = true
+	d.readiness = append(d.readiness, s.readiness...)
+	d.background = append(d.background, func(ctx context.Context) error {
+		<-ctx.Done()
+		s.close()
+		return nil
+	})
+}
+
+// redisPassword reads the password from path, or from the environment when path is empty.
+func redisPassword(path string) (string, error) {
+	if path == "" {
+		return os.Getenv(passwordEnv), nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("read --redis-password-file: %w", err)
+	}
+	return strings.TrimRight(string(b), "\r\n"), nil
+}
+
+// redisTLS returns the TLS configuration the flags ask for (nil: plain TCP).
+func redisTLS(c storeConfig) (*tls.Config, error) {
+	if !c.tls && c.caFile == "" && c.certFile == "" && c.serverName == "" {
+		return nil, nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: c.serverName}
+	if c.caFile != "" {
+		pem, err := os.ReadFile(c.caFile)
+		if err != nil {
+			return nil, fmt.Errorf("read --redis-ca-file: %w", err)
+		}
+		cfg.RootCAs = x509.NewCertPool()
+		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--redis-ca-file %s: no PEM certificate", c.caFile)
+		}
+	}
+	if c.certFile != "" {
+		cert, err := tls.LoadX509KeyPair(c.certFile, c.keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("load --redis-cert-file and --redis-key-file: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return cfg, nil
+}

@@ -1,0 +1,37 @@
+package limiter
+
+import "time"
+
+// This file gives shared stores (package store/redis) what they need to keep a strategy's state
+// outside process memory and still decide with the code above: a strategy's parameters, the
+// exact intervals a server-side script compares, and a token bucket's State built from, or read
+// as, its raw theoretical arrival time.
+
+// Params returns the parameters the token bucket was built from.
+func (b *TokenBucket) Params() (capacity, refillRate int64, refillPeriod time.Duration) {
+	return b.capacity, int64(b.rate), time.Duration(b.period)
+}
+
+// Interval returns how long n tokens take to accrue, n*refillPeriod/refillRate, exactly: ns
+// whole nanoseconds plus frac/refillRate ns, with frac < refillRate. n must be between 0 and the
+// capacity; Interval(capacity) is a full refill.
+func (b *TokenBucket) Interval(n int64) (ns int64, frac uint64) {
+	d := mulDiv(uint64(n), b.period, b.rate)
+	return d.ns, d.frac
+}
+
+// StateAt returns the State that b keeps for a client whose bucket is full again at the
+// theoretical arrival time tat Unix nanoseconds plus frac/refillRate ns (frac < refillRate):
+// the state b.Decide, Peek and Fresh read, and that another token bucket converts.
+func (b *TokenBucket) StateAt(tat int64, frac uint64) State {
+	return State{stamp: b.stamp, tat: tat, frac: uint32(frac)}
+}
+
+// TAT returns the theoretical arrival time of a state last written by a token bucket: Unix
+// nanoseconds plus frac/refillRate ns of that bucket. A fresh state returns 0, 0.
+func (s *State) TAT() (tat int64, frac uint64) { return s.tat, uint64(s.frac) }
+
+// Params returns the parameters the sliding window was built from.
+func (w *SlidingWindow) Params() (limit int64, window time.Duration) {
+	return w.limit, time.Duration(w.window)
+}

@@ -1,0 +1,243 @@
+package redis
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/limiterd/limiterd/limiterd/limiter"
+	"github.com/limiterd/limiterd/limiterd/limiter/limitertest"
+)
+
+func tokenBucket(t *testing.T, capacity, rate int64, period time.Duration) *limiter.TokenBucket {
+	t.Helper()
+	tb, err := limiter.NewTokenBucket(capacity, rate, period)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tb
+}
+
+func slidingWindow(t *testing.T, limit int64, window time.Duration) *limiter.SlidingWindow {
+	t.Helper()
+	sw, err := limiter.NewSlidingWindow(limit, window)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sw
+}
+
+func decide(t *testing.T, s limiter.Store, key string, rl limiter.RateLimiter, now time.Time, cost int64) limiter.Decision {
+	t.Helper()
+	d, err := s.Decide(context.Background(), key, rl, now, cost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// do runs one command on the client's connection.
+func do(t *testing.T, c *Client, args ...string) string {
+	t.Helper()
+	cn, err := c.get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, err := cn.Do(context.Background(), cn.B().Arbitrary(args[0]).Args(args[1:]...).Build()).ToMessage()
+	if err != nil {
+		t.Fatalf("%s: %v", args[0], err)
+	}
+	if v, err := msg.AsInt64(); err == nil {
+		return strconv.FormatInt(v, 10)
+	}
+	v, _ := msg.ToString()
+	return v
+}
+
+// TestExpiry checks that a client's key expires when its state is fresh again, and not before:
+// PTTL is the ResetAfter of the last admission, and the key is gone once it has passed.
+func TestExpiry(t *testing.T) {
+	c := newClient(t, Options{Addrs: []string{shared(t).Addr()}, Timeout: 10 * time.Second}) // server clock, no slack
+	s := c.Store(t.Name())
+	for _, tc := range []struct {
+		rl   limiter.RateLimiter
+		cost int64
+	}{
+		{tokenBucket(t, 10, 10, time.Second), 7},         // 700ms until full
+		{slidingWindow(t, 10, 1500*time.Millisecond), 4}, // 1.5s until empty
+		{tokenBucket(t, 3, 1, 24*time.Hour), 1},          // a day: never waited for
+	} {
+		key := "expiry-" + fingerprint(tc.rl)
+		d := decide(t, s, key, tc.rl, time.Time{}, tc.cost)
+		pttl, err := strconv.ParseInt(do(t, c, "PTTL", Key(t.Name(), key)), 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reset := d.ResetAfter.Milliseconds()
+		// The key was written at most a few ms before PTTL ran: PTTL is in (reset - that, reset].
+		if pttl > reset+1 || pttl < reset-2000 {
+			t.Fatalf("%s: PTTL %dms after a decision with ResetAfter %v", fingerprint(tc.rl), pttl, d.ResetAfter)
+		}
+		if d.ResetAfter > 2*time.Second {
+			continue
+		}
+		deadline := time.Now().Add(d.ResetAfter + 10*time.Second)
+		for do(t, c, "EXISTS", Key(t.Name(), key)) != "0" {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: key still exists %v after its state became fresh", fingerprint(tc.rl), time.Until(deadline))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		// Fresh again: the next decision sees a full allowance.
+		if d := decide(t, s, key, tc.rl, time.Time{}, 1); !d.Allowed || d.Remaining != tc.rl.Limit()-1 {
+			t.Fatalf("%s: after expiry got %+v, want a fresh client", fingerprint(tc.rl), d)
+		}
+	}
+}
+
+// TestServerClock checks that with ServerClock the caller's instants are ignored: callers whose
+// clocks disagree by years still share one allowance.
+func TestServerClock(t *testing.T) {
+	c := newClient(t, Options{Addrs: []string{shared(t).Addr()}, Timeout: 10 * time.Second})
+	s := c.Store(t.Name())
+	for _, rl := range []limiter.RateLimiter{tokenBucket(t, 5, 1, time.Hour), slidingWindow(t, 5, time.Hour)} {
+		admitted := 0
+		for i := range 20 {
+			skewed := limitertest.T0.Add(time.Duration(i%3-1) * 24 * 365 * time.Hour)
+			if decide(t, s, "skewed", rl, skewed, 1).Allowed {
+				admitted++
+			}
+		}
+		if admitted != 5 {
+			t.Errorf("%s: callers with skewed clocks were admitted %d times, want 5", fingerprint(rl), admitted)
+		}
+	}
+}
+
+// TestRejectCache checks that cached rejections answer without Redis until the retry time,
+// never admit more than the limit, and yield to a new strategy and to Reset.
+func TestRejectCache(t *testing.T) {
+	srv := shared(t)
+	opts := testOptions(srv.Addr())
+	opts.RejectCache = 100
+	c := newClient(t, opts)
+	s := c.Store(t.Name())
+	rl := tokenBucket(t, 3, 1, time.Second)
+	evals := func() int64 {
+		v := srv.Info(t, "commandstats", "cmdstat_evalsha")
+		v, _, _ = strings.Cut(strings.TrimPrefix(v, "calls="), ",")
+		n, _ := strconv.ParseInt(v, 10, 64)
+		return n
+	}
+	now := limitertest.T0
+	decide(t, s, "warm-up", rl, now, 1) // the script is in Redis's cache: one EVALSHA a decision
+	before := evals()
+	admitted := 0
+	for range 1000 {
+		if decide(t, s, "hot", rl, now, 1).Allowed {
+			admitted++
+		}
+	}
+	if admitted != 3 {
+		t.Fatalf("admitted %d, want the capacity 3", admitted)
+	}
+	// 3 admissions and 1 rejection went to Redis; the other 996 rejections did not.
+	if n := evals() - before; n != 4 {
+		t.Fatalf("Redis ran %d scripts for 1000 decisions, want 4", n)
+	}
+	// Aged answers: half the retry time later.
+	d := decide(t, s, "hot", rl, now.Add(500*time.Millisecond), 1)
+	if d.Allowed || d.RetryAfter != 500*time.Millisecond || d.ResetAfter != 2500*time.Millisecond {
+		t.Fatalf("cached rejection 500ms later: %+v", d)
+	}
+	if n := evals() - before; n != 4 {
+		t.Fatalf("cached rejection went to Redis")
+	}
+	// At the retry time, Redis decides again and admits one.
+	if d := decide(t, s, "hot", rl, now.Add(time.Second), 1); !d.Allowed {
+		t.Fatalf("at the retry time: %+v, want admitted", d)
+	}
+	// Another cost is not answered from the cache.
+	if d := decide(t, s, "hot", rl, now.Add(time.Second), 2); d.Allowed {
+		t.Fatalf("cost 2 on an empty bucket admitted: %+v", d)
+	}
+	before = evals()
+	decide(t, s, "hot", rl, now.Add(time.Second), 1) // rejected, cached
+	// A new strategy decides in Redis at once (its usage carried over).
+	bigger := tokenBucket(t, 10, 1, time.Second)
+	if d := decide(t, s, "hot", bigger, now.Add(time.Second), 1); !d.Allowed {
+		t.Fatalf("after a swap to a larger bucket: %+v, want admitted", d)
+	}
+	if n := evals() - before; n != 3 {
+		t.Fatalf("Redis ran %d scripts, want 3 (the rejection; the new strategy's read and its conversion's write)", n)
+	}
+	// Reset forgets the cached rejection.
+	for decide(t, s, "hot", bigger, now.Add(time.Second), 1).Allowed {
+	}
+	if err := s.Reset(context.Background(), "hot"); err != nil {
+		t.Fatal(err)
+	}
+	if d := decide(t, s, "hot", bigger, now.Add(time.Second), 1); !d.Allowed || d.Remaining != 9 {
+		t.Fatalf("after Reset: %+v, want a fresh client", d)
+	}
+}
+
+// TestRejectCacheConcurrent checks that the cache never admits more than the limit when many
+// goroutines hammer one client.
+func TestRejectCacheConcurrent(t *testing.T) {
+	opts := testOptions(shared(t).Addr())
+	opts.RejectCache = 10
+	c := newClient(t, opts)
+	limitertest.RunConcurrent(t, c.Store(t.Name()), 32, 50, 100)
+}
+
+// TestSlidingWindowLongLog admits thousands of distinct instants into one window, with a low
+// rebase threshold so that the log is rewritten several times, and compares every answer, and
+// the retry search over the long log, with limiter.Memory. It reports the memory a client takes.
+func TestSlidingWindowLongLog(t *testing.T) {
+	defer func(old string) { rebaseThreshold = old }(rebaseThreshold)
+	rebaseThreshold = "5000000000" // instants 5s after the epoch: a rewrite every few seconds
+	c := newClient(t, testOptions(shared(t).Addr()))
+	s := c.Store(t.Name())
+	mem := limiter.NewMemory(nil)
+	rl := slidingWindow(t, 100_000, 3*time.Second)
+	ctx := context.Background()
+	const entries = 6000
+	now := limitertest.T0
+	for i := range entries + 200 {
+		now = now.Add(time.Millisecond + time.Duration(i%7)) // 6000 entries span 6s: expiries too
+		cost := int64(1 + i%50)
+		got, err := s.Decide(ctx, "long", rl, now, cost)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ := mem.Decide(ctx, "long", rl, now, cost)
+		if got != want {
+			t.Fatalf("step %d: redis %+v, memory %+v", i, got, want)
+		}
+	}
+	// A cost that waits for many entries to leave: the binary search over a long log.
+	for _, cost := range []int64{50_000, 99_999, 100_000} {
+		got, _ := s.Peek(ctx, "long", rl, now)
+		want, _ := mem.Peek(ctx, "long", rl, now)
+		if got != want {
+			t.Fatalf("peek: redis %+v, memory %+v", got, want)
+		}
+		got, err := s.Decide(ctx, "long", rl, now, cost)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ = mem.Decide(ctx, "long", rl, now, cost)
+		if got != want {
+			t.Fatalf("cost %d: redis %+v, memory %+v", cost, got, want)
+		}
+	}
+	if epoch := do(t, c, "LINDEX", Key(t.Name(), "long"), "1"); epoch == strconv.FormatInt(limitertest.T0.Unix(), 10) {
+		t.Fatalf("the log was never rebased (epoch %s)", epoch)
+	}
+	n, _ := strconv.Atoi(do(t, c, "LLEN", Key(t.Name(), "long")))
+	bytes, _ := strconv.Atoi(do(t, c, "MEMORY", "USAGE", Key(t.Name(), "long")))
+	t.Logf("a sliding-window client with %d entries takes %d bytes in Redis (%.1f bytes an entry)", (n-3)/2, bytes, float64(bytes)/float64((n-3)/2))
+}

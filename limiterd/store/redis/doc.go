@@ -1,0 +1,71 @@
+// Package redis keeps limiterd's client state in Redis, so that every limiterd replica decides
+// on the same state: a client gets its limit once in total, not once per replica.
+//
+// A Client connects to one Redis server or to a Redis Cluster; Client.Store returns the
+// limiter.Store of one policy. Each decision is one server-side Lua script on one key, so
+// concurrent decisions on a client, from any replica, are serialised by Redis exactly as the
+// memory store serialises them, and answer exactly what limiter.Memory answers (the conformance
+// table in package limitertest runs against both).
+//
+// # Exactness
+//
+// Lua numbers in Redis are doubles, exact only below 2^53, while Unix nanoseconds (~1.8e18) and
+// products such as cost*period/rate are far above that. So:
+//
+//   - Go precomputes every product and quotient a decision needs (a token bucket's full refill
+//     and the interval of the cost, as exact quotient and remainder) and passes them as
+//     arguments; the scripts only add, subtract and compare.
+//   - A token bucket's theoretical arrival time (TAT) is three small integers: seconds,
+//     nanoseconds and a fraction in units of 1/refillRate ns. The script decides admission on
+//     them, then returns the TAT it decided on; Go replays the decision on that state with the
+//     code of limiter.TokenBucket, which gives Remaining, ResetAfter and RetryAfter (and must
+//     agree on admission, which is checked).
+//   - A sliding window's instants are nanoseconds since a per-client epoch (whole seconds), and
+//     its running totals count from a per-client base; both are rewritten relative to the oldest
+//     entry before they could reach 2^52. Every duration it computes is at most a window (24h).
+//
+// # Parameter changes
+//
+// A state records the fingerprint of the strategy that wrote it: its algorithm and exact
+// parameters ("tb:<capacity>:<rate>:<period ns>", "sw:<limit>:<window ns>"), the same on every
+// replica, unlike the process-local stamps of package limiter. The rule of package limiter
+// applies: same fingerprint, the state is kept; another algorithm, the client starts fresh;
+// same algorithm with new parameters, the usage carries over, clamped. A sliding window converts
+// inside its script. A token bucket's conversion needs products of the old and new parameters,
+// so the script hands the old state to Go, which converts it with limiter's code at the instant
+// the script read, and writes the result with a compare-and-set script (a second round trip,
+// once per client after a change; if the state changed meanwhile, the decision starts over).
+//
+// # Clock
+//
+// With ServerClock (production) the scripts read Redis TIME: every replica decides on the clock
+// of the Redis server that holds the client, so skewed hosts agree. The now argument of Decide
+// and Peek is then ignored. CallerClock uses it instead, so that tests can run the conformance
+// table at fixed instants; in production it needs synchronised clocks (set ExpirySlack to at
+// least their skew).
+//
+// # Keys and memory
+//
+// A client's state is one key, limiterd:{<policy ID>\x00<client key>}, in which '%', '{', '}'
+// and NUL are percent-escaped, so that the hash tag (the braces) is the whole pair: a client's
+// key hashes to one cluster slot, and clients spread evenly over slots. Each write sets the
+// key's expiry (PEXPIRE) to the time until the state is fresh again (bucket full, window
+// empty) plus ExpirySlack, so idle clients cost nothing.
+//
+//   - Token bucket: a string "<fingerprint> <s> <ns> <frac>", about 100 bytes a client with
+//     Redis's key overhead.
+//   - Sliding window: a list [fingerprint, epoch, base, at_1, cum_1, ..., at_n, cum_n], one
+//     pair of integers for each distinct admitted instant still in the window (at most limit
+//     of them): about 14 bytes an entry in Redis's packed lists, plus about 150 bytes a client;
+//     at most about 1.4 MB for a client at the maximum limit of 100000 with each unit admitted
+//     at a distinct nanosecond.
+//
+// # Failures
+//
+// Every call is bounded by Options.Timeout and returns an error when Redis does not answer in
+// time; the engine then applies the policy's failure mode. The client reconnects by itself.
+// Rejections can be cached in process (Options.RejectCache): a client over its limit is then
+// answered without a round trip until its retry time. The cache only ever rejects, and only
+// until the instant the rejection named, before which the shared state could not have admitted
+// the same cost either, so it never admits more than the limit.
+package redis

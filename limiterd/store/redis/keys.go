@@ -1,0 +1,99 @@
+package redis
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/limiterd/limiterd/limiterd/limiter"
+)
+
+// KeyPrefix starts every key the store writes.
+const KeyPrefix = "limiterd:"
+
+// Key returns the Redis key that holds a client's state under a policy:
+// limiterd:{<policy ID>\x00<client key>}, with '%', '{', '}' and NUL percent-escaped in both so
+// that the hash tag is exactly the pair.
+func Key(policyID, clientKey string) string {
+	return keyPrefix(policyID) + keySuffix(clientKey)
+}
+
+func keyPrefix(policyID string) string {
+	var b strings.Builder
+	b.WriteString(KeyPrefix + "{")
+	escape(&b, policyID)
+	b.WriteByte(0)
+	return b.String()
+}
+
+func keySuffix(clientKey string) string {
+	var b strings.Builder
+	b.Grow(len(clientKey) + 1)
+	escape(&b, clientKey)
+	b.WriteByte('}')
+	return b.String()
+}
+
+// escape writes s with '%', '{', '}' and NUL percent-escaped.
+func escape(b *strings.Builder, s string) {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '%':
+			b.WriteString("%25")
+		case '{':
+			b.WriteString("%7B")
+		case '}':
+			b.WriteString("%7D")
+		case 0:
+			b.WriteString("%00")
+		default:
+			b.WriteByte(c)
+		}
+	}
+}
+
+// fingerprint returns the canonical identity of a strategy's algorithm and parameters, the same
+// in every process: what a state records as the strategy that wrote it.
+func fingerprint(rl limiter.RateLimiter) string {
+	switch rl := rl.(type) {
+	case *limiter.TokenBucket:
+		capacity, rate, period := rl.Params()
+		return fmt.Sprintf("tb:%d:%d:%d", capacity, rate, int64(period))
+	case *limiter.SlidingWindow:
+		limit, window := rl.Params()
+		return fmt.Sprintf("sw:%d:%d", limit, int64(window))
+	default:
+		return "unlimited"
+	}
+}
+
+var errFingerprint = errors.New("unknown strategy fingerprint")
+
+// parseFingerprint returns the strategy a fingerprint names.
+func parseFingerprint(fp string) (limiter.RateLimiter, error) {
+	parts := strings.Split(fp, ":")
+	nums := make([]int64, 0, 3)
+	for _, p := range parts[1:] {
+		n, err := strconv.ParseInt(p, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("%w %q", errFingerprint, fp)
+		}
+		nums = append(nums, n)
+	}
+	var (
+		rl  limiter.RateLimiter
+		err = errFingerprint
+	)
+	switch {
+	case parts[0] == "tb" && len(nums) == 3:
+		rl, err = limiter.NewTokenBucket(nums[0], nums[1], time.Duration(nums[2]))
+	case parts[0] == "sw" && len(nums) == 2:
+		rl, err = limiter.NewSlidingWindow(nums[0], time.Duration(nums[1]))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("fingerprint %q: %w", fp, err)
+	}
+	return rl, nil
+}

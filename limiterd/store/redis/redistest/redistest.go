@@ -1,0 +1,302 @@
+// Package redistest runs real redis-server processes for tests: a single server or a Redis
+// Cluster, on free loopback ports, in temporary directories, killed when the test ends.
+//
+// When redis-server (Debian: redis-server, redis-tools) is missing, tests fail under CI
+// (CI=true) and are skipped, loudly, elsewhere.
+package redistest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// startDeadline bounds how long a server may take to accept connections.
+const startDeadline = 15 * time.Second
+
+// Available reports whether redis-server and redis-cli are installed.
+func Available() error {
+	for _, bin := range []string{"redis-server", "redis-cli"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			return fmt.Errorf("%s not found (apt-get install -y redis-server redis-tools): Redis tests need it", bin)
+		}
+	}
+	return nil
+}
+
+// Require skips the test, or fails it under CI, when redis-server or redis-cli is missing.
+func Require(t testing.TB) {
+	t.Helper()
+	if err := Available(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal(err)
+		}
+		t.Skip("SKIPPING: " + err.Error())
+	}
+}
+
+// Server is a redis-server process.
+type Server struct {
+	dir  string
+	port int
+	args []string
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd     // nil while stopped
+	exited chan struct{} // closed when cmd has exited
+}
+
+// Start runs a redis-server on a free loopback port until the test ends. extra are more
+// redis-server arguments ("--cluster-enabled", "yes", ...).
+func Start(t testing.TB, extra ...string) *Server {
+	t.Helper()
+	Require(t)
+	s, err := New(extra...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+// New runs a redis-server on a free loopback port, in a temporary directory, until Close.
+func New(extra ...string) (*Server, error) {
+	dir, err := os.MkdirTemp("", "redistest")
+	if err != nil {
+		return nil, fmt.Errorf("redis-server directory: %w", err)
+	}
+	s := &Server{dir: dir}
+	for attempt := 0; attempt < 3; attempt++ { // a free port can be taken before redis binds it
+		if s.port, err = freePort(); err != nil {
+			break
+		}
+		s.args = append([]string{
+			"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--dir", s.dir,
+			"--save", "", "--appendonly", "no", "--protected-mode", "no", "--loglevel", "warning",
+			"--logfile", filepath.Join(s.dir, "redis.log"),
+		}, extra...)
+		if err = s.start(); err == nil {
+			return s, nil
+		}
+	}
+	_ = os.RemoveAll(dir)
+	return nil, err
+}
+
+// Close kills the server and removes its directory.
+func (s *Server) Close() {
+	s.kill()
+	_ = os.RemoveAll(s.dir)
+}
+
+// FreePort returns a loopback port that was free a moment ago, for a server's extra listener
+// (--tls-port, say).
+func FreePort(t testing.TB) int {
+	t.Helper()
+	p, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func freePort() (int, error) {
+	ln, err := new(net.ListenConfig).Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("find a free port: %w", err)
+	}
+	defer func() { _ = ln.Close() }()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Addr returns the server's host:port.
+func (s *Server) Addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
+
+// Port returns the server's port.
+func (s *Server) Port() int { return s.port }
+
+func (s *Server) start() error {
+	cmd := exec.CommandContext(context.Background(), "redis-server", s.args...) // ended by kill
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start redis-server: %w", err)
+	}
+	var waitErr error
+	exited := make(chan struct{})
+	go func() {
+		waitErr = cmd.Wait()
+		close(exited)
+	}()
+	deadline := time.Now().Add(startDeadline)
+	for {
+		if err := ping(s.Addr()); err == nil {
+			break
+		}
+		select {
+		case <-exited:
+			log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
+			return fmt.Errorf("redis-server on port %d exited: %w\n%s", s.port, waitErr, log)
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			<-exited
+			return fmt.Errorf("redis-server on port %d did not answer within %v", s.port, startDeadline)
+		}
+	}
+	s.mu.Lock()
+	s.cmd, s.exited = cmd, exited
+	s.mu.Unlock()
+	return nil
+}
+
+// ping sends PING and expects PONG.
+func ping(addr string) error {
+	d := net.Dialer{Timeout: time.Second}
+	c, err := d.DialContext(context.Background(), "tcp", addr)
+	if err != nil {
+		return fmt.Errorf("dial redis: %w", err)
+	}
+	defer func() { _ = c.Close() }()
+	_ = c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		return fmt.Errorf("send PING: %w", err)
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return fmt.Errorf("read PING answer: %w", err)
+	}
+	if !strings.HasPrefix(line, "+PONG") && !strings.HasPrefix(line, "-NOAUTH") { // up, with a password
+		return fmt.Errorf("PING answered %q", line)
+	}
+	return nil
+}
+
+// Stop kills the server (SIGKILL) and waits until it has exited: its data is lost, as it has no
+// persistence.
+func (s *Server) Stop() { s.kill() }
+
+func (s *Server) kill() {
+	s.mu.Lock()
+	cmd, exited := s.cmd, s.exited
+	s.cmd = nil
+	s.mu.Unlock()
+	if cmd != nil {
+		_ = cmd.Process.Kill()
+		<-exited
+	}
+}
+
+// Restart starts a stopped server again on the same port.
+func (s *Server) Restart(t testing.TB) {
+	t.Helper()
+	var err error
+	for attempt := 0; attempt < 50; attempt++ { // the port may linger briefly
+		if err = s.start(); err == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatal(err)
+}
+
+// Pause stops the server process (SIGSTOP): connections stay open and nothing answers.
+func (s *Server) Pause(t testing.TB) { s.signal(t, syscall.SIGSTOP) }
+
+// Resume continues a paused server (SIGCONT).
+func (s *Server) Resume(t testing.TB) { s.signal(t, syscall.SIGCONT) }
+
+func (s *Server) signal(t testing.TB, sig syscall.Signal) {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		t.Fatal("redis-server is not running")
+	}
+	if err := s.cmd.Process.Signal(sig); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Do runs one command with redis-cli against the server and returns its raw output, trimmed.
+func (s *Server) Do(t testing.TB, args ...string) string {
+	t.Helper()
+	return CLI(t, append([]string{"-h", "127.0.0.1", "-p", strconv.Itoa(s.port)}, args...)...)
+}
+
+// CLI runs redis-cli with args and returns its output, trimmed; it fails the test on error.
+func CLI(t testing.TB, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "redis-cli", args...)
+	var out, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("redis-cli %s: %v\n%s%s", strings.Join(args, " "), err, out.String(), stderr.String())
+	}
+	return strings.TrimSpace(out.String())
+}
+
+// Info returns one field of an INFO section (e.g. Info(t, "commandstats", "cmdstat_evalsha")),
+// or "" when the section has no such field.
+func (s *Server) Info(t testing.TB, section, field string) string {
+	t.Helper()
+	for _, line := range strings.Split(s.Do(t, "INFO", section), "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// Cluster is a Redis Cluster of masters without replicas.
+type Cluster struct {
+	Nodes []*Server
+}
+
+// StartCluster runs a Redis Cluster of n masters (at least 3) on loopback until the test ends,
+// and waits until every node reports the cluster ok.
+func StartCluster(t testing.TB, n int) *Cluster {
+	t.Helper()
+	Require(t)
+	c := &Cluster{}
+	addrs := make([]string, n)
+	for i := range n {
+		s := Start(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+			"--cluster-node-timeout", "5000")
+		c.Nodes = append(c.Nodes, s)
+		addrs[i] = s.Addr()
+	}
+	CLI(t, append(append([]string{"--cluster", "create"}, addrs...), "--cluster-replicas", "0", "--cluster-yes")...)
+	deadline := time.Now().Add(30 * time.Second)
+	for _, s := range c.Nodes {
+		for !strings.Contains(s.Do(t, "CLUSTER", "INFO"), "cluster_state:ok") {
+			if time.Now().After(deadline) {
+				t.Fatalf("cluster node %s not ok:\n%s", s.Addr(), s.Do(t, "CLUSTER", "INFO"))
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return c
+}
+
+// Addrs returns the nodes' addresses.
+func (c *Cluster) Addrs() []string {
+	out := make([]string, len(c.Nodes))
+	for i, s := range c.Nodes {
+		out[i] = s.Addr()
+	}
+	return out
+}

@@ -1,0 +1,140 @@
+-- limiterd sliding window, one client. See the package documentation for the design.
+--
+-- KEYS[1]  the client's log: the list [fingerprint, epoch, base, at_1, cum_1, ..., at_n, cum_n],
+--          oldest first. epoch is Unix seconds; at_i is an admitted instant in ns since epoch;
+--          cum_i the running total of units admitted up to it; base the total just before
+--          at_1. Absent: fresh. A string there is a token bucket's state.
+-- ARGV     1 mode: "d" decide, "p" peek (read only)
+--          2 fingerprint of the strategy
+--          3, 4 now (s, n); "" for 3: the server's clock (TIME)
+--          5 limit, 6 window (ns), 7 cost
+--          8 milliseconds added to the key's expiry
+--          9 rebase threshold: past it, instants and totals are rewritten relative to the
+--            oldest entry, so that they stay exact integers (below 2^53) in Lua's doubles
+-- Returns  {admitted (0|1), remaining, reset after (ns), retry after (ns)}
+--
+-- This mirrors limiter.SlidingWindow (Decide, Peek, carryFrom) step by step; every value it
+-- computes is an integer below 2^53: instants are kept relative to the epoch, and durations are
+-- at most a window (24h < 2^47 ns).
+local k = KEYS[1]
+local mode, fp = ARGV[1], ARGV[2]
+local G = 1000000000
+local nows, nown
+if ARGV[3] == '' then
+  local tm = redis.call('TIME')
+  nows, nown = tonumber(tm[1]), tonumber(tm[2]) * 1000
+else
+  nows, nown = tonumber(ARGV[3]), tonumber(ARGV[4])
+end
+local limit, window, cost = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local slack, rebase = tonumber(ARGV[8]), tonumber(ARGV[9])
+local function int(x) return string.format('%d', x) end
+
+local h = redis.pcall('LRANGE', k, 0, 2)
+local epoch, base, n, convert = nows, 0, 0, false
+if h.err then -- a token bucket's state: another algorithm starts fresh
+  if mode == 'd' then redis.call('DEL', k) end
+elseif #h == 3 then
+  epoch, base = tonumber(h[2]), tonumber(h[3])
+  n = (redis.call('LLEN', k) - 3) / 2
+  convert = h[1] ~= fp -- written by other parameters: carry the usage over (carryFrom)
+end
+local function at(i) return tonumber(redis.call('LINDEX', k, 3 + 2 * i)) end
+local function cum(i) return tonumber(redis.call('LINDEX', k, 4 + 2 * i)) end
+
+-- now relative to the epoch. It is exact within 104 days of the epoch; further away every
+-- entry is far outside any window, and comparisons with the inexact value still say so.
+local now = (nows - epoch) * G + nown
+local t = now -- the decision's instant: never before the newest entry (clamp)
+local lastAt, lastCum
+if n > 0 then
+  lastAt = tonumber(redis.call('LINDEX', k, -2))
+  lastCum = tonumber(redis.call('LINDEX', k, -1))
+  if lastAt > t then t = lastAt end
+end
+-- Expire: entries [0, first) left the window; the newest never does once clamped.
+local first = 0
+while first < n and at(first) + window <= t do
+  base = cum(first)
+  first = first + 1
+end
+if convert and first < n then -- keep at most limit units, dropping the oldest
+  local excess = lastCum - base - limit
+  if excess > 0 then
+    base = base + excess
+    while first < n and cum(first) <= base do first = first + 1 end
+  end
+end
+local live = n - first
+local used = 0
+if live > 0 then used = lastCum - base end
+
+local admitted = cost <= limit and used + cost <= limit
+local remaining, resetAfter, retryAfter = math.max(0, limit - used), 0, 0
+if admitted and mode == 'd' then
+  remaining = math.max(0, limit - used - cost)
+  if live == 0 then
+    if n > 0 then redis.call('DEL', k) end
+    epoch, base, now, t = nows, 0, nown, nown
+    redis.call('RPUSH', k, fp, int(epoch), 0, int(t), int(cost))
+    lastAt, lastCum = t, cost
+  else
+    if first > 0 or convert then
+      redis.call('LPOP', k, 3 + 2 * first)
+      redis.call('LPUSH', k, int(base), int(epoch), fp)
+    end
+    lastCum = lastCum + cost
+    if lastAt == t then
+      redis.call('LSET', k, -1, int(lastCum))
+    else
+      redis.call('RPUSH', k, int(t), int(lastCum))
+      lastAt = t
+    end
+    if lastAt > rebase or lastCum > rebase then
+      -- Rewrite the log relative to the oldest entry's second, with base 0.
+      local all = redis.call('LRANGE', k, 3, -1)
+      local shift = math.floor(tonumber(all[1]) / G)
+      for i = 1, #all, 2 do
+        all[i] = int(tonumber(all[i]) - shift * G)
+        all[i + 1] = int(tonumber(all[i + 1]) - base)
+      end
+      redis.call('DEL', k)
+      redis.call('RPUSH', k, fp, int(epoch + shift), 0)
+      for i = 1, #all, 4000 do
+        redis.call('RPUSH', k, unpack(all, i, math.min(i + 3999, #all)))
+      end
+      epoch, base, now, lastAt = epoch + shift, 0, now - shift * G, lastAt - shift * G
+    end
+  end
+  -- The key lives until the window is empty again, on the clock of now (not the clamped t).
+  redis.call('PEXPIRE', k, int(math.ceil((lastAt + window - now) / 1000000) + slack))
+  return {1, remaining, window, 0}
+end
+
+if used > 0 then
+  resetAfter = lastAt + window - t
+  if not admitted then
+    if cost > limit then
+      retryAfter = resetAfter
+    else
+      -- The cost fits once the oldest entries holding used+cost-limit units have left the
+      -- window: the first entry whose running total reaches that.
+      local need = base + used + cost - limit
+      local lo, hi = first, n - 1
+      while lo < hi do
+        local mid = math.floor((lo + hi) / 2)
+        if cum(mid) >= need then hi = mid else lo = mid + 1 end
+      end
+      retryAfter = at(lo) + window - t
+    end
+  end
+end
+if mode == 'd' and (first > 0 or convert) then -- keep the expiry and the conversion
+  if live == 0 then
+    redis.call('DEL', k)
+  else
+    redis.call('LPOP', k, 3 + 2 * first)
+    redis.call('LPUSH', k, int(base), int(epoch), fp)
+  end
+end
+return {admitted and 1 or 0, remaining, resetAfter, retryAfter}

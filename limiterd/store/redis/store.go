@@ -1,0 +1,552 @@
+package redis
+
+import (
+	"context"
+	"crypto/tls"
+	_ "embed"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/limiterd/limiterd/limiterd/limiter"
+)
+
+var (
+	//go:embed tokenbucket.lua
+	tokenBucketSource string
+	//go:embed slidingwindow.lua
+	slidingWindowSource string
+	//go:embed cas.lua
+	casSource string
+
+	tokenBucketScript   = rueidis.NewLuaScript(tokenBucketSource)
+	slidingWindowScript = rueidis.NewLuaScript(slidingWindowSource)
+	casScript           = rueidis.NewLuaScript(casSource)
+)
+
+// Clock selects the clock decisions are made on.
+type Clock uint8
+
+// The clocks.
+const (
+	// ServerClock decides on the clock of the Redis server that holds the client (TIME in the
+	// script): every replica agrees. The now argument of Decide and Peek is ignored.
+	ServerClock Clock = iota
+	// CallerClock decides on the now argument of Decide and Peek: for tests at fixed instants,
+	// or replicas whose clocks are synchronised.
+	CallerClock
+)
+
+// String returns the clock's flag value.
+func (c Clock) String() string {
+	if c == CallerClock {
+		return "client"
+	}
+	return "server"
+}
+
+// DefaultTimeout bounds a decision's round trips when Options.Timeout is zero.
+const DefaultTimeout = 50 * time.Millisecond
+
+// Options configure a Client.
+type Options struct {
+	// Addrs are host:port addresses: one Redis server, or nodes of a Redis Cluster (detected
+	// with CLUSTER SLOTS; the other nodes are discovered).
+	Addrs []string
+	// Username and Password authenticate each connection (empty: no AUTH; Username empty with a
+	// Password: the default user).
+	Username, Password string
+	// TLS, when set, is the TLS configuration of every connection.
+	TLS *tls.Config
+	// Timeout bounds each decision, peek and reset, round trips included (default
+	// DefaultTimeout). A call that runs out of time returns an error.
+	Timeout time.Duration
+	// Clock is the clock decisions are made on (default ServerClock).
+	Clock Clock
+	// ExpirySlack is added to every key's expiry. With ServerClock it can stay 0; with
+	// CallerClock it must cover the skew between the callers' clocks and the real time.
+	ExpirySlack time.Duration
+	// RejectCache is how many clients each policy's store remembers as rejected, answering
+	// them in process until their retry time (0: no cache).
+	RejectCache int
+	// Logger receives connection events (nil: slog.Default()).
+	Logger *slog.Logger
+}
+
+// Errors of a Client.
+var (
+	// ErrNotConnected: no connection to Redis was established yet (it is retried in the
+	// background).
+	ErrNotConnected = errors.New("not connected to redis")
+	// ErrClosed: the Client was closed.
+	ErrClosed = errors.New("redis client closed")
+	// errInconsistent: the script and the Go code disagree on a decision; a bug.
+	errInconsistent = errors.New("script and limiter disagree on admission")
+	// errContended: the state of a client kept changing while its conversion was written.
+	errContended = errors.New("client state changed during parameter conversion")
+)
+
+// maxConversionAttempts bounds the attempts to write a token bucket's converted state.
+const maxConversionAttempts = 8
+
+// rebaseThreshold is where a sliding window's instants or totals are rewritten relative to its
+// oldest entry, well below 2^53. Tests lower it.
+var rebaseThreshold = strconv.FormatInt(1<<52, 10)
+
+// Client is a connection to Redis shared by the stores of every policy. It is safe for
+// concurrent use; concurrent calls are pipelined on few connections.
+type Client struct {
+	opts     Options
+	log      *slog.Logger
+	slackMS  string
+	conn     atomic.Pointer[conn]
+	prepared sync.Map // limiter.RateLimiter -> *prepared
+	stop     context.CancelFunc
+	done     chan struct{} // closed when the connect loop ended
+	closed   atomic.Bool
+}
+
+type conn struct{ rueidis.Client }
+
+// New returns a client for opts. It connects right away; when Redis cannot be reached it
+// logs, keeps trying in the background, and calls fail with ErrNotConnected meanwhile.
+func New(opts Options) (*Client, error) {
+	if len(opts.Addrs) == 0 {
+		return nil, errors.New("redis: no address")
+	}
+	for _, a := range opts.Addrs {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return nil, fmt.Errorf("redis: address %q: %w", a, err)
+		}
+	}
+	switch {
+	case opts.Timeout < 0:
+		return nil, errors.New("redis: negative timeout")
+	case opts.ExpirySlack < 0:
+		return nil, errors.New("redis: negative expiry slack")
+	case opts.RejectCache < 0:
+		return nil, errors.New("redis: negative reject cache size")
+	case opts.Clock > CallerClock:
+		return nil, fmt.Errorf("redis: unknown clock %d", opts.Clock)
+	}
+	if opts.Timeout == 0 {
+		opts.Timeout = DefaultTimeout
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	c := &Client{
+		opts:    opts,
+		log:     opts.Logger,
+		slackMS: strconv.FormatInt(ceilMS(opts.ExpirySlack), 10),
+		stop:    stop,
+		done:    make(chan struct{}),
+	}
+	if err := c.connect(); err != nil {
+		c.log.Warn("redis not reachable, retrying in the background", "addrs", opts.Addrs, "error", err)
+		go c.connectLoop(ctx)
+	} else {
+		close(c.done)
+	}
+	return c, nil
+}
+
+// connect makes the underlying client. rueidis reconnects by itself once it exists.
+func (c *Client) connect() error {
+	rc, err := rueidis.NewClient(rueidis.ClientOption{
+		InitAddress:  c.opts.Addrs,
+		Username:     c.opts.Username,
+		Password:     c.opts.Password,
+		TLSConfig:    c.opts.TLS,
+		ClientName:   "limiterd",
+		DisableCache: true,
+		Dialer:       net.Dialer{Timeout: max(c.opts.Timeout, time.Second), KeepAlive: time.Second},
+		// Decisions are not idempotent: never resend one after a network error.
+		DisableRetry: true,
+		// Keep the topology of a cluster current even without MOVED replies.
+		ClusterOption: rueidis.ClusterOption{ShardsRefreshInterval: 10 * time.Second},
+	})
+	if err != nil {
+		return fmt.Errorf("connect to %s: %w", strings.Join(c.opts.Addrs, ","), err)
+	}
+	c.conn.Store(&conn{rc})
+	return nil
+}
+
+// connectLoop retries connect with backoff until it succeeds or ctx is done.
+func (c *Client) connectLoop(ctx context.Context) {
+	defer close(c.done)
+	wait := 100 * time.Millisecond
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		}
+		err := c.connect()
+		if err == nil {
+			c.log.Info("redis connected", "addrs", c.opts.Addrs)
+			return
+		}
+		c.log.Debug("redis connect failed", "error", err)
+		wait = min(2*wait, 2*time.Second)
+		timer.Reset(wait)
+	}
+}
+
+// Close stops the client: later calls fail with ErrClosed. It waits for nothing in flight.
+func (c *Client) Close() {
+	if c.closed.Swap(true) {
+		return
+	}
+	c.stop()
+	<-c.done
+	if cn := c.conn.Load(); cn != nil {
+		cn.Close()
+	}
+}
+
+func (c *Client) get() (*conn, error) {
+	if c.closed.Load() {
+		return nil, ErrClosed
+	}
+	cn := c.conn.Load()
+	if cn == nil {
+		return nil, ErrNotConnected
+	}
+	return cn, nil
+}
+
+// Ping checks that every Redis node (every master and replica of a cluster) answers, for
+// readiness.
+func (c *Client) Ping(ctx context.Context) error {
+	cn, err := c.get()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for addr, node := range cn.Nodes() {
+		if err := node.Do(ctx, node.B().Ping().Build()).Error(); err != nil {
+			errs = append(errs, fmt.Errorf("ping redis %s: %w", addr, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Store returns the store of one policy's clients.
+func (c *Client) Store(policyID string) *Store {
+	s := &Store{c: c, policy: policyID, prefix: keyPrefix(policyID)}
+	if c.opts.RejectCache > 0 {
+		s.cache = newRejectCache(c.opts.RejectCache)
+	}
+	return s
+}
+
+// prepared is what the scripts need of a strategy, formatted once.
+type prepared struct {
+	fp string
+	// token bucket
+	rate string
+	tau  [3]string // a full refill
+	unit [3]string // the interval of one token
+	// sliding window
+	limit, window string
+}
+
+func (c *Client) prepare(rl limiter.RateLimiter) *prepared {
+	if p, ok := c.prepared.Load(rl); ok {
+		return p.(*prepared)
+	}
+	p := &prepared{fp: fingerprint(rl)}
+	switch rl := rl.(type) {
+	case *limiter.TokenBucket:
+		capacity, rate, _ := rl.Params()
+		p.rate = strconv.FormatInt(rate, 10)
+		p.tau = limbs(rl.Interval(capacity))
+		p.unit = limbs(rl.Interval(1))
+	case *limiter.SlidingWindow:
+		limit, window := rl.Params()
+		p.limit, p.window = strconv.FormatInt(limit, 10), strconv.FormatInt(int64(window), 10)
+	}
+	// Strategies are interned by limiter: the map holds one entry per parameter set ever used.
+	c.prepared.Store(rl, p)
+	return p
+}
+
+// limbs formats a duration of ns + frac/rate nanoseconds as (seconds, ns, frac).
+func limbs(ns int64, frac uint64) [3]string {
+	s, n := split(ns)
+	return [3]string{strconv.FormatInt(s, 10), strconv.FormatInt(n, 10), strconv.FormatUint(frac, 10)}
+}
+
+// split returns Unix nanoseconds as whole seconds and nanoseconds in [0, 1e9).
+func split(ns int64) (s, n int64) {
+	s, n = ns/1e9, ns%1e9
+	if n < 0 {
+		s, n = s-1, n+1e9
+	}
+	return s, n
+}
+
+// ceilMS returns d in whole milliseconds, rounded up.
+func ceilMS(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+// Store keeps one policy's client state in Redis. It implements limiter.Store.
+type Store struct {
+	c      *Client
+	policy string
+	prefix string       // of the policy's keys
+	cache  *rejectCache // nil: none
+}
+
+var _ limiter.Store = (*Store)(nil)
+
+// Script modes.
+const (
+	modeDecide = "d"
+	modePeek   = "p"
+)
+
+// Decide implements limiter.Store. With ServerClock, now is ignored: the decision is made at
+// the Redis server's time. An Unlimited strategy is decided without Redis.
+func (s *Store) Decide(ctx context.Context, key string, rl limiter.RateLimiter, now time.Time, cost int64) (limiter.Decision, error) {
+	if rl.Algorithm() == limiter.AlgorithmUnlimited {
+		return rl.Decide(nil, now, cost), nil
+	}
+	if s.cache != nil {
+		if d, ok := s.cache.get(key, rl, cost, now); ok {
+			return d, nil
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.c.opts.Timeout)
+	defer cancel()
+	d, err := s.run(ctx, key, rl, now, cost, modeDecide)
+	if err != nil {
+		return limiter.Decision{}, fmt.Errorf("redis store: policy %s: decide: %w", s.policy, err)
+	}
+	if s.cache != nil && !d.Allowed && d.RetryAfter > 0 {
+		s.cache.put(key, rl, cost, now, d)
+	}
+	return d, nil
+}
+
+// Peek implements limiter.Store: what a one-unit decision would answer, changing nothing.
+func (s *Store) Peek(ctx context.Context, key string, rl limiter.RateLimiter, now time.Time) (limiter.Decision, error) {
+	if rl.Algorithm() == limiter.AlgorithmUnlimited {
+		return rl.Peek(nil, now), nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.c.opts.Timeout)
+	defer cancel()
+	d, err := s.run(ctx, key, rl, now, 1, modePeek)
+	if err != nil {
+		return limiter.Decision{}, fmt.Errorf("redis store: policy %s: peek: %w", s.policy, err)
+	}
+	return d, nil
+}
+
+// Reset implements limiter.Store: it deletes the client's state (and its cached rejection in
+// this process; other processes' caches keep rejecting until the retry time they were told).
+func (s *Store) Reset(ctx context.Context, key string) error {
+	if s.cache != nil {
+		s.cache.delete(key)
+	}
+	cn, err := s.c.get()
+	if err == nil {
+		ctx, cancel := context.WithTimeout(ctx, s.c.opts.Timeout)
+		defer cancel()
+		err = cn.Do(ctx, cn.B().Del().Key(s.key(key)).Build()).Error()
+	}
+	if err != nil {
+		return fmt.Errorf("redis store: policy %s: reset: %w", s.policy, err)
+	}
+	return nil
+}
+
+func (s *Store) key(client string) string { return s.prefix + keySuffix(client) }
+
+// run decides, or peeks, by one strategy's script.
+func (s *Store) run(ctx context.Context, key string, rl limiter.RateLimiter, now time.Time, cost int64, mode string) (limiter.Decision, error) {
+	cn, err := s.c.get()
+	if err != nil {
+		return limiter.Decision{}, err
+	}
+	var nowS, nowN string
+	if s.c.opts.Clock == CallerClock {
+		sec, ns := split(now.UnixNano())
+		nowS, nowN = strconv.FormatInt(sec, 10), strconv.FormatInt(ns, 10)
+	}
+	k, p := s.key(key), s.c.prepare(rl)
+	switch rl := rl.(type) {
+	case *limiter.TokenBucket:
+		for range maxConversionAttempts {
+			d, done, err := s.tokenBucket(ctx, cn, k, rl, p, nowS, nowN, cost, mode)
+			if err != nil || done {
+				return d, err
+			}
+		}
+		return limiter.Decision{}, errContended
+	case *limiter.SlidingWindow:
+		return s.slidingWindow(ctx, cn, k, rl, p, nowS, nowN, cost, mode)
+	}
+	return limiter.Decision{}, fmt.Errorf("unsupported algorithm %s", rl.Algorithm())
+}
+
+// tokenBucket runs the token-bucket script; done is false when a converted state could not be
+// written because the state changed meanwhile, and the decision must start over.
+func (s *Store) tokenBucket(ctx context.Context, cn *conn, k string, rl *limiter.TokenBucket, p *prepared,
+	nowS, nowN string, cost int64, mode string) (d limiter.Decision, done bool, err error) {
+	capacity, rate, _ := rl.Params()
+	inc := p.unit
+	switch {
+	case cost > capacity:
+		inc = [3]string{} // never admitted
+	case cost != 1:
+		inc = limbs(rl.Interval(cost))
+	}
+	arr, err := tokenBucketScript.Exec(ctx, cn, []string{k}, []string{
+		mode, p.fp, nowS, nowN, p.rate, p.tau[0], p.tau[1], p.tau[2], inc[0], inc[1], inc[2], s.c.slackMS,
+	}).ToArray()
+	if err != nil {
+		return d, false, fmt.Errorf("token bucket script: %w", err)
+	}
+	ints, err := integers(arr, 3)
+	if err == nil && len(arr) != 3 && len(arr) != 4 && len(arr) != 6 {
+		err = fmt.Errorf("%d elements", len(arr))
+	}
+	if err != nil {
+		return d, false, fmt.Errorf("token bucket script: malformed answer: %w", err)
+	}
+	at := time.Unix(ints[1], ints[2])
+	code := ints[0]
+	if code == 2 {
+		raw, err := arr[3].ToString()
+		if err != nil {
+			return d, false, fmt.Errorf("token bucket script: malformed state: %w", err)
+		}
+		return s.convertTokenBucket(ctx, cn, k, rl, p, raw, at, cost, mode)
+	}
+	var st limiter.State
+	if len(arr) == 6 {
+		tat, err := integers(arr[3:], 3)
+		if err == nil && (tat[1] < 0 || tat[1] >= 1e9 || tat[2] < 0 || tat[2] >= rate) {
+			err = fmt.Errorf("TAT %v out of range", tat)
+		}
+		if err != nil {
+			return d, false, fmt.Errorf("token bucket script: malformed state: %w", err)
+		}
+		st = rl.StateAt(tat[0]*1e9+tat[1], uint64(tat[2]))
+	}
+	if mode == modePeek {
+		return rl.Peek(&st, at), true, nil
+	}
+	d = rl.Decide(&st, at, cost)
+	if d.Allowed != (code == 1) {
+		return limiter.Decision{}, false, fmt.Errorf("%w: script says %d, limiter %+v", errInconsistent, code, d)
+	}
+	return d, true, nil
+}
+
+// convertTokenBucket decides on a state written by another strategy, at the instant the
+// script read it: it converts the state with limiter's code, and writes the result if the state
+// is still the one read.
+func (s *Store) convertTokenBucket(ctx context.Context, cn *conn, k string, rl *limiter.TokenBucket, p *prepared,
+	raw string, at time.Time, cost int64, mode string) (d limiter.Decision, done bool, err error) {
+	st, known := parseTokenBucketState(raw) // fresh if written by no token bucket we know
+	if mode == modePeek {
+		return rl.Peek(&st, at), true, nil
+	}
+	d = rl.Decide(&st, at, cost)
+	// The converted state is kept even when it is full (as limiter.Memory keeps it until a
+	// sweep): after a clock step backwards, a full bucket converted at a later instant still
+	// counts as used. A fresh state that stayed unwritten (rejected) is deleted instead.
+	var next, ttl string
+	if known || d.Allowed {
+		tat, frac := st.TAT()
+		sec, ns := split(tat)
+		next = p.fp + " " + strconv.FormatInt(sec, 10) + " " + strconv.FormatInt(ns, 10) + " " + strconv.FormatUint(frac, 10)
+		ttl = strconv.FormatInt(max(1, ceilMS(d.ResetAfter)+ceilMS(s.c.opts.ExpirySlack)), 10)
+	}
+	written, err := casScript.Exec(ctx, cn, []string{k}, []string{raw, next, ttl}).AsInt64()
+	if err != nil {
+		return limiter.Decision{}, false, fmt.Errorf("write converted state: %w", err)
+	}
+	return d, written == 1, nil
+}
+
+// parseTokenBucketState returns the state a token bucket wrote as "<fingerprint> <s> <ns>
+// <frac>", or a fresh state and false when no known token bucket wrote it.
+func parseTokenBucketState(raw string) (limiter.State, bool) {
+	f := strings.Fields(raw)
+	if len(f) != 4 {
+		return limiter.State{}, false
+	}
+	old, err := parseFingerprint(f[0])
+	tb, ok := old.(*limiter.TokenBucket)
+	if err != nil || !ok {
+		return limiter.State{}, false
+	}
+	_, rate, _ := tb.Params()
+	sec, err1 := strconv.ParseInt(f[1], 10, 64)
+	ns, err2 := strconv.ParseInt(f[2], 10, 64)
+	frac, err3 := strconv.ParseUint(f[3], 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil || ns < 0 || ns >= 1e9 || frac >= uint64(rate) ||
+		sec > math.MaxInt64/int64(time.Second)-1 || sec < math.MinInt64/int64(time.Second)+1 {
+		return limiter.State{}, false
+	}
+	return tb.StateAt(sec*1e9+ns, frac), true
+}
+
+// slidingWindow runs the sliding-window script, which computes the whole decision.
+func (s *Store) slidingWindow(ctx context.Context, cn *conn, k string, rl *limiter.SlidingWindow, p *prepared,
+	nowS, nowN string, cost int64, mode string) (limiter.Decision, error) {
+	arr, err := slidingWindowScript.Exec(ctx, cn, []string{k}, []string{
+		mode, p.fp, nowS, nowN, p.limit, p.window, strconv.FormatInt(cost, 10), s.c.slackMS, rebaseThreshold,
+	}).ToArray()
+	if err != nil {
+		return limiter.Decision{}, fmt.Errorf("sliding window script: %w", err)
+	}
+	ints, err := integers(arr, 4)
+	if err == nil && len(arr) != 4 {
+		err = fmt.Errorf("%d elements", len(arr))
+	}
+	if err != nil {
+		return limiter.Decision{}, fmt.Errorf("sliding window script: malformed answer: %w", err)
+	}
+	return limiter.Decision{
+		Allowed:    ints[0] == 1,
+		Limit:      rl.Limit(),
+		Remaining:  ints[1],
+		ResetAfter: time.Duration(ints[2]),
+		RetryAfter: time.Duration(ints[3]),
+	}, nil
+}
+
+// integers reads the first n elements of a script's answer as integers.
+func integers(arr []rueidis.RedisMessage, n int) ([]int64, error) {
+	if len(arr) < n {
+		return nil, fmt.Errorf("%d elements, want at least %d", len(arr), n)
+	}
+	out := make([]int64, n)
+	for i := range out {
+		v, err := arr[i].AsInt64()
+		if err != nil {
+			return nil, fmt.Errorf("element %d: %w", i, err)
+		}
+		out[i] = v
+	}
+	return out, nil
+}

@@ -1,0 +1,198 @@
+package redis
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/limiterd/limiterd/limiterd/limiter"
+	"github.com/limiterd/limiterd/limiterd/limiter/limitertest"
+)
+
+// newClient returns a client of addrs closed when the test ends.
+func newClient(t *testing.T, opts Options) *Client {
+	t.Helper()
+	c, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// testOptions decide at the caller's instants, with keys that outlive the real time a test
+// takes.
+func testOptions(addrs ...string) Options {
+	return Options{Addrs: addrs, Clock: CallerClock, ExpirySlack: time.Hour, Timeout: 10 * time.Second}
+}
+
+func TestConformance(t *testing.T) {
+	c := newClient(t, testOptions(shared(t).Addr()))
+	limitertest.Run(t, func(t *testing.T) limiter.Store { return c.Store(t.Name()) })
+}
+
+func TestConcurrent(t *testing.T) {
+	c := newClient(t, testOptions(shared(t).Addr()))
+	limitertest.RunConcurrent(t, c.Store(t.Name()), 32, 20, 100)
+}
+
+// seeds is how many random sequences TestMatchesMemory runs (go test -args -seeds N).
+var seeds = uint64(16)
+
+func init() {
+	flag.Uint64Var(&seeds, "seeds", seeds, "random sequences TestMatchesMemory runs")
+}
+
+// TestMatchesMemory runs random decisions and peeks, with random strategies swapped in and out,
+// random costs and random clock steps (backwards too), on a few clients, against Redis and
+// against limiter.Memory: every answer must be the same.
+func TestMatchesMemory(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		rebase string
+	}{
+		{"default", rebaseThreshold},
+		{"frequent sliding window rebases", "5000000000"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			defer func(old string) { rebaseThreshold = old }(rebaseThreshold)
+			rebaseThreshold = tc.rebase
+			c := newClient(t, testOptions(shared(t).Addr()))
+			for seed := uint64(1); seed <= seeds; seed++ {
+				t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
+					compareWithMemory(t, c.Store(t.Name()), rand.New(rand.NewPCG(seed, 7)), 2000)
+				})
+			}
+		})
+	}
+}
+
+func randomStrategy(r *rand.Rand) limiter.RateLimiter {
+	periods := []time.Duration{time.Millisecond, 7 * time.Millisecond, time.Second, 3 * time.Second, time.Minute, 24 * time.Hour}
+	switch r.IntN(5) {
+	case 0:
+		return limiter.Unlimited
+	case 1: // small buckets: frequent rejections and fractions
+		tb, err := limiter.NewTokenBucket(1+r.Int64N(10), 1+r.Int64N(7), periods[r.IntN(4)])
+		if err != nil {
+			panic(err)
+		}
+		return tb
+	case 2: // huge parameters: products far beyond 2^53
+		for {
+			capacity := []int64{1, 999_999_937, 1_000_000_000}[r.IntN(3)]
+			rate := []int64{1, 3, 999_999_937, 1_000_000_000}[r.IntN(4)]
+			if tb, err := limiter.NewTokenBucket(capacity, rate, periods[r.IntN(len(periods))]); err == nil {
+				return tb
+			}
+		}
+	default:
+		sw, err := limiter.NewSlidingWindow([]int64{1, 3, 10, 100_000}[r.IntN(4)], periods[r.IntN(4)])
+		if err != nil {
+			panic(err)
+		}
+		return sw
+	}
+}
+
+func compareWithMemory(t *testing.T, store limiter.Store, r *rand.Rand, steps int) {
+	t.Helper()
+	ctx := context.Background()
+	mem := limiter.NewMemory(nil)
+	rl := randomStrategy(r)
+	now := limitertest.T0.Add(time.Duration(r.Int64N(int64(time.Hour))))
+	keys := []string{"a", "b{}", "c\x00%"}
+	ok := func(d limiter.Decision, err error) limiter.Decision {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	for i := range steps {
+		if r.IntN(25) == 0 {
+			rl = randomStrategy(r)
+		}
+		switch r.IntN(10) {
+		case 0: // the clock jumps backwards
+			now = now.Add(-time.Duration(r.Int64N(int64(2 * time.Second))))
+		case 1, 2: // far ahead
+			now = now.Add(time.Duration(r.Int64N(int64(48 * time.Hour))))
+		case 3, 4: // same instant
+		default:
+			now = now.Add(time.Duration(r.Int64N(int64(300 * time.Millisecond))))
+		}
+		key := keys[r.IntN(len(keys))]
+		limit := max(1, rl.Limit())
+		cost := []int64{1, 1, 1, 2, limit / 3, limit, limit + 1, 1 + r.Int64N(limit)}[r.IntN(8)]
+		cost = max(1, cost)
+		if r.IntN(6) == 0 {
+			want := ok(mem.Peek(ctx, key, rl, now))
+			got := ok(store.Peek(ctx, key, rl, now))
+			if got != want {
+				t.Fatalf("step %d: peek %q by %s at %v:\n redis  %+v\n memory %+v", i, key, fingerprint(rl), now, got, want)
+			}
+			continue
+		}
+		want := ok(mem.Decide(ctx, key, rl, now, cost))
+		got := ok(store.Decide(ctx, key, rl, now, cost))
+		if got != want {
+			t.Fatalf("step %d: decide %q cost %d by %s at %v:\n redis  %+v\n memory %+v", i, key, cost, fingerprint(rl), now, got, want)
+		}
+	}
+}
+
+func TestKey(t *testing.T) {
+	for _, tc := range []struct{ policy, client, want string }{
+		{"default/api", "user-1", "limiterd:{default/api\x00user-1}"},
+		{"default/api", "a}b{c", "limiterd:{default/api\x00a%7Db%7Bc}"},
+		{"default/api", "100%\x00", "limiterd:{default/api\x00100%25%00}"},
+	} {
+		if got := Key(tc.policy, tc.client); got != tc.want {
+			t.Errorf("Key(%q, %q) = %q, want %q", tc.policy, tc.client, got, tc.want)
+		}
+	}
+	// Distinct pairs, distinct keys; the hash tag is the whole escaped pair.
+	clients := []string{"", "a", "a}", "a%7D", "}", "{", "%", "\x00", "a\x00b", "{a}"}
+	seen := make(map[string]string)
+	for _, p := range []string{"p", "p\x00a"} {
+		for _, c := range clients {
+			k := Key(p, c)
+			if prev, dup := seen[k]; dup {
+				t.Errorf("Key(%q, %q) = Key of %s", p, c, prev)
+			}
+			seen[k] = fmt.Sprintf("(%q, %q)", p, c)
+			open, close := strings.IndexByte(k, '{'), strings.IndexByte(k, '}')
+			if open != len(KeyPrefix) || close != len(k)-1 {
+				t.Errorf("Key(%q, %q) = %q: hash tag is not the whole pair", p, c, k)
+			}
+		}
+	}
+}
+
+func TestFingerprint(t *testing.T) {
+	tb, err := limiter.NewTokenBucket(10, 3, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sw, err := limiter.NewSlidingWindow(5, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rl := range []limiter.RateLimiter{tb, sw} {
+		fp := fingerprint(rl)
+		back, err := parseFingerprint(fp)
+		if err != nil || back != rl {
+			t.Errorf("parseFingerprint(%q) = %v, %v; want the strategy back", fp, back, err)
+		}
+	}
+	for _, bad := range []string{"", "tb:1:2", "tb:0:1:1000000", "sw:x:1", "xx:1:2"} {
+		if _, err := parseFingerprint(bad); err == nil {
+			t.Errorf("parseFingerprint(%q) succeeded", bad)
+		}
+	}
+}

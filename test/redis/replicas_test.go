@@ -1,0 +1,394 @@
+// Package redis_test runs limiterd as separate processes (built from this checkout) against
+// real redis-server processes: a single server, and a 3-master Redis Cluster made on loopback.
+// It checks what only a shared store gives: several replicas admit a client's limit once in
+// total.
+package redis_test
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/limiterd/limiterd/limiterd/limiter"
+	"github.com/limiterd/limiterd/limiterd/limiter/limitertest"
+	redisstore "github.com/limiterd/limiterd/limiterd/store/redis"
+	"github.com/limiterd/limiterd/limiterd/store/redis/redistest"
+)
+
+// limit is the allowance of the test policies' one client.
+const limit = 40
+
+// policies has a token-bucket and a sliding-window policy of limit units an hour, so that
+// nothing refills during a test.
+func policies(capacity int) string {
+	return fmt.Sprintf(`apiVersion: limiterd.dev/v1alpha1
+kind: RateLimitPolicy
+metadata:
+  name: bucket
+spec:
+  defaultTier: standard
+  failureMode: Closed
+  tiers:
+  - name: standard
+    algorithm: TokenBucket
+    tokenBucket: {capacity: %d, refillRate: 1, refillPeriod: 1h}
+---
+apiVersion: limiterd.dev/v1alpha1
+kind: RateLimitPolicy
+metadata:
+  name: window
+spec:
+  defaultTier: standard
+  failureMode: Closed
+  tiers:
+  - name: standard
+    algorithm: SlidingWindow
+    slidingWindow: {limit: %d, window: 1h}
+`, capacity, capacity)
+}
+
+var (
+	buildOnce sync.Once
+	binary    string
+	buildErr  error
+)
+
+// limiterdBinary builds bin/limiterd from this checkout once for the test binary.
+func limiterdBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "limiterd-bin")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binary = filepath.Join(dir, "limiterd")
+		out, err := exec.Command("go", "build", "-o", binary, "github.com/limiterd/limiterd/cmd/limiterd").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build limiterd: %w\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binary
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binary != "" {
+		_ = os.RemoveAll(filepath.Dir(binary))
+	}
+	os.Exit(code)
+}
+
+// replica is a limiterd process.
+type replica struct {
+	decisions, admin string // base URLs
+	cmd              *exec.Cmd
+	logs             *strings.Builder
+	logsMu           *sync.Mutex
+}
+
+// startReplica runs limiterd with args on loopback ports until the test ends.
+func startReplica(t *testing.T, args ...string) *replica {
+	t.Helper()
+	cmd := exec.Command(limiterdBinary(t), append([]string{"--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"}, args...)...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	r := &replica{cmd: cmd, logs: &strings.Builder{}, logsMu: &sync.Mutex{}}
+	serving := make(chan [2]string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			line := sc.Text()
+			r.logsMu.Lock()
+			r.logs.WriteString(line + "\n")
+			r.logsMu.Unlock()
+			var rec struct{ Msg, Addr, Admin_addr string }
+			if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "limiterd serving" {
+				serving <- [2]string{rec.Addr, rec.Admin_addr}
+			}
+		}
+		close(serving)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		if t.Failed() {
+			t.Logf("limiterd %s logs:\n%s", r.decisions, r.log())
+		}
+	})
+	select {
+	case a, ok := <-serving:
+		if !ok {
+			t.Fatalf("limiterd exited before serving:\n%s", r.log())
+		}
+		r.decisions, r.admin = "http://"+a[0], "http://"+a[1]
+	case <-time.After(60 * time.Second):
+		t.Fatalf("limiterd did not serve within a minute:\n%s", r.log())
+	}
+	return r
+}
+
+func (r *replica) log() string {
+	r.logsMu.Lock()
+	defer r.logsMu.Unlock()
+	return r.logs.String()
+}
+
+var httpClient = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+
+// allow asks a replica to admit one unit for the client and returns the status and body.
+func allow(t *testing.T, r *replica, policy, key string) (int, map[string]any) {
+	t.Helper()
+	resp, err := httpClient.Post(r.decisions+"/v1/allow", "application/json",
+		strings.NewReader(fmt.Sprintf(`{"policy":%q,"key":%q}`, policy, key)))
+	if err != nil {
+		t.Error(err)
+		return 0, nil
+	}
+	defer func() { _ = resp.Body.Close() }()
+	var body map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		t.Error(err)
+	}
+	return resp.StatusCode, body
+}
+
+// hammer drives one client through all replicas at once, perReplica requests each from as
+// many goroutines, and returns how many were admitted.
+func hammer(t *testing.T, replicas []*replica, policy, key string, perReplica int) int {
+	t.Helper()
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		admitted int
+	)
+	for _, r := range replicas {
+		for g := 0; g < 8; g++ {
+			wg.Go(func() {
+				for i := g; i < perReplica; i += 8 {
+					status, body := allow(t, r, policy, key)
+					mu.Lock()
+					switch status {
+					case http.StatusOK:
+						admitted++
+					case http.StatusTooManyRequests:
+					default:
+						t.Errorf("status %d: %v", status, body)
+					}
+					mu.Unlock()
+				}
+			})
+		}
+	}
+	wg.Wait()
+	return admitted
+}
+
+func writePolicies(t *testing.T, path, content string) {
+	t.Helper()
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// startReplicas runs n limiterd processes on one policy file with extra args.
+func startReplicas(t *testing.T, n int, policyFile string, extra ...string) []*replica {
+	t.Helper()
+	out := make([]*replica, n)
+	var wg sync.WaitGroup
+	for i := range out {
+		wg.Go(func() { out[i] = startReplica(t, append([]string{"--policy-file", policyFile}, extra...)...) })
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	return out
+}
+
+// TestReplicasShareOneAllowance runs three replicas on one Redis: one client driven through all
+// three at once is admitted exactly its limit in total. A policy change then applies to the
+// next decision on every replica, with the usage carried over.
+func TestReplicasShareOneAllowance(t *testing.T) {
+	srv := redistest.Start(t)
+	file := filepath.Join(t.TempDir(), "policies.yaml")
+	writePolicies(t, file, policies(limit))
+	replicas := startReplicas(t, 3, file, "--store", "redis", "--redis-addr", srv.Addr(), "--store-timeout", "5s")
+	for _, policy := range []string{"default/bucket", "default/window"} {
+		if got := hammer(t, replicas, policy, "one-client", 2*limit); got != limit {
+			t.Errorf("%s: three replicas on Redis admitted %d of %d requests, want exactly the limit %d", policy, got, 6*limit, limit)
+		}
+	}
+
+	// Hot swap: a larger allowance applies to the next decision, usage carried over.
+	writePolicies(t, file, policies(limit+10))
+	for _, r := range replicas {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			status, body := allow(t, r, "default/bucket", "probe-"+r.admin)
+			if status == http.StatusOK && body["limit"] == float64(limit+10) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("replica %s still answers %d %v after the policy change", r.decisions, status, body)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	for _, policy := range []string{"default/bucket", "default/window"} {
+		if got := hammer(t, replicas, policy, "one-client", 10); got != 10 {
+			t.Errorf("%s: after raising the limit by 10, the client was admitted %d more, want 10", policy, got)
+		}
+	}
+}
+
+// TestReplicasOnMemoryOverAdmit is the problem the Redis store solves: three replicas each
+// keeping state in memory admit the client up to three times its limit.
+func TestReplicasOnMemoryOverAdmit(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "policies.yaml")
+	writePolicies(t, file, policies(limit))
+	replicas := startReplicas(t, 3, file, "--store", "memory")
+	for _, policy := range []string{"default/bucket", "default/window"} {
+		if got := hammer(t, replicas, policy, "one-client", 2*limit); got <= limit {
+			t.Errorf("%s: three replicas in memory admitted %d, want more than the limit %d", policy, got, limit)
+		} else {
+			t.Logf("%s: three replicas in memory admitted %d requests for a limit of %d", policy, got, limit)
+		}
+	}
+}
+
+// TestReplicasOnCluster runs the replicas against a 3-master Redis Cluster.
+func TestReplicasOnCluster(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	file := filepath.Join(t.TempDir(), "policies.yaml")
+	writePolicies(t, file, policies(limit))
+	replicas := startReplicas(t, 3, file, "--store", "redis", "--redis-addr", strings.Join(cluster.Addrs(), ","), "--store-timeout", "5s")
+	for _, policy := range []string{"default/bucket", "default/window"} {
+		if got := hammer(t, replicas, policy, "one-client", 2*limit); got != limit {
+			t.Errorf("%s: three replicas on a cluster admitted %d, want exactly the limit %d", policy, got, limit)
+		}
+	}
+	// Many clients spread over the masters.
+	for i := range 30 {
+		if status, _ := allow(t, replicas[i%3], "default/bucket", "spread-"+strconv.Itoa(i)); status != http.StatusOK {
+			t.Fatalf("client %d: status %d", i, status)
+		}
+	}
+	for _, node := range cluster.Nodes {
+		if n, _ := strconv.Atoi(node.Do(t, "DBSIZE")); n == 0 {
+			t.Errorf("cluster master %s holds no client: keys do not spread over slots", node.Addr())
+		}
+	}
+
+	// The conformance table and the race on one key hold on the cluster too.
+	c, err := redisstore.New(redisstore.Options{Addrs: cluster.Addrs(), Clock: redisstore.CallerClock,
+		ExpirySlack: time.Hour, Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	limitertest.Run(t, func(t *testing.T) limiter.Store { return c.Store(t.Name()) })
+	limitertest.RunConcurrent(t, c.Store(t.Name()), 16, 20, 50)
+}
+
+// TestReadinessAndFailureMode stops Redis under a running replica: /readyz reports the store,
+// decisions answer by the failure mode (Closed: rejected) within the timeout and are counted as
+// store errors, and all recovers when Redis is back.
+func TestReadinessAndFailureMode(t *testing.T) {
+	srv := redistest.Start(t)
+	file := filepath.Join(t.TempDir(), "policies.yaml")
+	writePolicies(t, file, policies(limit))
+	r := startReplica(t, "--policy-file", file, "--store", "redis", "--redis-addr", srv.Addr(), "--store-timeout", "100ms")
+	readyz := func() (int, string) {
+		resp, err := httpClient.Get(r.admin + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = resp.Body.Close() }()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	storeErrors := func() float64 {
+		resp, err := httpClient.Get(r.admin + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = resp.Body.Close() }()
+		b, _ := io.ReadAll(resp.Body)
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, `limiterd_store_errors_total{policy="default/bucket"} `); ok {
+				f, _ := strconv.ParseFloat(v, 64)
+				return f
+			}
+		}
+		return 0
+	}
+	if status, body := readyz(); status != http.StatusOK {
+		t.Fatalf("/readyz with redis up: %d %s", status, body)
+	}
+	if status, _ := allow(t, r, "default/bucket", "k"); status != http.StatusOK {
+		t.Fatalf("decision with redis up: %d", status)
+	}
+
+	srv.Stop()
+	if status, body := readyz(); status != http.StatusServiceUnavailable || !strings.Contains(body, `"store"`) {
+		t.Fatalf("/readyz with redis down: %d %s, want 503 naming the store", status, body)
+	}
+	for range 5 {
+		start := time.Now()
+		status, _ := allow(t, r, "default/bucket", "k")
+		if status != http.StatusTooManyRequests {
+			t.Fatalf("decision with redis down under failureMode Closed: %d, want 429", status)
+		}
+		if took := time.Since(start); took > 5*time.Second {
+			t.Fatalf("decision with redis down took %v", took)
+		}
+	}
+	if n := storeErrors(); n < 5 {
+		t.Fatalf("limiterd_store_errors_total = %v after 5 failed decisions", n)
+	}
+
+	srv.Restart(t)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		status, _ := readyz()
+		if decided, _ := allow(t, r, "default/bucket", "k"); status == http.StatusOK && decided == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("limiterd did not recover after redis came back")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
