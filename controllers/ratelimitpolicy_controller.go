@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -72,6 +74,8 @@ type RateLimitPolicyReconciler struct {
 	Scheme *runtime.Scheme
 	// Recorder records the events users need to see.
 	Recorder events.EventRecorder
+	// StatusNamespace is where limiterd replicas publish their status Leases (see enforcement.go).
+	StatusNamespace string
 }
 
 // NewRateLimitPolicyReconciler returns a reconciler using mgr's client, API reader, scheme and
@@ -82,30 +86,42 @@ func NewRateLimitPolicyReconciler(mgr ctrl.Manager) *RateLimitPolicyReconciler {
 		APIReader: mgr.GetAPIReader(),
 		Scheme:    mgr.GetScheme(),
 		Recorder:  mgr.GetEventRecorder(EventReporter),
+
+		StatusNamespace: DefaultStatusNamespace(),
 	}
 }
 
 // CacheByObject restricts the manager's ConfigMap cache to the ConfigMaps the operator writes
-// (those labelled PolicyLabel), rather than every ConfigMap of the cluster. Pass it as
-// cache.Options.ByObject.
+// (those labelled PolicyLabel), rather than every ConfigMap of the cluster, and its Lease cache
+// to the replicas' status Leases (labelled ReplicaLabel, in
+// DefaultStatusNamespace). Pass it as cache.Options.ByObject.
 func CacheByObject() map[client.Object]cache.ByObject {
 	labelled, err := labels.NewRequirement(limiterdv1alpha1.PolicyLabel, selection.Exists, nil)
 	if err != nil {
 		panic(fmt.Sprintf("selector of label %s: %v", limiterdv1alpha1.PolicyLabel, err)) // a constant: cannot fail
 	}
+	replica, err := labels.NewRequirement(limiterdv1alpha1.ReplicaLabel, selection.Exists, nil)
+	if err != nil {
+		panic(fmt.Sprintf("selector of label %s: %v", limiterdv1alpha1.ReplicaLabel, err)) // a constant: cannot fail
+	}
 	return map[client.Object]cache.ByObject{
 		&corev1.ConfigMap{}: {Label: labels.NewSelector().Add(*labelled)},
+		&coordinationv1.Lease{}: {
+			Label:      labels.NewSelector().Add(*replica),
+			Namespaces: map[string]cache.Config{DefaultStatusNamespace(): {}},
+		},
 	}
 }
 
 // SetupWithManager registers the reconciler with mgr. Policies are reconciled when their
 // generation changes (not on status or metadata changes), ConfigMaps they control whenever
-// those change.
+// those change, and replicas' status Leases when what they report of the policy changes.
 func (r *RateLimitPolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	err := ctrl.NewControllerManagedBy(mgr).
 		Named("ratelimitpolicy").
 		For(&limiterdv1alpha1.RateLimitPolicy{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Owns(&corev1.ConfigMap{}).
+		Watches(&coordinationv1.Lease{}, r.replicaEvents()).
 		Complete(r)
 	if err != nil {
 		return fmt.Errorf("set up RateLimitPolicy controller: %w", err)
@@ -127,6 +143,12 @@ func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	}
 	if !policy.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, nil
+	}
+	// Read before the ConfigMap is written, so that the status reports what the replicas said
+	// of the ConfigMap as it was (a rejection, say), not what they may say of the new one.
+	replicas, err := r.listReplicas(ctx)
+	if err != nil {
+		return ctrl.Result{}, err
 	}
 
 	data, ready := decide(&policy, limiterdv1alpha1.MaxConfigMapDataBytes)
@@ -158,8 +180,10 @@ func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	status.ObservedGeneration = policy.Generation
 	status.TierCount = int32(len(policy.Spec.Tiers)) //nolint:gosec // at most MaxTiers
 	meta.SetStatusCondition(&status.Conditions, ready)
+	// Look again when the first live replica record expires.
+	result := ctrl.Result{RequeueAfter: setEnforcement(&policy, status, ready.Status == metav1.ConditionTrue, replicas, time.Now())}
 	if equality.Semantic.DeepEqual(*status, policy.Status) {
-		return ctrl.Result{}, nil
+		return result, nil
 	}
 	if ready.Status != metav1.ConditionTrue && !sameCondition(previous, &ready) {
 		log.Info("policy not rendered", "reason", ready.Reason, "message", ready.Message, "generation", policy.Generation)
@@ -170,7 +194,7 @@ func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	if err := r.Client.Status().Patch(ctx, &policy, patch); err != nil {
 		return ctrl.Result{}, fmt.Errorf("patch status of RateLimitPolicy %s: %w", req.NamespacedName, err)
 	}
-	return ctrl.Result{}, nil
+	return result, nil
 }
 
 // decide is what a policy becomes: the ConfigMap data to write, nil when nothing may be written,

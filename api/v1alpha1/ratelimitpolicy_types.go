@@ -237,7 +237,28 @@ type RateLimitPolicyStatus struct {
 	// +optional
 	TierCount int32 `json:"tierCount,omitempty"`
 
-	// conditions describe the policy's state; Ready says whether it was rendered for limiterd.
+	// replicas is the number of live limiterd replicas: those whose status record (a Lease
+	// renewed by each replica) has not expired.
+	// +optional
+	Replicas int32 `json:"replicas,omitempty"`
+
+	// enforcedReplicas is the number of live limiterd replicas that serve observedGeneration.
+	// +optional
+	EnforcedReplicas int32 `json:"enforcedReplicas,omitempty"`
+
+	// enforced is enforcedReplicas/replicas, as "3/3" (shown by kubectl get).
+	// +optional
+	// +kubebuilder:validation:MaxLength=32
+	Enforced string `json:"enforced,omitempty"`
+
+	// dryRunRejected is set for a policy with dry-run tiers: how many decisions of those tiers
+	// would have been rejected since observedGeneration was applied, summed over the live
+	// replicas that serve it.
+	// +optional
+	DryRunRejected *int64 `json:"dryRunRejected,omitempty"`
+
+	// conditions describe the policy's state: Ready says whether it was rendered for limiterd,
+	// Enforced whether every live limiterd replica serves observedGeneration.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -253,6 +274,7 @@ type RateLimitPolicyStatus struct {
 // +kubebuilder:printcolumn:name="Default Tier",type=string,JSONPath=`.spec.defaultTier`
 // +kubebuilder:printcolumn:name="Tiers",type=integer,JSONPath=`.status.tierCount`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Enforced",type=string,JSONPath=`.status.enforced`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type RateLimitPolicy struct {
 	metav1.TypeMeta   `json:",inline"`

@@ -1,5 +1,5 @@
-// Package source loads RateLimitPolicies into the engine: from policy files now, from
-// Kubernetes ConfigMaps later.
+// Package source loads RateLimitPolicies into the engine: from policy files (File) and from
+// the operator's Kubernetes ConfigMaps (Kube).
 //
 // Every source feeds one Pipeline, which owns the reload sequence parse → validate → compile →
 // swap. A source reports per origin (a file path, a ConfigMap's namespace/name): the policies
@@ -51,8 +51,9 @@ type PipelineOptions struct {
 // safe for concurrent use; contributions are applied one at a time.
 //
 // The first swap happens once the merge holds at least one policy, so an engine fed only
-// failures, or only empty contributions, never becomes ready. After that every change swaps,
-// even one that leaves no policy at all (the engine then answers "unknown policy").
+// failures, or only empty contributions, never becomes ready — unless a source calls Synced to
+// say that its initial content is complete, which swaps in even an empty set. After that every
+// change swaps, even one that leaves no policy at all (the engine then answers "unknown policy").
 type Pipeline struct {
 	target   Target
 	log      *slog.Logger

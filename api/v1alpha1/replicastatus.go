@@ -1,0 +1,154 @@
+package v1alpha1
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+)
+
+// The replica status format: how each limiterd replica tells the operator which policy
+// generations it serves (docs/enforcement-status.md describes it for people; limiterd writes it
+// with package limiterd/replicastatus, the operator reads it into the policies' status).
+//
+// Each replica keeps one coordination.k8s.io/v1 Lease in the status namespace, named after the
+// replica (its pod), labelled ReplicaLabel=<that name>, with the replica's ReplicaRecord as
+// JSON in the annotation ReplicaStatusAnnotation. The replica renews it (spec.renewTime) every
+// interval, with spec.leaseDurationSeconds a few intervals; the record counts while
+// renewTime+leaseDurationSeconds lies in the future.
+const (
+	// ReplicaLabel labels a replica's Lease; its value is the Lease's name.
+	ReplicaLabel = "limiterd.dev/replica"
+	// ReplicaStatusAnnotation holds the replica's ReplicaRecord as JSON.
+	ReplicaStatusAnnotation = "limiterd.dev/status"
+	// DefaultReplicaStatusNamespace is the status namespace when none is configured.
+	DefaultReplicaStatusNamespace = "limiterd-system"
+	// MaxReplicaRecordBytes bounds an encoded record, well within the 256 KiB the API server
+	// allows for all of an object's annotations. Encode drops error messages, then fails, past it.
+	MaxReplicaRecordBytes = 192 << 10
+)
+
+// ReplicaState is what a replica does with a policy.
+//
+// +kubebuilder:object:generate=false
+type ReplicaState string
+
+const (
+	// ReplicaServing means the replica serves the policy at Generation.
+	ReplicaServing ReplicaState = "serving"
+	// ReplicaRejected means the replica could not parse or apply the policy's ConfigMap, which
+	// claimed Generation; it serves ServingGeneration (0: nothing) instead.
+	ReplicaRejected ReplicaState = "rejected"
+)
+
+// ReplicaPolicyStatus is one policy's entry in a replica's record.
+//
+// +kubebuilder:object:generate=false
+type ReplicaPolicyStatus struct {
+	// Generation is the generation served (ReplicaServing) or rejected (ReplicaRejected; 0 when
+	// the ConfigMap did not say which).
+	Generation int64        `json:"generation"`
+	State      ReplicaState `json:"state"`
+	// DryRunRejected counts the decisions of the policy's dry-run tiers that would have been
+	// rejected since the served generation was swapped in on the replica.
+	DryRunRejected uint64 `json:"dryRunRejected,omitempty"`
+	// ServingGeneration is, for a rejected policy, the last good generation the replica keeps
+	// serving (0: none).
+	ServingGeneration int64 `json:"servingGeneration,omitempty"`
+	// Error is, for a rejected policy, why.
+	Error string `json:"error,omitempty"`
+}
+
+// ReplicaRecord is a replica's status: an entry per policy ID ("<namespace>/<name>").
+//
+// +kubebuilder:object:generate=false
+type ReplicaRecord map[string]ReplicaPolicyStatus
+
+// Encode returns the record as the JSON of ReplicaStatusAnnotation (keys sorted). Past
+// MaxReplicaRecordBytes it leaves out error messages; if the record is still too large it fails.
+func (r ReplicaRecord) Encode() (string, error) {
+	if r == nil {
+		r = ReplicaRecord{}
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		return "", fmt.Errorf("encode replica status: %w", err)
+	}
+	if len(b) <= MaxReplicaRecordBytes {
+		return string(b), nil
+	}
+	short := make(ReplicaRecord, len(r))
+	for id, s := range r {
+		s.Error = ""
+		short[id] = s
+	}
+	if b, err = json.Marshal(short); err != nil {
+		return "", fmt.Errorf("encode replica status: %w", err)
+	}
+	if len(b) > MaxReplicaRecordBytes {
+		return "", fmt.Errorf("encode replica status: %d policies take %d bytes, more than %d", len(r), len(b), MaxReplicaRecordBytes)
+	}
+	return string(b), nil
+}
+
+// DecodeReplicaRecord parses the JSON of ReplicaStatusAnnotation.
+func DecodeReplicaRecord(s string) (ReplicaRecord, error) {
+	var r ReplicaRecord
+	if err := json.Unmarshal([]byte(s), &r); err != nil {
+		return nil, fmt.Errorf("decode replica status: %w", err)
+	}
+	for id, st := range r {
+		if st.State != ReplicaServing && st.State != ReplicaRejected {
+			return nil, fmt.Errorf("decode replica status: policy %s: unknown state %q", id, st.State)
+		}
+	}
+	if r == nil {
+		r = ReplicaRecord{}
+	}
+	return r, nil
+}
+
+// Replica is a replica's record as read from its Lease.
+//
+// +kubebuilder:object:generate=false
+type Replica struct {
+	// Name is the replica's name, its Lease's name.
+	Name string
+	// Expires is when the record stops counting: renewTime + leaseDurationSeconds.
+	Expires time.Time
+	// Record is the replica's status.
+	Record ReplicaRecord
+}
+
+// ErrNotAReplicaRecord is wrapped by the error of ReplicaFromLease for a Lease that is not a
+// replica's record.
+var ErrNotAReplicaRecord = errors.New("lease is not a limiterd replica record")
+
+// ReplicaFromLease reads a replica's record from its Lease. A Lease without the replica label
+// (valued its name), a renew time or a positive duration is not a record; one whose annotation
+// cannot be decoded is returned with an empty Record and the decoding error, so that the replica
+// still counts.
+func ReplicaFromLease(l *coordinationv1.Lease) (Replica, error) {
+	if l.Labels[ReplicaLabel] != l.Name {
+		return Replica{}, fmt.Errorf("%w: lease %s/%s: label %s is %q", ErrNotAReplicaRecord, l.Namespace, l.Name, ReplicaLabel, l.Labels[ReplicaLabel])
+	}
+	if l.Spec.RenewTime == nil || l.Spec.LeaseDurationSeconds == nil || *l.Spec.LeaseDurationSeconds <= 0 {
+		return Replica{}, fmt.Errorf("%w: lease %s/%s has no renew time or duration", ErrNotAReplicaRecord, l.Namespace, l.Name)
+	}
+	rep := Replica{
+		Name:    l.Name,
+		Expires: l.Spec.RenewTime.Add(time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second),
+		Record:  ReplicaRecord{},
+	}
+	rec, err := DecodeReplicaRecord(l.Annotations[ReplicaStatusAnnotation])
+	if err != nil {
+		return rep, fmt.Errorf("lease %s/%s: %w", l.Namespace, l.Name, err)
+	}
+	rep.Record = rec
+	return rep, nil
+}
+
+// Live reports whether the record still counts at now.
+func (r Replica) Live(now time.Time) bool { return now.Before(r.Expires) }

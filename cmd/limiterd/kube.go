@@ -1,0 +1,162 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	"github.com/limiterd/limiterd/api/v1alpha1"
+	"github.com/limiterd/limiterd/limiterd/replicastatus"
+	"github.com/limiterd/limiterd/limiterd/server"
+	"github.com/limiterd/limiterd/limiterd/source"
+)
+
+// serviceAccountNamespaceFile holds the namespace of the pod limiterd runs in.
+const serviceAccountNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+// kubeConfig is what the Kubernetes flags say: whether policies come from the operator's
+// ConfigMaps, and where this replica publishes its status.
+type kubeConfig struct {
+	kubeconfig      string
+	namespace       string
+	replicaName     string
+	statusNamespace string
+	statusInterval  time.Duration
+
+	enabled bool         // policies come from ConfigMaps
+	rest    *rest.Config // the in-cluster configuration, when used
+}
+
+// register adds the Kubernetes flags to fs.
+func (c *kubeConfig) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.kubeconfig, "kubeconfig", "",
+		"`path` of a kubeconfig file: read policies from the operator's ConfigMaps on that cluster "+
+			"(in a pod, without --policy-file or --kubeconfig, the in-cluster configuration is used)")
+	fs.StringVar(&c.namespace, "namespace", "", "`namespace` whose policy ConfigMaps are read (default: every namespace)")
+	fs.StringVar(&c.replicaName, "replica-name", "",
+		"`name` of this replica's status Lease: its pod name (default: the host name, which is the pod name in a pod)")
+	fs.StringVar(&c.statusNamespace, "status-namespace", "",
+		"`namespace` of the replicas' status Leases (default: the pod's namespace, else "+replicastatus.DefaultNamespace+")")
+	fs.DurationVar(&c.statusInterval, "status-interval", replicastatus.DefaultInterval,
+		"how often this replica renews its status Lease, which expires after 3 intervals (0: publish no status)")
+}
+
+// check resolves the Kubernetes flags after parsing. Policies come from ConfigMaps with
+// --kubeconfig, or, when neither it nor a policy file is given, with the in-cluster
+// configuration if limiterd runs in a pod.
+func (c *kubeConfig) check(fs *flag.FlagSet, policyFiles bool) error {
+	switch {
+	case c.kubeconfig != "":
+		c.enabled = true
+	case !policyFiles:
+		cfg, err := rest.InClusterConfig()
+		switch {
+		case errors.Is(err, rest.ErrNotInCluster):
+		case err != nil:
+			return fmt.Errorf("in-cluster Kubernetes configuration: %w", err)
+		default:
+			c.enabled, c.rest = true, cfg
+		}
+	}
+	if !c.enabled {
+		var kubeFlags []string
+		fs.Visit(func(f *flag.Flag) {
+			switch f.Name {
+			case "namespace", "replica-name", "status-namespace", "status-interval":
+				kubeFlags = append(kubeFlags, "--"+f.Name)
+			}
+		})
+		if len(kubeFlags) > 0 {
+			return fmt.Errorf("%s need --kubeconfig (or running in a pod without --policy-file)", strings.Join(kubeFlags, ", "))
+		}
+		return nil
+	}
+	if c.statusInterval < 0 {
+		return errors.New("--status-interval must not be negative")
+	}
+	if c.replicaName == "" {
+		host, err := os.Hostname()
+		if err != nil {
+			return fmt.Errorf("--replica-name not given and no host name: %w", err)
+		}
+		c.replicaName = strings.ToLower(host)
+	}
+	if c.statusNamespace == "" {
+		c.statusNamespace = replicastatus.DefaultNamespace
+		if c.rest != nil {
+			if ns, err := os.ReadFile(serviceAccountNamespaceFile); err == nil && len(strings.TrimSpace(string(ns))) > 0 {
+				c.statusNamespace = strings.TrimSpace(string(ns))
+			}
+		}
+	}
+	return nil
+}
+
+// restConfig returns the configuration of the API server's client.
+func (c *kubeConfig) restConfig() (*rest.Config, error) {
+	cfg := c.rest
+	if cfg == nil {
+		var err error
+		if cfg, err = clientcmd.BuildConfigFromFlags("", c.kubeconfig); err != nil {
+			return nil, fmt.Errorf("load --kubeconfig %s: %w", c.kubeconfig, err)
+		}
+	}
+	cfg = rest.CopyConfig(cfg)
+	cfg.UserAgent = "limiterd"
+	return cfg, nil
+}
+
+// addKube feeds d's pipeline from the policy ConfigMaps and publishes this replica's status,
+// when the flags ask for it. limiterd is ready once the ConfigMaps are synced, with or without
+// a policy.
+func (d *daemon) addKube(c kubeConfig, tally *replicastatus.Tally) error {
+	if !c.enabled {
+		return nil
+	}
+	cfg, err := c.restConfig()
+	if err != nil {
+		return err
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("kubernetes client: %w", err)
+	}
+	klog.SetSlogLogger(d.log) // client-go's own logs (reflector retries) as structured logs
+	var publisher *replicastatus.Publisher
+	kube := source.NewKube(client, d.pipeline, source.KubeOptions{
+		Namespace: c.namespace,
+		Logger:    d.log,
+		OnChange: func() {
+			if publisher != nil {
+				publisher.Changed()
+			}
+		},
+	})
+	if c.statusInterval > 0 {
+		publisher, err = replicastatus.NewPublisher(client.CoordinationV1(), func() v1alpha1.ReplicaRecord {
+			return replicastatus.Collect(d.engine.Policies(), tally, kube.Rejections())
+		}, replicastatus.PublisherOptions{
+			Namespace: c.statusNamespace,
+			Name:      c.replicaName,
+			Interval:  c.statusInterval,
+			Logger:    d.log,
+		})
+		if err != nil {
+			return err
+		}
+		d.background = append(d.background, publisher.Run)
+	}
+	d.readiness = append(d.readiness, server.ReadinessCheck{Name: "configmaps", Check: kube.Ready})
+	d.background = append(d.background, kube.Run)
+	d.log.Info("policy source", "kind", "configmaps", "host", cfg.Host, "namespace", c.namespace,
+		"replica", c.replicaName, "status_namespace", c.statusNamespace, "status_interval", c.statusInterval.String())
+	return nil
+}
