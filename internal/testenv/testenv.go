@@ -224,6 +224,8 @@ func Start(ctx context.Context) (_ *Env, err error) {
 			APIServer: &envtest.APIServer{CertDir: certDir},
 		},
 	}
+	// Open watches would otherwise hold a stopping API server for its whole shutdown timeout.
+	te.ControlPlane.APIServer.Configure().Set("shutdown-send-retry-after", "true")
 	cfg, err := te.Start()
 	if err != nil {
 		_ = te.Stop()
