@@ -34,8 +34,10 @@ test: verify-generated ## Check generated files, then run every test (unit, fuzz
 	$(GO) test -race -count=1 -timeout 30m ./...
 
 .PHONY: bench
-bench: ## Run the benchmarks side by side with their baselines; figures go to stdout.
-	$(GO) test -run '^$$' -bench . -benchmem ./limiterd/...
+bench: ## Run the core benchmarks side by side with their baselines (x/time/rate, a trivial handler); figures go to stdout.
+	$(GO) test -run '^$$' -bench 'HotKey|ManyClients' -benchmem ./limiterd/limiter
+	$(GO) test -run '^$$' -bench 'Parallel' -benchmem -cpu 1,2 ./limiterd/limiter
+	$(GO) test -run '^$$' -bench . -benchmem ./limiterd/engine ./limiterd/policy ./limiterd/server
 
 .PHONY: bench-http
 bench-http: ## Load-test the decision handler against a trivial handler over loopback HTTP.
