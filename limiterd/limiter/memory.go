@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 )
 
 // memoryShards is the number of independently locked parts of a Memory store: enough that
@@ -65,6 +66,13 @@ type Memory struct {
 }
 
 type memoryShard struct {
+	shardState
+	// Pad shards to 128 bytes (two cache lines, the unit adjacent-line prefetchers fetch), so
+	// cores deciding on neighbouring shards do not write to one line.
+	_ [128 - unsafe.Sizeof(shardState{})%128]byte
+}
+
+type shardState struct {
 	sync.Mutex
 	buckets bucketTable       // token-bucket clients
 	windows map[string]*State // sliding-window clients
