@@ -174,7 +174,9 @@ func (c *Client) AllowN(ctx context.Context, key string, cost int64) (Decision, 
 	if err != nil {
 		return Decision{}, fmt.Errorf("ask limiterd: %w", err)
 	}
-	defer resp.Body.Close()
+	// The answer is read whole, or abandoned on an error that is the one to report: an error
+	// closing the body cannot change the outcome.
+	defer func() { _ = resp.Body.Close() }()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes+1))
 	if err != nil {
 		return Decision{}, fmt.Errorf("read limiterd's answer: %w", err)

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -266,8 +267,11 @@ func TestDeletedPolicyOwnsItsConfigMap(t *testing.T) {
 	}
 	testenv.Eventually(t, timeout, func() error {
 		err := env.Client.Get(ctx, client.ObjectKeyFromObject(p), &limiterdv1alpha1.RateLimitPolicy{})
-		if !apierrors.IsNotFound(err) {
-			return fmt.Errorf("policy still there: %v", err)
+		switch {
+		case err == nil:
+			return errors.New("policy still there")
+		case !apierrors.IsNotFound(err):
+			return fmt.Errorf("policy still there: %w", err)
 		}
 		return nil
 	})
@@ -473,8 +477,12 @@ func loosenCRD(t *testing.T, env *testenv.Env) {
 			t.Fatalf("restore CRD: %v", err)
 		}
 		testenv.Eventually(t, timeout, func() error {
-			if err := admitted(); !apierrors.IsInvalid(err) {
-				return fmt.Errorf("restored CRD: an invalid policy got %v, want Invalid", err)
+			err := admitted()
+			switch {
+			case err == nil:
+				return errors.New("restored CRD: an invalid policy was admitted, want Invalid")
+			case !apierrors.IsInvalid(err):
+				return fmt.Errorf("restored CRD: an invalid policy got %w, want Invalid", err)
 			}
 			return nil
 		})

@@ -77,7 +77,7 @@ func splitJSON(data []byte) ([][]byte, error) {
 			return docs, nil
 		}
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("document %d: invalid JSON: %w", len(docs)+1, err)
 		}
 		if !isNull(raw) {
 			docs = append(docs, raw)
@@ -124,8 +124,10 @@ type documentHeader struct {
 
 func readHeader(doc []byte) (documentHeader, error) {
 	var h documentHeader
-	err := sigsjson.UnmarshalCaseSensitivePreserveInts(doc, &h)
-	return h, err
+	if err := sigsjson.UnmarshalCaseSensitivePreserveInts(doc, &h); err != nil {
+		return h, fmt.Errorf("read apiVersion, kind and metadata: %w", err)
+	}
+	return h, nil
 }
 
 // describeDocument returns " (namespace/name)" for a document whose name can be read, else "".

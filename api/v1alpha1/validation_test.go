@@ -1,6 +1,7 @@
 package v1alpha1
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -54,12 +55,13 @@ func TestValidateInvalidFiles(t *testing.T) {
 
 // namesField reports whether err is an aggregate of field errors one of which is for path.
 func namesField(err error, path string) bool {
-	agg, ok := err.(utilerrors.Aggregate)
-	if !ok {
+	var agg utilerrors.Aggregate
+	if !errors.As(err, &agg) {
 		return false
 	}
 	for _, e := range agg.Errors() {
-		if fe, ok := e.(*field.Error); ok && fe.Field == path {
+		var fe *field.Error
+		if errors.As(e, &fe) && fe.Field == path {
 			return true
 		}
 	}
@@ -155,9 +157,19 @@ func TestValidateCases(t *testing.T) {
 			if err == nil {
 				t.Fatalf("Validate accepted it; want errors for %v", tt.fields)
 			}
-			var got []string
-			for _, e := range err.(utilerrors.Aggregate).Errors() {
-				got = append(got, e.(*field.Error).Field)
+			var (
+				got []string
+				agg utilerrors.Aggregate
+			)
+			if !errors.As(err, &agg) {
+				t.Fatalf("Validate: %v is not a list of field errors", err)
+			}
+			for _, e := range agg.Errors() {
+				var fe *field.Error
+				if !errors.As(e, &fe) {
+					t.Fatalf("Validate: %v is not a field error", e)
+				}
+				got = append(got, fe.Field)
 			}
 			if strings.Join(got, " ") != strings.Join(tt.fields, " ") {
 				t.Errorf("Validate: %v\nerrors for %v, want %v", err, got, tt.fields)

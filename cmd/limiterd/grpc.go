@@ -35,7 +35,7 @@ func (d *daemon) addGRPC(cfg config) {
 // closed and their contexts cancelled.
 // listening, if not nil, is called with the bound address once calls are accepted.
 func serveGRPC(ctx context.Context, addr string, timeout time.Duration, e *engine.Engine, log *slog.Logger, listening func(net.Addr)) error {
-	ln, err := net.Listen("tcp", addr)
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listen for grpc: %w", err)
 	}

@@ -91,7 +91,7 @@ func startGRPC(t *testing.T, clock func() time.Time, timeout time.Duration) *grp
 	ctx, cancel := context.WithCancel(context.Background())
 	g := &grpcUnderTest{stop: cancel, done: make(chan error, 1), engine: e}
 	addrs := make(chan net.Addr, 1)
-	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
+	log := slog.New(slog.DiscardHandler)
 	go func() { g.done <- serveGRPC(ctx, "127.0.0.1:0", timeout, e, log, func(a net.Addr) { addrs <- a }) }()
 	select {
 	case a := <-addrs:

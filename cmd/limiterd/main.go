@@ -36,15 +36,22 @@ import (
 )
 
 func main() {
+	os.Exit(runMain())
+}
+
+// runMain runs limiterd until SIGTERM or SIGINT and returns its exit status: 0 once it has
+// stopped gracefully or printed its usage for --help, 1 on an error, which it prints.
+func runMain() int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return
+			return 0
 		}
 		fmt.Fprintln(os.Stderr, "limiterd:", err)
-		os.Exit(1)
+		return 1
 	}
+	return 0
 }
 
 // config is what the flags say.
@@ -93,7 +100,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	cfg.store.register(fs)
 	cfg.kube.register(fs)
 	if err := fs.Parse(args); err != nil {
-		return config{}, err
+		return config{}, fmt.Errorf("parse flags: %w", err) // still flag.ErrHelp for errors.Is after --help
 	}
 	if err := cfg.store.check(fs); err != nil {
 		return config{}, err
@@ -229,16 +236,19 @@ func serve(ctx context.Context, cfg config, stderr io.Writer, h hooks) error {
 		ReadinessChecks: d.readiness,
 		Logger:          log,
 	})
-	decisionsLn, err := net.Listen("tcp", cfg.addr)
+	var lc net.ListenConfig
+	decisionsLn, err := lc.Listen(ctx, "tcp", cfg.addr)
 	if err != nil {
 		return fmt.Errorf("listen for decisions: %w", err)
 	}
-	defer decisionsLn.Close()
-	adminLn, err := net.Listen("tcp", cfg.adminAddr)
+	// The servers close their listeners when they stop; these Closes matter only on the early
+	// returns, whose errors are what to report, so theirs are ignored.
+	defer func() { _ = decisionsLn.Close() }()
+	adminLn, err := lc.Listen(ctx, "tcp", cfg.adminAddr)
 	if err != nil {
 		return fmt.Errorf("listen for admin: %w", err)
 	}
-	defer adminLn.Close()
+	defer func() { _ = adminLn.Close() }()
 
 	errorLog := slog.NewLogLogger(log.Handler(), slog.LevelWarn)
 	servers := []*http.Server{

@@ -72,7 +72,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&cfg.maxRequests, "max-requests", 5_000_000, "most requests one target gets in one round")
 	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (servers and clients) to this `file`")
 	if err := fs.Parse(args); err != nil {
-		return config{}, err
+		return config{}, fmt.Errorf("parse flags: %w", err) // still flag.ErrHelp for errors.Is after --help
 	}
 	switch {
 	case fs.NArg() > 0:
@@ -142,8 +142,8 @@ type target struct {
 	srv  *http.Server
 }
 
-func startTarget(name string, h http.Handler) (*target, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+func startTarget(ctx context.Context, name string, h http.Handler) (*target, error) {
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("listen for %s: %w", name, err)
 	}
@@ -160,22 +160,25 @@ type result struct {
 	latencies []time.Duration
 }
 
-func run(args []string, stdout, stderr io.Writer) error {
+func run(args []string, stdout, stderr io.Writer) (runErr error) {
 	cfg, err := parseFlags(args, stderr)
 	if err != nil {
 		return err
 	}
 	if cfg.cpuProfile != "" {
-		out, err := os.Create(cfg.cpuProfile)
+		stopProfile, err := startCPUProfile(cfg.cpuProfile)
 		if err != nil {
-			return fmt.Errorf("create the CPU profile: %w", err)
+			return err
 		}
-		defer out.Close()
-		if err := pprof.StartCPUProfile(out); err != nil {
-			return fmt.Errorf("start the CPU profile: %w", err)
-		}
-		defer pprof.StopCPUProfile()
+		defer func() {
+			if err := stopProfile(); err != nil {
+				runErr = errors.Join(runErr, err)
+			}
+		}()
 	}
+	// Nothing cancels the requests: a request in flight when a round's time is up finishes, so
+	// that its keep-alive connection is reused by the next round.
+	ctx := context.Background()
 	limiterd, err := newLimiterd()
 	if err != nil {
 		return err
@@ -185,11 +188,13 @@ func run(args []string, stdout, stderr io.Writer) error {
 		name string
 		h    http.Handler
 	}{{"trivial", http.HandlerFunc(trivialHandler)}, {"limiterd", limiterd}} {
-		started, err := startTarget(t.name, t.h)
+		started, err := startTarget(ctx, t.name, t.h)
 		if err != nil {
 			return err
 		}
-		defer started.srv.Close()
+		// The measurements are over when it closes: an error closing its connections cannot
+		// change them.
+		defer func() { _ = started.srv.Close() }()
 		targets = append(targets, started)
 	}
 	bodies := make([][]byte, cfg.keys)
@@ -213,9 +218,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 		rates := make(map[string]float64, len(targets))
 		for _, t := range targets {
 			if cfg.warmup > 0 {
-				load(client, t.url, bodies, cfg.workers, cfg.warmup, cfg.maxRequests)
+				load(ctx, client, t.url, bodies, cfg.workers, cfg.warmup, cfg.maxRequests)
 			}
-			r := load(client, t.url, bodies, cfg.workers, cfg.duration, cfg.maxRequests)
+			r := load(ctx, client, t.url, bodies, cfg.workers, cfg.duration, cfg.maxRequests)
 			fmt.Fprintf(stdout, "round %d %-9s %10.0f decisions/s\n", round+1, t.name, r.rate())
 			acc := results[t.name]
 			if acc == nil {
@@ -257,6 +262,25 @@ func run(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
+// startCPUProfile starts a CPU profile written to the file at path. stop ends it and closes
+// the file; its error means that the profile may be incomplete.
+func startCPUProfile(path string) (stop func() error, err error) {
+	out, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("create the CPU profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(out); err != nil {
+		return nil, errors.Join(fmt.Errorf("start the CPU profile: %w", err), out.Close())
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		if err := out.Close(); err != nil {
+			return fmt.Errorf("write the CPU profile: %w", err)
+		}
+		return nil
+	}, nil
+}
+
 func (r *result) rate() float64 {
 	if r.elapsed <= 0 {
 		return 0
@@ -276,10 +300,11 @@ func (r *result) percentile(q float64) time.Duration {
 	return r.latencies[i].Round(time.Microsecond)
 }
 
-// load sends requests from workers keep-alive clients for d, at most maxRequests in all.
+// load sends requests from workers keep-alive clients for d, at most maxRequests in all, with
+// reqCtx: requests in flight after d finish unless it is done.
 // A request fails unless it is answered 200 or 429.
-func load(client *http.Client, url string, bodies [][]byte, workers int, d time.Duration, maxRequests int) result {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
+func load(reqCtx context.Context, client *http.Client, url string, bodies [][]byte, workers int, d time.Duration, maxRequests int) result {
+	ctx, cancel := context.WithTimeout(reqCtx, d)
 	defer cancel()
 	perWorker := max(1, maxRequests/workers)
 	parts := make([]result, workers)
@@ -292,7 +317,7 @@ func load(client *http.Client, url string, bodies [][]byte, workers int, d time.
 			for i := w; part.requests+part.errors < perWorker && ctx.Err() == nil; i += workers {
 				body := bodies[i%len(bodies)]
 				t0 := time.Now()
-				ok := post(client, url, body)
+				ok := post(reqCtx, client, url, body)
 				elapsed := time.Since(t0)
 				if !ok {
 					if ctx.Err() != nil {
@@ -317,8 +342,8 @@ func load(client *http.Client, url string, bodies [][]byte, workers int, d time.
 }
 
 // post sends one decision request and drains the answer, so the connection is reused.
-func post(client *http.Client, url string, body []byte) bool {
-	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+func post(ctx context.Context, client *http.Client, url string, body []byte) bool {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return false
 	}

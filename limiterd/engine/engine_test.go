@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -111,7 +112,7 @@ func TestDryRunAndUnlimitedTiers(t *testing.T) {
 		}
 		outcomes = append(outcomes, r.Outcome)
 	}
-	if fmt.Sprint(outcomes) != fmt.Sprint([]engine.Outcome{engine.Allowed, engine.DryRunRejected, engine.DryRunRejected}) {
+	if !slices.Equal(outcomes, []engine.Outcome{engine.Allowed, engine.DryRunRejected, engine.DryRunRejected}) {
 		t.Fatalf("dry-run outcomes %v", outcomes)
 	}
 	if got := allowedN(t, e, "team/a", "boss", 1000); got != 1000 {

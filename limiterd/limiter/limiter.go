@@ -112,7 +112,10 @@ func intern(params any, build func(stamp uint32) RateLimiter) RateLimiter {
 	s := uint32(len(all) + 1)
 	rl := build(s)
 	stamps.byParams[params] = s
-	grown := append(all[:len(all):len(all)], rl)
+	// Copy on write: readers may hold all without the lock, so it is never written to.
+	grown := make([]RateLimiter, len(all)+1)
+	copy(grown, all)
+	grown[len(all)] = rl
 	stamps.byStamp.Store(&grown)
 	return rl
 }

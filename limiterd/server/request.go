@@ -212,8 +212,7 @@ func (d *jsonDecoder) str(limit int) (string, error) {
 func (d *jsonDecoder) bytes(limit int) ([]byte, error) {
 	if !d.consume('"') {
 		if d.pos < len(d.data) {
-			switch c := d.data[d.pos]; {
-			case c == '{' || c == '[' || c == '-' || c == 't' || c == 'f' || c == 'n' || (c >= '0' && c <= '9'):
+			if c := d.data[d.pos]; c == '{' || c == '[' || c == '-' || c == 't' || c == 'f' || c == 'n' || (c >= '0' && c <= '9') {
 				return nil, errNotString
 			}
 		}

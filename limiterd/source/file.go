@@ -142,7 +142,8 @@ func readPolicyFile(path string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read policy file: %w", err)
 	}
-	defer fd.Close()
+	// Only read: what was read is checked below, and a failed close of it loses nothing.
+	defer func() { _ = fd.Close() }()
 	content, err := io.ReadAll(io.LimitReader(fd, MaxPolicyFileSize+1))
 	if err != nil {
 		return nil, fmt.Errorf("read policy file %s: %w", path, err)
@@ -168,7 +169,11 @@ func (f *File) Watch(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("watch policy file %s: %w", f.path, err)
 	}
-	defer w.Close()
+	defer func() {
+		if err := w.Close(); err != nil {
+			f.log.Warn("policy file watch not closed", "path", f.path, "error", err)
+		}
+	}()
 	dir := filepath.Dir(f.path)
 	if err := w.Add(dir); err != nil {
 		return fmt.Errorf("watch policy file directory %s: %w", dir, err)

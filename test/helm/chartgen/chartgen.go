@@ -366,7 +366,7 @@ func renderReadme(chartDir string, values []Value) ([]byte, error) {
 		return nil, fmt.Errorf("read Chart.yaml: %w", err)
 	}
 	if err := yaml.Unmarshal(b, &chart); err != nil {
-		return nil, fmt.Errorf("Chart.yaml: %w", err)
+		return nil, fmt.Errorf("parse Chart.yaml: %w", err)
 	}
 	data := readmeData{Name: chart.Name, Description: strings.TrimSpace(chart.Description), Version: chart.Version, AppVersion: chart.AppVersion}
 	for _, v := range values {
