@@ -29,6 +29,23 @@ func BenchmarkHotKey(b *testing.B) {
 			l.AllowN(now, 1)
 		}
 	})
+	// Limiter.Allow reads the clock itself: compare it with a registry decision that does too.
+	b.Run("x-time-rate/Allow", func(b *testing.B) {
+		l := rate.NewLimiter(rate.Every(2*time.Microsecond), 100)
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			l.Allow()
+		}
+	})
+	b.Run("limiterd/Memory.Decide(time.Now)", func(b *testing.B) {
+		tb := mustTB(b, 100, 500, time.Millisecond)
+		m := limiter.NewMemory(nil)
+		ctx := context.Background()
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			_, _ = m.Decide(ctx, "hot-client", tb, time.Now(), 1)
+		}
+	})
 	b.Run("limiterd/TokenBucket.Decide", func(b *testing.B) {
 		tb := mustTB(b, 100, 500, time.Millisecond)
 		var s limiter.State
