@@ -18,13 +18,16 @@ help: ## List the targets.
 ##@ Build and run
 
 .PHONY: build
-build: ## Build bin/limiterd (and the other binaries) from this checkout.
-	$(GO) build -trimpath -o $(BIN)/limiterd ./cmd/limiterd
+build: build-limiterd ## Build bin/limiterd, bin/manager (the operator) and bin/loadgen.
 	$(GO) build -trimpath -o $(BIN)/loadgen ./cmd/loadgen
 	$(GO) build -trimpath -o $(BIN)/manager .
 
 .PHONY: run
-run: build ## Run limiterd locally: in-memory store, the sample policy, decisions on :8080, admin on :9090.
+.PHONY: build-limiterd
+build-limiterd: ## Build bin/limiterd only.
+	$(GO) build -trimpath -o $(BIN)/limiterd ./cmd/limiterd
+
+run: build-limiterd ## Run limiterd locally: in-memory store, the sample policy, decisions on :8080, admin on :9090.
 	$(BIN)/limiterd --policy-file config/samples/ratelimitpolicy.yaml
 
 ##@ Test
