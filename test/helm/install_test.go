@@ -9,9 +9,11 @@ import (
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -25,10 +27,12 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 
+	"github.com/limiterd/limiterd/api/v1alpha1"
 	"github.com/limiterd/limiterd/internal/testenv"
 )
 
@@ -38,6 +42,7 @@ const crdName = "ratelimitpolicies.limiterd.dev"
 // RateLimitPolicy CRD, which the chart installs.
 type apiServer struct {
 	client     client.Client
+	cfg        *rest.Config
 	kubeconfig string
 }
 
@@ -72,7 +77,104 @@ func startAPIServer(t *testing.T) *apiServer {
 	if err := os.WriteFile(kubeconfig, env.KubeConfig, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return &apiServer{client: c, kubeconfig: kubeconfig}
+	return &apiServer{client: c, cfg: cfg, kubeconfig: kubeconfig}
+}
+
+// asServiceAccount returns a client that impersonates the ServiceAccount sa of saNamespace, as
+// the token of a pod named pod identifies it (the pod name in the user's extra, which the status
+// admission policy reads); with pod empty, as a token not bound to a pod.
+func (s *apiServer) asServiceAccount(t *testing.T, saNamespace, sa, pod string) client.Client {
+	t.Helper()
+	cfg := rest.CopyConfig(s.cfg)
+	cfg.Impersonate = rest.ImpersonationConfig{
+		UserName: fmt.Sprintf("system:serviceaccount:%s:%s", saNamespace, sa),
+		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + saNamespace, "system:authenticated"},
+	}
+	if pod != "" {
+		cfg.Impersonate.Extra = map[string][]string{"authentication.kubernetes.io/pod-name": {pod}}
+	}
+	c, err := client.New(cfg, client.Options{Scheme: s.client.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// replicaLease is the status Lease of replica name in the release namespace, labelled as a
+// replica's record or not.
+func replicaLease(name string, labelled bool) *coordinationv1.Lease {
+	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
+	if labelled {
+		l.Labels = map[string]string{v1alpha1.ReplicaLabel: name}
+	}
+	return l
+}
+
+// checkStatusAdmission checks, as the API server enforces the chart's admission policy, that
+// limiterd's ServiceAccount (sa) writes only the Lease named after its own pod, labelled as a
+// replica's record, and that other users (the operator's ServiceAccount) are not restricted.
+func (s *apiServer) checkStatusAdmission(t *testing.T, sa, operatorSA string) {
+	t.Helper()
+	ctx := context.Background()
+	a := s.asServiceAccount(t, namespace, sa, "limiterd-a")
+	denied := func(what string, err error, message string) {
+		t.Helper()
+		if err == nil || (!apierrors.IsInvalid(err) && !apierrors.IsForbidden(err)) || !strings.Contains(err.Error(), message) {
+			t.Errorf("%s: %v; want refused with %q", what, err, message)
+		}
+	}
+
+	// The policy takes effect once the API server has loaded it.
+	testenv.Eventually(t, 30*time.Second, func() error {
+		err := a.Create(ctx, replicaLease("limiterd-b", true))
+		if err == nil {
+			_ = s.client.Delete(ctx, replicaLease("limiterd-b", true))
+			return fmt.Errorf("pod limiterd-a created the Lease of limiterd-b")
+		}
+		if !strings.Contains(err.Error(), "may write only the Lease limiterd-a, not limiterd-b") {
+			return fmt.Errorf("create another pod's Lease: %w", err)
+		}
+		return nil
+	})
+	denied("create its own Lease unlabelled", a.Create(ctx, replicaLease("limiterd-a", false)),
+		"must be labelled limiterd.dev/replica=limiterd-a")
+	denied("create without a pod-bound token", s.asServiceAccount(t, namespace, sa, "").Create(ctx, replicaLease("limiterd-a", true)),
+		"only with a pod-bound service account token")
+
+	own := replicaLease("limiterd-a", true)
+	if err := a.Create(ctx, own); err != nil {
+		t.Fatalf("create its own Lease: %v", err)
+	}
+	own.Annotations = map[string]string{v1alpha1.ReplicaStatusAnnotation: "{}"}
+	if err := a.Update(ctx, own); err != nil {
+		t.Errorf("update its own Lease: %v", err)
+	}
+
+	other := replicaLease("limiterd-b", true)
+	if err := s.client.Create(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Get(ctx, client.ObjectKeyFromObject(other), other); err != nil {
+		t.Fatalf("get another pod's Lease: %v", err)
+	}
+	other.Annotations = map[string]string{v1alpha1.ReplicaStatusAnnotation: "{}"}
+	denied("update another pod's Lease", a.Update(ctx, other), "may write only the Lease limiterd-a, not limiterd-b")
+	denied("delete another pod's Lease", a.Delete(ctx, other), "may write only the Lease limiterd-a, not limiterd-b")
+	if err := a.Delete(ctx, replicaLease("limiterd-a", true)); err != nil {
+		t.Errorf("delete its own Lease: %v", err)
+	}
+	if err := s.client.Delete(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+
+	// The operator's ServiceAccount is not matched: it keeps its leader election Lease.
+	op := s.asServiceAccount(t, namespace, operatorSA, operatorSA+"-7d4f9-x2x8q")
+	election := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "limiterd-operator-election"}}
+	if err := op.Create(ctx, election); err != nil {
+		t.Errorf("the operator creates its leader election Lease: %v", err)
+	} else if err := op.Delete(ctx, election); err != nil {
+		t.Errorf("the operator deletes its leader election Lease: %v", err)
+	}
 }
 
 // helm runs helm against the API server and returns its stdout; it fails t on an error.
@@ -210,8 +312,8 @@ func ns(name string) *corev1.Namespace {
 
 // TestInstall installs the chart into a real API server, which validates every object, then
 // upgrades and uninstalls it: the CRD and the policies are kept unless crds.keep=false; the
-// ServiceAccounts get exactly their permissions; the namespaced scenario is confined to its
-// namespace. Pods never run (the server has no nodes), so helm does not wait for them.
+// ServiceAccounts get exactly their permissions, and the status admission policy keeps limiterd
+// to its own pod's Lease; the namespaced scenario is confined to its namespace. Pods never run (the server has no nodes), so helm does not wait for them.
 func TestInstall(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts an API server")
@@ -300,6 +402,8 @@ func TestInstall(t *testing.T) {
 			&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: limiterdName}},
 			&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: operatorName}},
 			&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: operatorName + "-leader-election"}},
+			&admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: statusPolicyName}},
+			&admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: statusPolicyName}},
 		)
 		var sms unstructured.UnstructuredList
 		sms.SetGroupVersionKind(schema.GroupVersionKind{Group: "monitoring.coreos.com", Version: "v1", Kind: "ServiceMonitorList"})
@@ -357,6 +461,12 @@ func TestInstall(t *testing.T) {
 		})
 	})
 
+	// 2b. The API server accepted the status admission policy (it compiles its CEL) and enforces
+	// it: limiterd's ServiceAccount writes only the Lease of its own pod.
+	t.Run("limiterd writes only its own status Lease", func(t *testing.T) {
+		s.checkStatusAdmission(t, limiterdName, operatorName)
+	})
+
 	// 3. Upgrade to the Redis scenario: the CRD is upgraded in place, the HPA removed.
 	t.Run("upgrade", func(t *testing.T) {
 		s.helm(t, "upgrade", release, chartRel, "--namespace", namespace, "--wait=false",
@@ -387,6 +497,8 @@ func TestInstall(t *testing.T) {
 			&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: limiterdName}},
 			&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: operatorName}},
 			&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: limiterdName}},
+			&admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: statusPolicyName}},
+			&admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: statusPolicyName}},
 		)
 		// The API server deletes a CRD asynchronously: give a deletion time to show.
 		time.Sleep(2 * time.Second)
@@ -420,6 +532,8 @@ func TestInstall(t *testing.T) {
 		s.mustExist(t,
 			&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a-system", Name: sa}},
 			&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: sa}},
+			// Named after its release namespace, so it does not collide with another release's.
+			&admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: sa + "-replica-status.team-a-system"}},
 		)
 		s.mustNotExist(t,
 			&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: sa}},

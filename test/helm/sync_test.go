@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"sigs.k8s.io/yaml"
@@ -142,6 +143,45 @@ func TestOperatorRBACMatchesConfig(t *testing.T) {
 		if strings.Contains(k, "*") || strings.HasPrefix(k, "secrets") || strings.HasPrefix(k, "/secrets") {
 			t.Errorf("operator ClusterRole grants %s", k)
 		}
+	}
+}
+
+// TestStatusAdmissionMatchesConfig checks that the chart's status admission policy and binding
+// are config/limiterd/status_admission.yaml's: the same spec, since release "limiterd" in
+// limiterd-system runs limiterd as ServiceAccount limiterd-system/limiterd, as config/ does.
+func TestStatusAdmissionMatchesConfig(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), "config", "limiterd", "status_admission.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs, err := parseManifest(string(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := render(t)
+	var n int
+	for _, d := range docs {
+		switch d.GetKind() {
+		case "ValidatingAdmissionPolicy":
+			n++
+			want := typed[admissionregistrationv1.ValidatingAdmissionPolicy](t, d)
+			got := typed[admissionregistrationv1.ValidatingAdmissionPolicy](t, m.get(t, d.GetKind(), statusPolicyName))
+			if !reflect.DeepEqual(got.Spec, want.Spec) {
+				t.Errorf("the chart's ValidatingAdmissionPolicy differs from config/limiterd/status_admission.yaml's:\n%+v\nwant\n%+v", got.Spec, want.Spec)
+			}
+		case "ValidatingAdmissionPolicyBinding":
+			n++
+			want := typed[admissionregistrationv1.ValidatingAdmissionPolicyBinding](t, d)
+			got := typed[admissionregistrationv1.ValidatingAdmissionPolicyBinding](t, m.get(t, d.GetKind(), statusPolicyName))
+			want.Spec.PolicyName = statusPolicyName
+			if !reflect.DeepEqual(got.Spec, want.Spec) {
+				t.Errorf("the chart's ValidatingAdmissionPolicyBinding %+v differs from config's %+v", got.Spec, want.Spec)
+			}
+		}
+	}
+	if n != 2 {
+		t.Fatalf("config/limiterd/status_admission.yaml: %d policies and bindings, want 2", n)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
@@ -26,6 +27,8 @@ import (
 const (
 	limiterdName = release // the full name of release "limiterd"
 	operatorName = release + "-operator"
+	// statusPolicyName names the status admission policy and its binding (cluster-scoped).
+	statusPolicyName = limiterdName + "-replica-status." + namespace
 )
 
 // TestLintStrict runs helm lint --strict with the defaults and with each ci/*-values.yaml.
@@ -68,12 +71,13 @@ func TestTemplateDefaults(t *testing.T) {
 	want := map[string]int{
 		"CustomResourceDefinition": 1, "ServiceAccount": 2, "ClusterRole": 2, "ClusterRoleBinding": 2,
 		"Role": 2, "RoleBinding": 2, "Service": 3, "Deployment": 2,
+		"ValidatingAdmissionPolicy": 1, "ValidatingAdmissionPolicyBinding": 1,
 	}
 	if got := m.kinds(); !mapsEqual(got, want) {
 		t.Errorf("kinds = %v, want %v", got, want)
 	}
 	for _, o := range m {
-		if o.GetKind() == "CustomResourceDefinition" || strings.HasPrefix(o.GetKind(), "Cluster") {
+		if o.GetKind() == "CustomResourceDefinition" || strings.HasPrefix(o.GetKind(), "Cluster") || strings.HasPrefix(o.GetKind(), "ValidatingAdmissionPolicy") {
 			if o.GetNamespace() != "" {
 				t.Errorf("%s %s is cluster-scoped but has namespace %q", o.GetKind(), o.GetName(), o.GetNamespace())
 			}
@@ -144,6 +148,7 @@ func TestTemplateDefaults(t *testing.T) {
 	crb := typed[rbacv1.ClusterRoleBinding](t, m.get(t, "ClusterRoleBinding", limiterdName))
 	checkBinding(t, crb.RoleRef, crb.Subjects, "ClusterRole", limiterdName, limiterdName)
 	checkStatusRole(t, m)
+	checkStatusAdmission(t, m, limiterdName)
 	opcrb := typed[rbacv1.ClusterRoleBinding](t, m.get(t, "ClusterRoleBinding", operatorName))
 	checkBinding(t, opcrb.RoleRef, opcrb.Subjects, "ClusterRole", operatorName, operatorName)
 	rb := typed[rbacv1.RoleBinding](t, m.get(t, "RoleBinding", operatorName+"-leader-election"))
@@ -164,6 +169,7 @@ func TestTemplateAllFeatures(t *testing.T) {
 		"CustomResourceDefinition": 1, "ServiceAccount": 2, "ClusterRole": 2, "ClusterRoleBinding": 2,
 		"Role": 2, "RoleBinding": 2, "Service": 3, "Deployment": 2,
 		"HorizontalPodAutoscaler": 1, "PodDisruptionBudget": 1, "ServiceMonitor": 2, "NetworkPolicy": 2, "ConfigMap": 1,
+		"ValidatingAdmissionPolicy": 1, "ValidatingAdmissionPolicyBinding": 1,
 	}
 	if got := m.kinds(); !mapsEqual(got, want) {
 		t.Errorf("kinds = %v, want %v", got, want)
@@ -350,7 +356,10 @@ func TestTemplateRedisCluster(t *testing.T) {
 func TestTemplateNamespaced(t *testing.T) {
 	t.Parallel()
 	m := render(t, "--values", chartRel+"/ci/namespaced-values.yaml")
-	want := map[string]int{"ServiceAccount": 1, "Role": 2, "RoleBinding": 2, "Service": 2, "Deployment": 1}
+	want := map[string]int{
+		"ServiceAccount": 1, "Role": 2, "RoleBinding": 2, "Service": 2, "Deployment": 1,
+		"ValidatingAdmissionPolicy": 1, "ValidatingAdmissionPolicyBinding": 1,
+	}
 	if got := m.kinds(); !mapsEqual(got, want) {
 		t.Errorf("kinds = %v, want %v", got, want)
 	}
@@ -367,6 +376,7 @@ func TestTemplateNamespaced(t *testing.T) {
 	}
 	checkBinding(t, rb.RoleRef, rb.Subjects, "Role", limiterdName, limiterdName)
 	checkStatusRole(t, m)
+	checkStatusAdmission(t, m, limiterdName)
 	dep := typed[appsv1.Deployment](t, m.get(t, "Deployment", limiterdName))
 	checkArgs(t, container(t, dep, "limiterd").Args, []string{"--namespace=team-a", "--store=memory", "--status-namespace=" + namespace}, nil)
 }
@@ -400,15 +410,85 @@ func TestTemplateOptionalOff(t *testing.T) {
 		t.Errorf("operator ServiceAccount = %q, want default", sa)
 	}
 
-	// Without the replica status, no Role for Leases and --status-interval=0.
+	// Without RBAC the admission policy still narrows what limiterd's ServiceAccount (here the
+	// namespace's default one) may write.
+	checkStatusAdmission(t, m, "default")
+
+	// Without the replica status, no Role for Leases, no admission policy and --status-interval=0.
 	m = render(t, "--set", "limiterd.replicaStatus.enabled=false")
 	for _, r := range m.ofKind("Role") {
 		if r.GetName() == limiterdName+"-status" {
 			t.Errorf("replicaStatus.enabled=false renders the status Role")
 		}
 	}
+	for _, k := range []string{"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} {
+		if n := len(m.ofKind(k)); n != 0 {
+			t.Errorf("replicaStatus.enabled=false renders %d %s", n, k)
+		}
+	}
 	dep := typed[appsv1.Deployment](t, m.get(t, "Deployment", limiterdName))
 	checkArgs(t, container(t, dep, "limiterd").Args, []string{"--status-interval=0"}, []string{"--status-namespace", "--replica-name"})
+
+	// restrictToOwnLease=false drops the admission policy only.
+	m = render(t, "--set", "limiterd.replicaStatus.restrictToOwnLease=false")
+	for _, k := range []string{"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} {
+		if n := len(m.ofKind(k)); n != 0 {
+			t.Errorf("restrictToOwnLease=false renders %d %s", n, k)
+		}
+	}
+	checkStatusRole(t, m)
+}
+
+// TestTemplateStatusAdmissionNames checks that the status admission policy follows the release:
+// its name carries the full name and the release namespace (it is cluster-scoped), and it
+// matches the ServiceAccount limiterd runs as.
+func TestTemplateStatusAdmissionNames(t *testing.T) {
+	t.Parallel()
+	m := render(t, "--set", "fullnameOverride=edge", "--set", "limiterd.serviceAccount.name=edge-limiter")
+	vap := typed[admissionregistrationv1.ValidatingAdmissionPolicy](t, m.get(t, "ValidatingAdmissionPolicy", "edge-replica-status."+namespace))
+	if got := vap.Spec.MatchConditions[0].Expression; !strings.Contains(got, "'system:serviceaccount:"+namespace+":edge-limiter'") {
+		t.Errorf("policy matches %q, want ServiceAccount %s/edge-limiter", got, namespace)
+	}
+	b := typed[admissionregistrationv1.ValidatingAdmissionPolicyBinding](t, m.get(t, "ValidatingAdmissionPolicyBinding", "edge-replica-status."+namespace))
+	if b.Spec.PolicyName != vap.Name {
+		t.Errorf("binding binds %q, want %q", b.Spec.PolicyName, vap.Name)
+	}
+	dep := typed[appsv1.Deployment](t, m.get(t, "Deployment", "edge"))
+	if sa := dep.Spec.Template.Spec.ServiceAccountName; sa != "edge-limiter" {
+		t.Errorf("limiterd runs as %q, want edge-limiter", sa)
+	}
+}
+
+// checkStatusAdmission checks the ValidatingAdmissionPolicy that keeps limiterd to its own status
+// Lease and its binding: cluster-scoped, named after the release and its namespace, matching Lease
+// writes of limiterd's ServiceAccount sa of the release namespace only, and bound in every
+// namespace with Deny.
+func checkStatusAdmission(t testing.TB, m manifest, sa string) {
+	t.Helper()
+	vap := typed[admissionregistrationv1.ValidatingAdmissionPolicy](t, m.get(t, "ValidatingAdmissionPolicy", statusPolicyName))
+	if vap.Namespace != "" {
+		t.Errorf("ValidatingAdmissionPolicy has namespace %q", vap.Namespace)
+	}
+	if fp := vap.Spec.FailurePolicy; fp == nil || *fp != admissionregistrationv1.Fail {
+		t.Errorf("failurePolicy %v, want Fail", fp)
+	}
+	rules := vap.Spec.MatchConstraints.ResourceRules
+	if len(rules) != 1 || !slices.Equal(rules[0].APIGroups, []string{"coordination.k8s.io"}) || !slices.Equal(rules[0].Resources, []string{"leases"}) ||
+		!slices.Equal(rules[0].Operations, []admissionregistrationv1.OperationType{"CREATE", "UPDATE", "DELETE"}) {
+		t.Errorf("policy matches %+v, want Lease creates, updates and deletes", rules)
+	}
+	want := "request.userInfo.username == 'system:serviceaccount:" + namespace + ":" + sa + "'"
+	if mc := vap.Spec.MatchConditions; len(mc) != 1 || mc[0].Expression != want {
+		t.Errorf("policy match conditions %+v, want only %q", mc, want)
+	}
+	if len(vap.Spec.Validations) != 2 || !strings.Contains(vap.Spec.Validations[0].Expression, "request.name == variables.podName") {
+		t.Errorf("policy validations %+v, want the Lease named after the pod", vap.Spec.Validations)
+	}
+	b := typed[admissionregistrationv1.ValidatingAdmissionPolicyBinding](t, m.get(t, "ValidatingAdmissionPolicyBinding", statusPolicyName))
+	if b.Namespace != "" || b.Spec.PolicyName != statusPolicyName || b.Spec.ParamRef != nil || b.Spec.MatchResources != nil ||
+		!slices.Equal(b.Spec.ValidationActions, []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}) {
+		t.Errorf("binding %s: %+v, want policy %s in every namespace with Deny", b.Name, b.Spec, statusPolicyName)
+	}
 }
 
 // checkStatusRole checks limiterd's Role for its status Leases: in the release namespace, only
@@ -441,6 +521,8 @@ func TestTemplateRefusesInconsistentValues(t *testing.T) {
 			"certKey and limiterd.store.redis.tls.keyKey must be given together"},
 		{"autoscaling min above max", []string{"--set", "limiterd.autoscaling.enabled=true", "--set", "limiterd.autoscaling.minReplicas=5", "--set", "limiterd.autoscaling.maxReplicas=3"},
 			"minReplicas must not exceed maxReplicas"},
+		{"status admission on a ServiceAccount shared with the operator", []string{"--set", "limiterd.serviceAccount.name=shared", "--set", "operator.serviceAccount.name=shared"},
+			"limiterd.replicaStatus.restrictToOwnLease would refuse the operator's leader election Lease"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -118,6 +118,16 @@ limiterd's.
 {{- end }}
 
 {{/*
+limiterd.replicaStatusPolicyName: the name of the ValidatingAdmissionPolicy, and of its binding,
+that keep limiterd to its own status Lease: "<full name>-replica-status.<release namespace>". They
+are cluster-scoped, and a release's name is unique only within its namespace, so the name carries
+the namespace (which has no dot: the part after the last dot).
+*/}}
+{{- define "limiterd.replicaStatusPolicyName" -}}
+{{- printf "%s-replica-status.%s" (include "limiterd.fullname" .) .Release.Namespace }}
+{{- end }}
+
+{{/*
 limiterd.image: an image reference from an image value (repository, tag, digest) and the root
 context: "repository@digest" when a digest is given, else "repository:tag" with the chart's
 appVersion as the default tag. Call it with (dict "image" .Values.x.image "root" $).
@@ -159,6 +169,11 @@ across keys; included by the limiterd Deployment.
 {{- $pdb := .Values.limiterd.podDisruptionBudget }}
 {{- if and $pdb.enabled (kindIs "invalid" $pdb.minAvailable) (kindIs "invalid" $pdb.maxUnavailable) }}
 {{- fail "limiterd.podDisruptionBudget: give minAvailable or maxUnavailable" }}
+{{- end }}
+{{- $rs := .Values.limiterd.replicaStatus }}
+{{- $op := .Values.operator }}
+{{- if and $rs.enabled $rs.restrictToOwnLease $op.enabled $op.leaderElection.enabled (eq (include "limiterd.limiterdServiceAccountName" .) (include "limiterd.operatorServiceAccountName" .)) }}
+{{- fail (printf "limiterd.replicaStatus.restrictToOwnLease would refuse the operator's leader election Lease: limiterd and the operator both run as ServiceAccount %q; give them ServiceAccounts of their own, or set restrictToOwnLease to false" (include "limiterd.limiterdServiceAccountName" .)) }}
 {{- end }}
 {{- $hpa := .Values.limiterd.autoscaling }}
 {{- if and $hpa.enabled (gt (int $hpa.minReplicas) (int $hpa.maxReplicas)) }}
