@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/limiterd/limiterd/internal/testenv"
+	"github.com/limiterd/limiterd/internal/testsupport"
 )
 
 const systemNamespace = "limiterd-system"
@@ -132,7 +133,7 @@ func runManagerAsServiceAccount(t *testing.T, env *testenv.Env, root string) {
 	cmd := exec.CommandContext(ctx, manager, "--leader-elect", "--leader-election-namespace="+systemNamespace,
 		"--health-probe-bind-address="+probes, "--metrics-bind-address=0", "--zap-log-level=debug")
 	cmd.Env = []string{"KUBECONFIG=" + kubeconfig}
-	logs := &syncBuffer{}
+	logs := &testsupport.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -1,12 +1,10 @@
 package controllers
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,6 +22,7 @@ import (
 
 	limiterdv1alpha1 "github.com/limiterd/limiterd/api/v1alpha1"
 	"github.com/limiterd/limiterd/internal/testenv"
+	"github.com/limiterd/limiterd/internal/testsupport"
 )
 
 // timeout bounds every wait on the control plane; generous, as CPUs are shared.
@@ -35,29 +34,11 @@ func TestMain(m *testing.M) {
 	testenv.Main(m)
 }
 
-// syncBuffer is a bytes.Buffer safe for concurrent writes.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // startOperator runs the reconciler in a manager that watches namespace only, as main.go wires
 // it, until t ends. The manager's logs are printed if t fails.
 func startOperator(t *testing.T, env *testenv.Env, namespace string) {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &testsupport.SyncBuffer{}
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
 		Scheme:                 env.Scheme,
 		Logger:                 zap.New(zap.WriteTo(logs), zap.UseDevMode(true)),

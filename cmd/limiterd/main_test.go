@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,36 +13,19 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/limiterd/limiterd/internal/testsupport"
 )
 
 // reloadDeadline is how soon a policy file change must be served.
 const reloadDeadline = time.Second
 
-// syncBuffer is a log sink safe for concurrent writes.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // daemonUnderTest is limiterd running in-process on loopback ports.
 type daemonUnderTest struct {
 	decisions, admin string // base URLs
-	logs             *syncBuffer
+	logs             *testsupport.SyncBuffer
 	stop             context.CancelFunc
 	done             chan error
 }
@@ -52,7 +34,7 @@ type daemonUnderTest struct {
 func start(t *testing.T, h hooks, args ...string) *daemonUnderTest {
 	t.Helper()
 	args = append([]string{"--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--shutdown-timeout", "30s"}, args...)
-	d := &daemonUnderTest{logs: &syncBuffer{}, done: make(chan error, 1)}
+	d := &daemonUnderTest{logs: &testsupport.SyncBuffer{}, done: make(chan error, 1)}
 	cfg, err := parseFlags(args, d.logs)
 	if err != nil {
 		t.Fatal(err)
@@ -291,7 +273,7 @@ func TestStartupFailsWithoutALoadablePolicy(t *testing.T) {
 		"invalid file":   {"--policy-file", bad},
 		"one bad of two": {"--policy-file", good, "--policy-file", bad},
 	} {
-		var stderr syncBuffer
+		var stderr testsupport.SyncBuffer
 		args = append([]string{"--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"}, args...)
 		if err := run(context.Background(), args, io.Discard, &stderr); err == nil {
 			t.Errorf("%s: started", name)

@@ -24,6 +24,7 @@ import (
 
 	"github.com/limiterd/limiterd/api/v1alpha1"
 	"github.com/limiterd/limiterd/client"
+	"github.com/limiterd/limiterd/internal/testsupport"
 	"github.com/limiterd/limiterd/limiterd/server"
 )
 
@@ -41,7 +42,7 @@ var (
 // Envoy multiplexes calls on few HTTP/2 connections. Callers and servers share the machine's
 // CPUs, so the figures compare the two APIs rather than measure a deployment.
 func BenchmarkGRPCvsHTTP(b *testing.B) {
-	p := newPolicy("default", "api", tierTokenBucket("standard", 100, 100, time.Second))
+	p := newPolicy("default", "api", testsupport.TokenBucketTier("standard", 100, 100, time.Second))
 	p.Spec.Envoy = &v1alpha1.Envoy{DescriptorKey: "client"}
 	keys := make([]string, *benchKeys)
 	for i := range keys {

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/limiterd/limiterd/api/v1alpha1"
+	"github.com/limiterd/limiterd/internal/testsupport"
 	"github.com/limiterd/limiterd/limiterd/policy"
 	"github.com/limiterd/limiterd/limiterd/server"
 )
@@ -29,9 +30,9 @@ const (
 )
 
 func TestSingleDescriptorOKThenOverLimit(t *testing.T) {
-	clock := newTestClock()
+	clock := testsupport.NewClock()
 	// 2 tokens, 1 a second: a full refill takes 2 s.
-	e := newEngine(t, clock, newPolicy("edge", "api", tierTokenBucket("standard", 2, 1, time.Second)))
+	e := newEngine(t, clock, newPolicy("edge", "api", testsupport.TokenBucketTier("standard", 2, 1, time.Second)))
 	c := dial(t, e)
 	req := request("edge/api", entries("client", "alice"))
 	wantLimit := &rlsv3.RateLimitResponse_RateLimit{
@@ -86,17 +87,17 @@ func TestSingleDescriptorOKThenOverLimit(t *testing.T) {
 // TestHeadersMatchTheHTTPAPI runs the same decisions through the HTTP API and the gRPC service
 // (two engines on one clock) and compares the header fields each answer carries.
 func TestHeadersMatchTheHTTPAPI(t *testing.T) {
-	dryRun := tierSlidingWindow("trial", 1, time.Minute)
+	dryRun := testsupport.SlidingWindowTier("trial", 1, time.Minute)
 	dryRun.DryRun = true
 	tiers := []v1alpha1.Tier{
-		tierTokenBucket("bucket", 3, 2, 1500*time.Millisecond),
-		tierSlidingWindow("window", 2, 90*time.Second),
-		tierUnlimited("free"),
+		testsupport.TokenBucketTier("bucket", 3, 2, 1500*time.Millisecond),
+		testsupport.SlidingWindowTier("window", 2, 90*time.Second),
+		testsupport.UnlimitedTier("free"),
 		dryRun,
 	}
 	for _, tier := range tiers {
 		t.Run(tier.Name, func(t *testing.T) {
-			clock := newTestClock()
+			clock := testsupport.NewClock()
 			p := newPolicy("default", "api", tier)
 			h := server.NewDecisions(newEngine(t, clock, p), nil)
 			c := dial(t, newEngine(t, clock, p))
@@ -129,8 +130,8 @@ func TestHeadersMatchTheHTTPAPI(t *testing.T) {
 }
 
 func TestSeveralDescriptorsAreDecidedIndependently(t *testing.T) {
-	clock := newTestClock()
-	e := newEngine(t, clock, newPolicy("default", "api", tierTokenBucket("standard", 5, 1, time.Second)))
+	clock := testsupport.NewClock()
+	e := newEngine(t, clock, newPolicy("default", "api", testsupport.TokenBucketTier("standard", 5, 1, time.Second)))
 	c := dial(t, e)
 	busy := request("api", entries("user", "busy"))
 	busy.HitsAddend = 5
@@ -179,8 +180,8 @@ func TestSeveralDescriptorsAreDecidedIndependently(t *testing.T) {
 }
 
 func TestOverLimitHeadersDescribeTheLongestWait(t *testing.T) {
-	clock := newTestClock()
-	p := newPolicy("default", "api", tierTokenBucket("fast", 1, 1, time.Second), tierTokenBucket("slow", 1, 1, time.Minute))
+	clock := testsupport.NewClock()
+	p := newPolicy("default", "api", testsupport.TokenBucketTier("fast", 1, 1, time.Second), testsupport.TokenBucketTier("slow", 1, 1, time.Minute))
 	p.Spec.Overrides = []v1alpha1.Override{{Tier: "slow", Clients: []string{"s"}}}
 	p.Spec.Envoy = &v1alpha1.Envoy{DescriptorKey: "client"}
 	c := dial(t, newEngine(t, clock, p))
@@ -199,10 +200,10 @@ func TestOverLimitHeadersDescribeTheLongestWait(t *testing.T) {
 }
 
 func TestDomainNamesThePolicy(t *testing.T) {
-	clock := newTestClock()
+	clock := testsupport.NewClock()
 	e := newEngine(t, clock,
-		newPolicy("default", "api", tierTokenBucket("d", 10, 1, time.Second)),
-		newPolicy("edge", "api", tierTokenBucket("e", 10, 1, time.Second)))
+		newPolicy("default", "api", testsupport.TokenBucketTier("d", 10, 1, time.Second)),
+		newPolicy("edge", "api", testsupport.TokenBucketTier("e", 10, 1, time.Second)))
 	c := dial(t, e)
 	for domain, tier := range map[string]string{"api": "d", "default/api": "d", "edge/api": "e"} {
 		resp, err := c.ShouldRateLimit(context.Background(), request(domain, entries("k", "v")))
@@ -219,8 +220,8 @@ func TestDomainNamesThePolicy(t *testing.T) {
 }
 
 func TestErrorsConsumeNothing(t *testing.T) {
-	clock := newTestClock()
-	e := newEngine(t, clock, newPolicy("default", "api", tierTokenBucket("standard", 5, 1, time.Second)))
+	clock := testsupport.NewClock()
+	e := newEngine(t, clock, newPolicy("default", "api", testsupport.TokenBucketTier("standard", 5, 1, time.Second)))
 	c := dial(t, e)
 	long := strings.Repeat("x", v1alpha1.MaxClientKeyBytes) // "k=" + 1024 bytes is too long
 	negative := entries("k", "a")
@@ -258,7 +259,7 @@ func TestErrorsConsumeNothing(t *testing.T) {
 }
 
 func TestNotReadyIsUnavailable(t *testing.T) {
-	c := dial(t, newEngine(t, newTestClock()))
+	c := dial(t, newEngine(t, testsupport.NewClock()))
 	_, err := c.ShouldRateLimit(context.Background(), request("api", entries("k", "a")))
 	if status.Code(err) != codes.Unavailable {
 		t.Fatalf("got %v, want Unavailable", err)
@@ -266,8 +267,8 @@ func TestNotReadyIsUnavailable(t *testing.T) {
 }
 
 func TestHitsAddendIsTheCost(t *testing.T) {
-	clock := newTestClock()
-	e := newEngine(t, clock, newPolicy("default", "api", tierTokenBucket("standard", 100, 1, time.Second)))
+	clock := testsupport.NewClock()
+	e := newEngine(t, clock, newPolicy("default", "api", testsupport.TokenBucketTier("standard", 100, 1, time.Second)))
 	c := dial(t, e)
 	withHits := func(d *ratelimitv3.RateLimitDescriptor, hits uint64) *ratelimitv3.RateLimitDescriptor {
 		d.HitsAddend = wrapperspb.UInt64(hits)
@@ -309,8 +310,8 @@ func TestHitsAddendIsTheCost(t *testing.T) {
 }
 
 func TestDescriptorKeySelectsTheClient(t *testing.T) {
-	clock := newTestClock()
-	p := newPolicy("edge", "ip", tierTokenBucket("per-ip", 3, 1, time.Second), tierTokenBucket("vip", 100, 1, time.Second))
+	clock := testsupport.NewClock()
+	p := newPolicy("edge", "ip", testsupport.TokenBucketTier("per-ip", 3, 1, time.Second), testsupport.TokenBucketTier("vip", 100, 1, time.Second))
 	p.Spec.Overrides = []v1alpha1.Override{{Tier: "vip", Clients: []string{"10.0.0.9"}}}
 	p.Spec.Envoy = &v1alpha1.Envoy{DescriptorKey: "remote_address"}
 	e := newEngine(t, clock, p)
@@ -358,8 +359,8 @@ func TestDescriptorKeySelectsTheClient(t *testing.T) {
 }
 
 func TestWholeDescriptorIsTheDefaultKey(t *testing.T) {
-	clock := newTestClock()
-	e := newEngine(t, clock, newPolicy("default", "api", tierTokenBucket("standard", 10, 1, time.Second)))
+	clock := testsupport.NewClock()
+	e := newEngine(t, clock, newPolicy("default", "api", testsupport.TokenBucketTier("standard", 10, 1, time.Second)))
 	c := dial(t, e)
 	d := entries("a", "x=1&y", "b%", "")
 	if _, err := c.ShouldRateLimit(context.Background(), request("api", d)); err != nil {
@@ -402,18 +403,18 @@ func TestCurrentLimitUnits(t *testing.T) {
 		unit       rlsv3.RateLimitResponse_RateLimit_Unit
 		multiplier uint32 // 0: unset
 	}{
-		{tierSlidingWindow("w", 5, time.Second), 5, sec, 0},
-		{tierSlidingWindow("w", 5, 250*time.Millisecond), 5, sec, 0},
-		{tierSlidingWindow("w", 5, 1500*time.Millisecond), 5, sec, 2},
-		{tierSlidingWindow("w", 5, 90*time.Second), 5, sec, 90},
-		{tierSlidingWindow("w", 5, time.Minute), 5, min, 0},
-		{tierSlidingWindow("w", 5, 30*time.Minute), 5, min, 30},
-		{tierSlidingWindow("w", 5, time.Hour), 5, hour, 0},
-		{tierSlidingWindow("w", 5, 24*time.Hour), 5, day, 0},
+		{testsupport.SlidingWindowTier("w", 5, time.Second), 5, sec, 0},
+		{testsupport.SlidingWindowTier("w", 5, 250*time.Millisecond), 5, sec, 0},
+		{testsupport.SlidingWindowTier("w", 5, 1500*time.Millisecond), 5, sec, 2},
+		{testsupport.SlidingWindowTier("w", 5, 90*time.Second), 5, sec, 90},
+		{testsupport.SlidingWindowTier("w", 5, time.Minute), 5, min, 0},
+		{testsupport.SlidingWindowTier("w", 5, 30*time.Minute), 5, min, 30},
+		{testsupport.SlidingWindowTier("w", 5, time.Hour), 5, hour, 0},
+		{testsupport.SlidingWindowTier("w", 5, 24*time.Hour), 5, day, 0},
 		// A token bucket's window is its full refill: 1000 tokens at 1 per 10 minutes take 10000 minutes.
-		{tierTokenBucket("b", 1000, 1, 10*time.Minute), 1000, min, 10000},
-		{tierTokenBucket("b", 1_000_000_000, 1_000_000_000, time.Second), 1_000_000_000, sec, 0},
-		{tierTokenBucket("b", 366, 1, 24*time.Hour), 366, day, 366},
+		{testsupport.TokenBucketTier("b", 1000, 1, 10*time.Minute), 1000, min, 10000},
+		{testsupport.TokenBucketTier("b", 1_000_000_000, 1_000_000_000, time.Second), 1_000_000_000, sec, 0},
+		{testsupport.TokenBucketTier("b", 366, 1, 24*time.Hour), 366, day, 366},
 	} {
 		p, err := policy.Compile(newPolicy("default", "p", c.tier))
 		if err != nil {
@@ -428,10 +429,10 @@ func TestCurrentLimitUnits(t *testing.T) {
 }
 
 func TestUnlimitedAndDryRunTiers(t *testing.T) {
-	clock := newTestClock()
-	dry := tierTokenBucket("trial", 1, 1, time.Minute)
+	clock := testsupport.NewClock()
+	dry := testsupport.TokenBucketTier("trial", 1, 1, time.Minute)
 	dry.DryRun = true
-	p := newPolicy("default", "api", tierUnlimited("free"), dry)
+	p := newPolicy("default", "api", testsupport.UnlimitedTier("free"), dry)
 	p.Spec.Overrides = []v1alpha1.Override{{Tier: "trial", Clients: []string{"k=t"}}}
 	c := dial(t, newEngine(t, clock, p))
 	for range 3 {

@@ -1,7 +1,6 @@
 package replicastatus
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -16,29 +15,12 @@ import (
 
 	"github.com/limiterd/limiterd/api/v1alpha1"
 	"github.com/limiterd/limiterd/internal/testenv"
+	"github.com/limiterd/limiterd/internal/testsupport"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
 const waitTimeout = 60 * time.Second
-
-// syncBuffer is a log sink safe for concurrent writes.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // records is a snapshot function whose record the test sets.
 type records struct {
@@ -76,7 +58,7 @@ func TestPublisherKeepsItsLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	src := &records{rec: v1alpha1.ReplicaRecord{"ns/a": {Generation: 1, State: v1alpha1.ReplicaServing}}}
-	logs := &syncBuffer{}
+	logs := &testsupport.SyncBuffer{}
 	const interval = 300 * time.Millisecond
 	pub, err := NewPublisher(clientset.CoordinationV1(), src.get, PublisherOptions{
 		Namespace: ns, Name: "limiterd-0", Interval: interval,
@@ -197,7 +179,7 @@ func TestPublisherPublishesChangesBeforeTheInterval(t *testing.T) {
 	}
 	src := &records{rec: v1alpha1.ReplicaRecord{}}
 	pub, err := NewPublisher(clientset.CoordinationV1(), src.get, PublisherOptions{
-		Namespace: ns, Name: "limiterd-1", Interval: time.Hour, Logger: slog.New(slog.NewJSONHandler(&syncBuffer{}, nil)),
+		Namespace: ns, Name: "limiterd-1", Interval: time.Hour, Logger: slog.New(slog.NewJSONHandler(&testsupport.SyncBuffer{}, nil)),
 	})
 	if err != nil {
 		t.Fatal(err)

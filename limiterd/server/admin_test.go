@@ -8,10 +8,12 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/limiterd/limiterd/internal/testsupport"
 )
 
 func TestAdminHealthAndReadiness(t *testing.T) {
-	clock := newTestClock()
+	clock := testsupport.NewClock()
 	notReady := NewAdmin(newEngine(t, clock), AdminOptions{})
 	if a := serve(t, notReady, http.MethodGet, "/healthz", ""); a.status != 200 || !strings.Contains(a.body, `"ok"`) {
 		t.Errorf("healthz before policies: %d %s, want 200", a.status, a.body)
@@ -25,7 +27,7 @@ func TestAdminHealthAndReadiness(t *testing.T) {
 		t.Errorf("readyz body %s: %v, want the policies check failed", a.body, err)
 	}
 
-	e := newEngine(t, clock, newPolicy("api", tierTokenBucket("standard", 3, 1, time.Second)))
+	e := newEngine(t, clock, newPolicy("api", testsupport.TokenBucketTier("standard", 3, 1, time.Second)))
 	if a := serve(t, NewAdmin(e, AdminOptions{}), http.MethodGet, "/readyz", ""); a.status != 200 {
 		t.Errorf("readyz with policies: %d %s, want 200", a.status, a.body)
 	}
@@ -59,7 +61,7 @@ func TestAdminHealthAndReadiness(t *testing.T) {
 }
 
 func TestAdminMetricsRoute(t *testing.T) {
-	e := newEngine(t, newTestClock())
+	e := newEngine(t, testsupport.NewClock())
 	metrics := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("limiterd_x 1\n")) })
 	if a := serve(t, NewAdmin(e, AdminOptions{Metrics: metrics}), http.MethodGet, "/metrics", ""); a.status != 200 || a.body != "limiterd_x 1\n" {
 		t.Errorf("/metrics: %d %q", a.status, a.body)
@@ -70,8 +72,8 @@ func TestAdminMetricsRoute(t *testing.T) {
 }
 
 func TestAdminClientsPeekAndReset(t *testing.T) {
-	clock := newTestClock()
-	e := newEngine(t, clock, newPolicy("api", tierTokenBucket("standard", 2, 1, time.Second), tierUnlimited("internal")))
+	clock := testsupport.NewClock()
+	e := newEngine(t, clock, newPolicy("api", testsupport.TokenBucketTier("standard", 2, 1, time.Second), testsupport.UnlimitedTier("internal")))
 	decisions := NewDecisions(e, nil)
 	admin := NewAdmin(e, AdminOptions{})
 
@@ -108,10 +110,10 @@ func TestAdminClientsPeekAndReset(t *testing.T) {
 }
 
 func TestAdminClientsErrors(t *testing.T) {
-	clock := newTestClock()
+	clock := testsupport.NewClock()
 	e := newEngine(t, clock,
-		newPolicy("a", tierTokenBucket("standard", 2, 1, time.Second)),
-		newPolicy("b", tierTokenBucket("standard", 2, 1, time.Second)))
+		newPolicy("a", testsupport.TokenBucketTier("standard", 2, 1, time.Second)),
+		newPolicy("b", testsupport.TokenBucketTier("standard", 2, 1, time.Second)))
 	admin := NewAdmin(e, AdminOptions{})
 	for _, tc := range []struct {
 		method, target string

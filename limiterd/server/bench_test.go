@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/limiterd/limiterd/internal/testsupport"
 )
 
 // discardWriter is a reusable ResponseWriter, so that a benchmark measures the handler only.
@@ -65,8 +67,8 @@ func BenchmarkHandlerTrivial(b *testing.B) {
 
 // BenchmarkHandlerDecisions is limiterd's decision handler on the in-memory store.
 func BenchmarkHandlerDecisions(b *testing.B) {
-	clock := newTestClock()
-	e := newEngine(b, clock, newPolicy("api", tierTokenBucket("standard", 1000, 1000, time.Second)))
+	clock := testsupport.NewClock()
+	e := newEngine(b, clock, newPolicy("api", testsupport.TokenBucketTier("standard", 1000, 1000, time.Second)))
 	benchHandler(b, NewDecisions(e, nil))
 }
 

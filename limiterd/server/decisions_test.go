@@ -8,12 +8,14 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/limiterd/limiterd/internal/testsupport"
 )
 
 func TestAllowTokenBucketAnswersAndHeaders(t *testing.T) {
-	clock := newTestClock()
+	clock := testsupport.NewClock()
 	// 2 tokens, 1 a second: a full refill takes 2 s.
-	h := NewDecisions(newEngine(t, clock, newPolicy("api", tierTokenBucket("standard", 2, 1, time.Second))), nil)
+	h := NewDecisions(newEngine(t, clock, newPolicy("api", testsupport.TokenBucketTier("standard", 2, 1, time.Second))), nil)
 	const req = `{"policy":"default/api","key":"alice","cost":1}`
 
 	want := []struct {
@@ -55,8 +57,8 @@ func TestAllowTokenBucketAnswersAndHeaders(t *testing.T) {
 }
 
 func TestAllowGetAndPostAreTheSameDecision(t *testing.T) {
-	clock := newTestClock()
-	h := NewDecisions(newEngine(t, clock, newPolicy("api", tierTokenBucket("standard", 5, 1, time.Second))), nil)
+	clock := testsupport.NewClock()
+	h := NewDecisions(newEngine(t, clock, newPolicy("api", testsupport.TokenBucketTier("standard", 5, 1, time.Second))), nil)
 	if a := serve(t, h, http.MethodPost, "/v1/allow", `{"key":"bob","cost":3}`); a.status != 200 || !strings.Contains(a.body, `"remaining":2`) {
 		t.Fatalf("POST: %d %s", a.status, a.body)
 	}
@@ -70,8 +72,8 @@ func TestAllowGetAndPostAreTheSameDecision(t *testing.T) {
 }
 
 func TestAllowSlidingWindowHeaders(t *testing.T) {
-	clock := newTestClock()
-	h := NewDecisions(newEngine(t, clock, newPolicy("api", tierSlidingWindow("hourly", 3, time.Hour))), nil)
+	clock := testsupport.NewClock()
+	h := NewDecisions(newEngine(t, clock, newPolicy("api", testsupport.SlidingWindowTier("hourly", 3, time.Hour))), nil)
 	a := serve(t, h, http.MethodPost, "/v1/allow", `{"key":"k"}`)
 	if a.status != 200 {
 		t.Fatalf("%d %s", a.status, a.body)
@@ -90,9 +92,9 @@ func TestAllowSlidingWindowHeaders(t *testing.T) {
 }
 
 func TestAllowNeverNamesTheAlgorithm(t *testing.T) {
-	clock := newTestClock()
+	clock := testsupport.NewClock()
 	h := NewDecisions(newEngine(t, clock, newPolicy("api",
-		tierTokenBucket("standard", 1, 1, time.Second), tierSlidingWindow("other", 1, time.Second))), nil)
+		testsupport.TokenBucketTier("standard", 1, 1, time.Second), testsupport.SlidingWindowTier("other", 1, time.Second))), nil)
 	for i := range 2 {
 		a := serve(t, h, http.MethodPost, "/v1/allow", `{"key":"k"}`)
 		text := strings.ToLower(a.body + a.header.Get("RateLimit-Policy") + a.header.Get("RateLimit"))
@@ -105,7 +107,7 @@ func TestAllowNeverNamesTheAlgorithm(t *testing.T) {
 }
 
 func TestAllowUnlimitedTierHasNoQuota(t *testing.T) {
-	h := NewDecisions(newEngine(t, newTestClock(), newPolicy("api", tierUnlimited("free"))), nil)
+	h := NewDecisions(newEngine(t, testsupport.NewClock(), newPolicy("api", testsupport.UnlimitedTier("free"))), nil)
 	for range 3 {
 		a := serve(t, h, http.MethodPost, "/v1/allow", `{"key":"k","cost":1000000000}`)
 		if a.status != 200 || strings.TrimSpace(a.body) != `{"allowed":true,"limit":null,"remaining":null,"resetAfterSeconds":0,"retryAfterSeconds":0}` {
@@ -120,9 +122,9 @@ func TestAllowUnlimitedTierHasNoQuota(t *testing.T) {
 }
 
 func TestAllowDryRunTierAlwaysAdmits(t *testing.T) {
-	tier := tierTokenBucket("shadow", 1, 1, time.Minute)
+	tier := testsupport.TokenBucketTier("shadow", 1, 1, time.Minute)
 	tier.DryRun = true
-	h := NewDecisions(newEngine(t, newTestClock(), newPolicy("api", tier)), nil)
+	h := NewDecisions(newEngine(t, testsupport.NewClock(), newPolicy("api", tier)), nil)
 	serve(t, h, http.MethodPost, "/v1/allow", `{"key":"k"}`)
 	a := serve(t, h, http.MethodPost, "/v1/allow", `{"key":"k"}`)
 	if a.status != 200 || !strings.Contains(a.body, `"allowed":true`) || a.header.Get("Retry-After") != "" {
@@ -134,10 +136,10 @@ func TestAllowDryRunTierAlwaysAdmits(t *testing.T) {
 }
 
 func TestAllowPolicySelection(t *testing.T) {
-	clock := newTestClock()
+	clock := testsupport.NewClock()
 	two := NewDecisions(newEngine(t, clock,
-		newPolicy("a", tierTokenBucket("standard", 5, 1, time.Second)),
-		newPolicy("b", tierSlidingWindow("strict", 1, time.Second))), nil)
+		newPolicy("a", testsupport.TokenBucketTier("standard", 5, 1, time.Second)),
+		newPolicy("b", testsupport.SlidingWindowTier("strict", 1, time.Second))), nil)
 	if a := serve(t, two, http.MethodPost, "/v1/allow", `{"key":"k"}`); a.status != 400 {
 		t.Errorf("omitted policy with two loaded: %d %s, want 400", a.status, a.body)
 	} else {
@@ -158,7 +160,7 @@ func TestAllowPolicySelection(t *testing.T) {
 }
 
 func TestAllowBeforeAnyPolicyIs503(t *testing.T) {
-	h := NewDecisions(newEngine(t, newTestClock()), nil)
+	h := NewDecisions(newEngine(t, testsupport.NewClock()), nil)
 	for _, tc := range []struct{ method, target, body string }{
 		{http.MethodPost, "/v1/allow", `{"key":"k"}`},
 		{http.MethodGet, "/v1/allow?key=k", ""},
@@ -217,8 +219,8 @@ func TestAllowRejectsBadRequests(t *testing.T) {
 		{"unknown path", "GET", "/v1/allowed?key=k", "", 404},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			clock := newTestClock()
-			h := NewDecisions(newEngine(t, clock, newPolicy("api", tierTokenBucket("standard", 3, 1, time.Minute))), nil)
+			clock := testsupport.NewClock()
+			h := NewDecisions(newEngine(t, clock, newPolicy("api", testsupport.TokenBucketTier("standard", 3, 1, time.Minute))), nil)
 			a := serve(t, h, tc.method, tc.target, tc.body)
 			if a.status != tc.status {
 				t.Fatalf("%d %s, want %d", a.status, a.body, tc.status)
@@ -237,8 +239,8 @@ func TestAllowRejectsBadRequests(t *testing.T) {
 }
 
 func TestAllowBodyTooLarge(t *testing.T) {
-	clock := newTestClock()
-	h := NewDecisions(newEngine(t, clock, newPolicy("api", tierTokenBucket("standard", 3, 1, time.Minute))), nil)
+	clock := testsupport.NewClock()
+	h := NewDecisions(newEngine(t, clock, newPolicy("api", testsupport.TokenBucketTier("standard", 3, 1, time.Minute))), nil)
 	big := `{"key":"k","policy":"` + strings.Repeat("p", MaxBodyBytes) + `"}`
 
 	a := serve(t, h, http.MethodPost, "/v1/allow", big)
@@ -266,7 +268,7 @@ func TestAllowBodyTooLarge(t *testing.T) {
 }
 
 func TestAllowKeyBounds(t *testing.T) {
-	h := NewDecisions(newEngine(t, newTestClock(), newPolicy("api", tierTokenBucket("standard", 3, 1, time.Minute))), nil)
+	h := NewDecisions(newEngine(t, testsupport.NewClock(), newPolicy("api", testsupport.TokenBucketTier("standard", 3, 1, time.Minute))), nil)
 	key := strings.Repeat("é", MaxKeyBytes/2) // 1024 bytes
 	if a := serve(t, h, http.MethodPost, "/v1/allow", `{"key":"`+key+`"}`); a.status != 200 {
 		t.Fatalf("key of %d bytes: %d %s", len(key), a.status, a.body)
@@ -282,10 +284,10 @@ func TestAllowKeyBounds(t *testing.T) {
 }
 
 func TestPolicies(t *testing.T) {
-	p := newPolicy("api", tierTokenBucket("standard", 10, 5, time.Second), tierUnlimited("internal"))
+	p := newPolicy("api", testsupport.TokenBucketTier("standard", 10, 5, time.Second), testsupport.UnlimitedTier("internal"))
 	p.Spec.Overrides = append(p.Spec.Overrides,
 		overrideOf("internal", []string{"svc-a", "svc-b"}, []string{"svc-"}))
-	h := NewDecisions(newEngine(t, newTestClock(), p, newPolicy("b", tierSlidingWindow("w", 5, time.Minute))), nil)
+	h := NewDecisions(newEngine(t, testsupport.NewClock(), p, newPolicy("b", testsupport.SlidingWindowTier("w", 5, time.Minute))), nil)
 	a := serve(t, h, http.MethodGet, "/v1/policies", "")
 	if a.status != 200 {
 		t.Fatalf("%d %s", a.status, a.body)

@@ -6,49 +6,15 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/limiterd/limiterd/api/v1alpha1"
+	"github.com/limiterd/limiterd/internal/testsupport"
 	"github.com/limiterd/limiterd/limiterd/engine"
 	"github.com/limiterd/limiterd/limiterd/policy"
 )
-
-// testClock is a clock that moves only when told.
-type testClock struct{ ns atomic.Int64 }
-
-func newTestClock() *testClock {
-	c := &testClock{}
-	c.ns.Store(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC).UnixNano())
-	return c
-}
-
-func (c *testClock) Now() time.Time          { return time.Unix(0, c.ns.Load()) }
-func (c *testClock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
-func tierTokenBucket(name string, capacity, rate int64, period time.Duration) v1alpha1.Tier {
-	return v1alpha1.Tier{
-		Name:      name,
-		Algorithm: v1alpha1.AlgorithmTokenBucket,
-		TokenBucket: &v1alpha1.TokenBucket{
-			Capacity: capacity, RefillRate: rate, RefillPeriod: &metav1.Duration{Duration: period},
-		},
-	}
-}
-
-func tierSlidingWindow(name string, limit int64, window time.Duration) v1alpha1.Tier {
-	return v1alpha1.Tier{
-		Name:          name,
-		Algorithm:     v1alpha1.AlgorithmSlidingWindow,
-		SlidingWindow: &v1alpha1.SlidingWindow{Limit: limit, Window: metav1.Duration{Duration: window}},
-	}
-}
-
-func tierUnlimited(name string) v1alpha1.Tier {
-	return v1alpha1.Tier{Name: name, Algorithm: v1alpha1.AlgorithmUnlimited}
-}
 
 // newPolicy returns a policy default/<name> whose default tier is the first tier.
 func newPolicy(name string, tiers ...v1alpha1.Tier) *v1alpha1.RateLimitPolicy {
@@ -59,7 +25,7 @@ func newPolicy(name string, tiers ...v1alpha1.Tier) *v1alpha1.RateLimitPolicy {
 }
 
 // newEngine returns an engine on clock with the policies loaded (none: not ready).
-func newEngine(t testing.TB, clock *testClock, policies ...*v1alpha1.RateLimitPolicy) *engine.Engine {
+func newEngine(t testing.TB, clock *testsupport.Clock, policies ...*v1alpha1.RateLimitPolicy) *engine.Engine {
 	t.Helper()
 	e := engine.New(engine.Options{Clock: clock.Now})
 	if len(policies) == 0 {

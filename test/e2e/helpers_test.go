@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/limiterd/limiterd/internal/testenv"
+	"github.com/limiterd/limiterd/internal/testsupport"
 )
 
 // waitTimeout bounds waits that have no deadline of their own; generous, as CPUs are shared.
@@ -84,29 +85,11 @@ func binaries(t *testing.T) (manager, limiterd string) {
 	return filepath.Join(binDir, "manager"), filepath.Join(binDir, "limiterd")
 }
 
-// syncBuffer is a log sink safe for concurrent writes.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // process is a subprocess of the test.
 type process struct {
 	name   string
 	cmd    *exec.Cmd
-	logs   *syncBuffer
+	logs   *testsupport.SyncBuffer
 	exited chan struct{} // closed when it exited
 	err    error         // its exit status, once exited is closed
 }
@@ -115,7 +98,7 @@ type process struct {
 // SIGKILL after 30s) when t ends, and its logs are printed if t failed.
 func startProcess(t *testing.T, name, kubeconfig, binary string, args ...string) *process {
 	t.Helper()
-	p := &process{name: name, cmd: exec.Command(binary, args...), logs: &syncBuffer{}, exited: make(chan struct{})}
+	p := &process{name: name, cmd: exec.Command(binary, args...), logs: &testsupport.SyncBuffer{}, exited: make(chan struct{})}
 	p.cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
 	if err := p.cmd.Start(); err != nil {

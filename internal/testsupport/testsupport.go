@@ -1,0 +1,80 @@
+// Package testsupport holds helpers shared by the module's tests: a clock that moves only when
+// told, builders of RateLimitPolicy tiers, and a log sink safe for concurrent writes.
+//
+// It is a normal package so that tests of several packages can share it, but it is meant to be
+// imported only by _test.go files, never by production code.
+package testsupport
+
+import (
+	"bytes"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/limiterd/limiterd/api/v1alpha1"
+)
+
+// Clock is a clock that moves only when told.
+type Clock struct{ ns atomic.Int64 }
+
+// NewClock returns a Clock set to a fixed instant.
+func NewClock() *Clock {
+	c := &Clock{}
+	c.ns.Store(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC).UnixNano())
+	return c
+}
+
+// Now returns the clock's time.
+func (c *Clock) Now() time.Time { return time.Unix(0, c.ns.Load()) }
+
+// Advance moves the clock forward by d.
+func (c *Clock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
+
+// TokenBucketTier returns a token bucket tier holding capacity tokens, refilled by rate every
+// period.
+func TokenBucketTier(name string, capacity, rate int64, period time.Duration) v1alpha1.Tier {
+	return v1alpha1.Tier{
+		Name:      name,
+		Algorithm: v1alpha1.AlgorithmTokenBucket,
+		TokenBucket: &v1alpha1.TokenBucket{
+			Capacity: capacity, RefillRate: rate, RefillPeriod: &metav1.Duration{Duration: period},
+		},
+	}
+}
+
+// SlidingWindowTier returns a sliding window tier allowing limit requests per window.
+func SlidingWindowTier(name string, limit int64, window time.Duration) v1alpha1.Tier {
+	return v1alpha1.Tier{
+		Name:          name,
+		Algorithm:     v1alpha1.AlgorithmSlidingWindow,
+		SlidingWindow: &v1alpha1.SlidingWindow{Limit: limit, Window: metav1.Duration{Duration: window}},
+	}
+}
+
+// UnlimitedTier returns a tier that never limits.
+func UnlimitedTier(name string) v1alpha1.Tier {
+	return v1alpha1.Tier{Name: name, Algorithm: v1alpha1.AlgorithmUnlimited}
+}
+
+// SyncBuffer is a bytes.Buffer safe for concurrent writes, such as a log sink. Its zero value is
+// ready to use.
+type SyncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+// Write appends p to the buffer.
+func (b *SyncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p) //nolint:wrapcheck // an io.Writer passes the error of the one it wraps (bytes.Buffer: always nil)
+}
+
+// String returns what was written so far.
+func (b *SyncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
