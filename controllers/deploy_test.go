@@ -40,7 +40,7 @@ func TestDeployConfigDefault(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute) // a cold build cache compiles the operator from scratch
 	defer cancel()
 
 	rendered := run(t, env.Command(ctx, "kubectl", "kustomize", filepath.Join(root, "config", "default")), nil)
@@ -114,7 +114,7 @@ func checkPodSecurity(t *testing.T, name string, spec *corev1.PodSpec) {
 // leader election, and checks it renders a policy, restores a deleted ConfigMap (an event) and
 // answers its probes.
 func runManagerAsServiceAccount(t *testing.T, env *testenv.Env, root string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute) // a cold build cache compiles the operator from scratch
 	defer cancel()
 
 	manager := filepath.Join(t.TempDir(), "manager")

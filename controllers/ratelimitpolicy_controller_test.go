@@ -112,14 +112,20 @@ func TestResyncWritesNothing(t *testing.T) {
 	t.Parallel()
 	env := testenv.Shared(t)
 	ns := env.Namespace(t)
-	startOperator(t, env, ns)
+	stopOperator := startOperator(t, env, ns)
 	ctx := context.Background()
 
 	p := newPolicy(ns, "steady")
 	if err := env.Client.Create(ctx, p); err != nil {
 		t.Fatal(err)
 	}
-	before := waitReady(t, env.Client, client.ObjectKeyFromObject(p), 1, ReasonRendered)
+	waitReady(t, env.Client, client.ObjectKeyFromObject(p), 1, ReasonRendered)
+	// Stop the operator, so that the objects change only by the resync below.
+	stopOperator()
+	before := &limiterdv1alpha1.RateLimitPolicy{}
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(p), before); err != nil {
+		t.Fatal(err)
+	}
 	cmBefore := getConfigMap(t, env.Client, before)
 
 	// Reconcile as a resync does, through a client that counts writes.

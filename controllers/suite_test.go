@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -36,7 +37,9 @@ func TestMain(m *testing.M) {
 
 // startOperator runs the reconciler in a manager that watches namespace only, as main.go wires
 // it, until t ends. The manager's logs are printed if t fails.
-func startOperator(t *testing.T, env *testenv.Env, namespace string) {
+// startOperator runs the operator for namespace until the test ends, or until the returned
+// function stops it.
+func startOperator(t *testing.T, env *testenv.Env, namespace string) (stop func()) {
 	t.Helper()
 	logs := &testsupport.SyncBuffer{}
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
@@ -59,15 +62,22 @@ func startOperator(t *testing.T, env *testenv.Env, namespace string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("manager: %v", err)
+			}
+		})
+	}
 	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
-		}
+		stop()
 		if t.Failed() {
 			t.Logf("operator logs:\n%s", logs.String())
 		}
 	})
+	return stop
 }
 
 // newPolicy returns a small valid policy.

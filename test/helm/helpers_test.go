@@ -156,7 +156,8 @@ func helmCmd(t testing.TB, ctx context.Context, args ...string) *exec.Cmd {
 // runHelm runs helm and returns its stdout and stderr.
 func runHelm(t testing.TB, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	// Generous: on a cold machine other packages compile and start API servers at the same time.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	cmd := helmCmd(t, ctx, args...)
 	var o, e bytes.Buffer
