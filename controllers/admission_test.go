@@ -24,10 +24,10 @@ func TestAdmissionMatchesValidate(t *testing.T) {
 	ns := env.Namespace(t)
 	for _, dir := range []string{"valid", "invalid"} {
 		for _, f := range loadPolicyFiles(t, dir) {
-			t.Run(dir+"/"+f.name, func(t *testing.T) {
-				_, goErr := limiterdv1alpha1.DecodePolicies(f.data)
+			t.Run(dir+"/"+f.Name, func(t *testing.T) {
+				_, goErr := limiterdv1alpha1.DecodePolicies(f.Data)
 
-				j, err := yaml.YAMLToJSON(f.data)
+				j, err := yaml.YAMLToJSON(f.Data)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -47,11 +47,11 @@ func TestAdmissionMatchesValidate(t *testing.T) {
 					}
 					return
 				}
-				if goErr == nil || !strings.Contains(goErr.Error(), f.field) {
-					t.Errorf("Go validator: got error %v, want one naming %s", goErr, f.field)
+				if goErr == nil || !strings.Contains(goErr.Error(), f.Field) {
+					t.Errorf("Go validator: got error %v, want one naming %s", goErr, f.Field)
 				}
-				if !apierrors.IsInvalid(apiErr) || !strings.Contains(apiErr.Error(), f.apiServerField) {
-					t.Errorf("API server: got error %v, want Invalid naming %s", apiErr, f.apiServerField)
+				if !apierrors.IsInvalid(apiErr) || !strings.Contains(apiErr.Error(), f.APIServerField) {
+					t.Errorf("API server: got error %v, want Invalid naming %s", apiErr, f.APIServerField)
 				}
 			})
 		}

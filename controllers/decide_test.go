@@ -34,8 +34,8 @@ func checkDecision(t *testing.T, data map[string]string, ready metav1.Condition,
 
 func TestDecideRendersValidPolicies(t *testing.T) {
 	for _, f := range loadPolicyFiles(t, "valid") {
-		t.Run(f.name, func(t *testing.T) {
-			policies, err := limiterdv1alpha1.DecodePolicies(f.data)
+		t.Run(f.Name, func(t *testing.T) {
+			policies, err := limiterdv1alpha1.DecodePolicies(f.Data)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -66,14 +66,14 @@ func TestDecideRendersValidPolicies(t *testing.T) {
 // field as the Go validator does.
 func TestDecideRefusesInvalidPolicies(t *testing.T) {
 	for _, f := range loadPolicyFiles(t, "invalid") {
-		t.Run(f.name, func(t *testing.T) {
+		t.Run(f.Name, func(t *testing.T) {
 			p := &limiterdv1alpha1.RateLimitPolicy{}
-			if err := yaml.Unmarshal(f.data, p); err != nil { // leniently, as an older CRD admits it
+			if err := yaml.Unmarshal(f.Data, p); err != nil { // leniently, as an older CRD admits it
 				t.Fatal(err)
 			}
 			p.Namespace, p.Generation = "default", 3
 			data, ready := decide(p, limiterdv1alpha1.MaxConfigMapDataBytes)
-			checkDecision(t, data, ready, 3, ReasonInvalid, f.field)
+			checkDecision(t, data, ready, 3, ReasonInvalid, f.Field)
 		})
 	}
 }

@@ -61,7 +61,7 @@ func renderCases(t *testing.T) []renderCase {
 		cases = append(cases, renderCase{name, &ps[0]})
 	}
 	for _, tc := range loadTestCases(t, "valid") {
-		add(tc.name, tc.data)
+		add(tc.Name, tc.Data)
 	}
 	sample, err := os.ReadFile("../../config/samples/ratelimitpolicy.yaml")
 	if err != nil {

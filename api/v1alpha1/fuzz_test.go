@@ -14,7 +14,7 @@ import (
 func addPolicyFiles(f *testing.F, add func(data []byte)) {
 	for _, dir := range []string{"valid", "invalid"} {
 		for _, tc := range loadTestCases(f, dir) {
-			add(tc.data)
+			add(tc.Data)
 		}
 	}
 	sample, err := os.ReadFile("../../config/samples/ratelimitpolicy.yaml")

@@ -32,22 +32,22 @@ func decodeUnvalidated(t *testing.T, data []byte) *RateLimitPolicy {
 
 func TestValidateInvalidFiles(t *testing.T) {
 	for _, tc := range loadTestCases(t, "invalid") {
-		t.Run(tc.name, func(t *testing.T) {
-			p := decodeUnvalidated(t, tc.data)
+		t.Run(tc.Name, func(t *testing.T) {
+			p := decodeUnvalidated(t, tc.Data)
 			before := p.DeepCopy()
 			err := Validate(p)
 			if err == nil {
-				t.Fatalf("Validate accepted it; want an error naming %s", tc.field)
+				t.Fatalf("Validate accepted it; want an error naming %s", tc.Field)
 			}
-			if !namesField(err, tc.field) {
-				t.Errorf("Validate: %v\nwant an error for field %s", err, tc.field)
+			if !namesField(err, tc.Field) {
+				t.Errorf("Validate: %v\nwant an error for field %s", err, tc.Field)
 			}
 			if !equality.Semantic.DeepEqual(before, p) {
 				t.Errorf("Validate modified the policy")
 			}
-			_, err = DecodePolicies(tc.data)
-			if err == nil || !strings.Contains(err.Error(), tc.field+":") {
-				t.Errorf("DecodePolicies: %v\nwant an error naming %s", err, tc.field)
+			_, err = DecodePolicies(tc.Data)
+			if err == nil || !strings.Contains(err.Error(), tc.Field+":") {
+				t.Errorf("DecodePolicies: %v\nwant an error naming %s", err, tc.Field)
 			}
 		})
 	}
@@ -70,8 +70,8 @@ func namesField(err error, path string) bool {
 
 func TestValidateValidFiles(t *testing.T) {
 	for _, tc := range loadTestCases(t, "valid") {
-		t.Run(tc.name, func(t *testing.T) {
-			p := decodeUnvalidated(t, tc.data)
+		t.Run(tc.Name, func(t *testing.T) {
+			p := decodeUnvalidated(t, tc.Data)
 			if err := Validate(p); err != nil {
 				t.Fatalf("Validate: %v", err)
 			}
