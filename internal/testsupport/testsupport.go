@@ -9,11 +9,14 @@ import (
 	"bytes"
 	"sync"
 	"sync/atomic"
+	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/limiterd/limiterd/api/v1alpha1"
+	"github.com/limiterd/limiterd/limiterd/engine"
+	"github.com/limiterd/limiterd/limiterd/policy"
 )
 
 // Clock is a clock that moves only when told.
@@ -77,4 +80,28 @@ func (b *SyncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// NewEngine returns an engine on the clock now with the policies compiled and loaded (none: the
+// engine is not ready). It fails the test if a policy does not compile.
+func NewEngine(t testing.TB, now func() time.Time, policies ...*v1alpha1.RateLimitPolicy) *engine.Engine {
+	t.Helper()
+	e := engine.New(engine.Options{Clock: now})
+	if len(policies) == 0 {
+		return e
+	}
+	var compiled []*policy.Policy
+	for _, p := range policies {
+		c, err := policy.Compile(p)
+		if err != nil {
+			t.Fatalf("compile %s: %v", p.Name, err)
+		}
+		compiled = append(compiled, c)
+	}
+	set, err := policy.NewSet(compiled...)
+	if err != nil {
+		t.Fatalf("new set: %v", err)
+	}
+	e.Swap(set)
+	return e
 }

@@ -16,7 +16,6 @@ import (
 	"github.com/limiterd/limiterd/api/v1alpha1"
 	"github.com/limiterd/limiterd/internal/testsupport"
 	"github.com/limiterd/limiterd/limiterd/engine"
-	"github.com/limiterd/limiterd/limiterd/policy"
 )
 
 // newPolicy returns a policy <namespace>/<name> whose default tier is the first tier.
@@ -36,24 +35,7 @@ func newEngine(t testing.TB, clock *testsupport.Clock, policies ...*v1alpha1.Rat
 // newEngineOn returns an engine on the clock now with the policies loaded (none: not ready).
 func newEngineOn(t testing.TB, now func() time.Time, policies ...*v1alpha1.RateLimitPolicy) *engine.Engine {
 	t.Helper()
-	e := engine.New(engine.Options{Clock: now})
-	if len(policies) == 0 {
-		return e
-	}
-	var compiled []*policy.Policy
-	for _, p := range policies {
-		c, err := policy.Compile(p)
-		if err != nil {
-			t.Fatalf("compile %s: %v", p.Name, err)
-		}
-		compiled = append(compiled, c)
-	}
-	set, err := policy.NewSet(compiled...)
-	if err != nil {
-		t.Fatalf("new set: %v", err)
-	}
-	e.Swap(set)
-	return e
+	return testsupport.NewEngine(t, now, policies...)
 }
 
 // dial serves the service of e over an in-memory listener and returns a client of it, both

@@ -13,7 +13,6 @@ import (
 	"github.com/limiterd/limiterd/api/v1alpha1"
 	"github.com/limiterd/limiterd/internal/testsupport"
 	"github.com/limiterd/limiterd/limiterd/engine"
-	"github.com/limiterd/limiterd/limiterd/policy"
 )
 
 // newPolicy returns a policy default/<name> whose default tier is the first tier.
@@ -27,24 +26,7 @@ func newPolicy(name string, tiers ...v1alpha1.Tier) *v1alpha1.RateLimitPolicy {
 // newEngine returns an engine on clock with the policies loaded (none: not ready).
 func newEngine(t testing.TB, clock *testsupport.Clock, policies ...*v1alpha1.RateLimitPolicy) *engine.Engine {
 	t.Helper()
-	e := engine.New(engine.Options{Clock: clock.Now})
-	if len(policies) == 0 {
-		return e
-	}
-	var compiled []*policy.Policy
-	for _, p := range policies {
-		c, err := policy.Compile(p)
-		if err != nil {
-			t.Fatalf("compile %s: %v", p.Name, err)
-		}
-		compiled = append(compiled, c)
-	}
-	set, err := policy.NewSet(compiled...)
-	if err != nil {
-		t.Fatalf("new set: %v", err)
-	}
-	e.Swap(set)
-	return e
+	return testsupport.NewEngine(t, clock.Now, policies...)
 }
 
 // answer is a recorded response.
