@@ -4,7 +4,8 @@
 //	...
 //	http.ListenAndServe(":8000", middleware.New(c, middleware.KeyBy(middleware.Header("X-Api-Key")))(mux))
 //
-// Each request is keyed (by default by its peer's IP address, see KeyBy) and decided by
+// Each request is keyed (by default by its peer's IPv4 address or IPv6 /64, see KeyBy and
+// ClientIP) and decided by
 // limiterd before it reaches the handler. An admitted request proceeds with limiterd's
 // RateLimit-Policy and RateLimit header fields set on its response. A rejected one is answered
 // 429 with those fields, Retry-After and the body
@@ -19,6 +20,8 @@
 package middleware
 
 import (
+	"cmp"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/netip"
@@ -41,7 +44,8 @@ type config struct {
 	onError  func(r *http.Request, err error)
 }
 
-// KeyBy keys requests with f. Default: ClientIP() (the peer's address; no proxy is trusted).
+// KeyBy keys requests with f. Default: ClientIP() (the peer's IPv4 address or IPv6 /64; no
+// proxy is trusted).
 // For an authenticated subject, pass a func that reads it from the request (its context, a
 // verified token); FirstOf combines key functions.
 func KeyBy(f KeyFunc) Option { return func(c *config) { c.key = f } }
@@ -144,17 +148,59 @@ func FirstOf(fs ...KeyFunc) KeyFunc {
 	}
 }
 
-// ClientIP keys requests by the client's IP address. The peer (http.Request.RemoteAddr) is the
+// Default prefix lengths of the networks ClientIP keys clients by.
+const (
+	// DefaultIPv4Bits keys an IPv4 client by its address.
+	DefaultIPv4Bits = 32
+	// DefaultIPv6Bits keys an IPv6 client by its /64: the smallest network a host is usually
+	// given (RFC 4291's interface identifier is 64 bits, SLAAC and privacy addresses pick them at
+	// will), so that a host cannot rotate through its 2^64 addresses to fresh limits.
+	DefaultIPv6Bits = 64
+)
+
+// ClientIPOptions configure ClientIPWith. The zero value trusts no proxy and keys IPv4 clients
+// by address and IPv6 clients by their /64.
+type ClientIPOptions struct {
+	// Trusted are the prefixes of your proxies: X-Forwarded-For is read only from a peer in one
+	// of them (see ClientIP).
+	Trusted []netip.Prefix
+	// IPv4Bits is the prefix length, 1 to 32, an IPv4 client is keyed by (0: DefaultIPv4Bits).
+	IPv4Bits int
+	// IPv6Bits is the prefix length, 1 to 128, an IPv6 client is keyed by (0: DefaultIPv6Bits;
+	// 128 keys each address on its own).
+	IPv6Bits int
+}
+
+// ClientIP keys requests by the client's network: an IPv4 client by its address, an IPv6 client
+// by its /64 (ClientIPWith sets other prefix lengths). The peer (http.Request.RemoteAddr) is the
 // client unless it lies in one of the trusted prefixes — a proxy of yours. Only then is
 // X-Forwarded-For read, from right to left (its last field was added by the nearest proxy):
 // addresses in trusted prefixes are skipped, and the first other one is the client. X-Forwarded-
 // For is never read for an untrusted peer, whose header a client could have forged; nor past
-// the first untrusted address. When every address is trusted, the leftmost is the client. A
-// request has no key when the peer is not an IP address or an X-Forwarded-For field read is
-// not one. Keys are addresses in their canonical form (IPv4-mapped IPv6 written as IPv4).
+// the first untrusted address. When every address is trusted, the leftmost is the client. Trust
+// is decided on whole addresses, before the client is reduced to its network. A request has no
+// key when the peer is not an IP address or an X-Forwarded-For field read is not one.
+//
+// A key is the client's address in canonical form when the prefix length is the address's
+// ("198.51.100.7"), else its network in CIDR notation ("2001:db8:1:2::/64"). An IPv4-mapped
+// IPv6 address (::ffff:198.51.100.7) is an IPv4 client; a zone is dropped.
 func ClientIP(trusted ...netip.Prefix) KeyFunc {
-	prefixes := make([]netip.Prefix, len(trusted))
-	for i, p := range trusted {
+	f, _ := ClientIPWith(ClientIPOptions{Trusted: trusted}) // the default lengths are valid
+	return f
+}
+
+// ClientIPWith is ClientIP with the options of opts. It fails when a prefix length is out of
+// range.
+func ClientIPWith(opts ClientIPOptions) (KeyFunc, error) {
+	v4, v6 := cmp.Or(opts.IPv4Bits, DefaultIPv4Bits), cmp.Or(opts.IPv6Bits, DefaultIPv6Bits)
+	if v4 < 1 || v4 > 32 {
+		return nil, fmt.Errorf("middleware: IPv4 prefix length %d out of range 1-32", opts.IPv4Bits)
+	}
+	if v6 < 1 || v6 > 128 {
+		return nil, fmt.Errorf("middleware: IPv6 prefix length %d out of range 1-128", opts.IPv6Bits)
+	}
+	prefixes := make([]netip.Prefix, len(opts.Trusted))
+	for i, p := range opts.Trusted {
 		prefixes[i] = p.Masked()
 	}
 	isTrusted := func(a netip.Addr) bool {
@@ -165,6 +211,17 @@ func ClientIP(trusted ...netip.Prefix) KeyFunc {
 		}
 		return false
 	}
+	key := func(a netip.Addr) string {
+		bits := v6
+		if a.Is4() {
+			bits = v4
+		}
+		if bits == a.BitLen() {
+			return a.String()
+		}
+		p, _ := a.Prefix(bits) // bits is within the address's length
+		return p.String()
+	}
 	return func(r *http.Request) (string, bool) {
 		peer, ok := parseAddr(r.RemoteAddr)
 		if !ok {
@@ -172,7 +229,7 @@ func ClientIP(trusted ...netip.Prefix) KeyFunc {
 		}
 		client := peer
 		if !isTrusted(peer) {
-			return client.String(), true
+			return key(client), true
 		}
 		fields := r.Header.Values("X-Forwarded-For")
 		for i := len(fields) - 1; i >= 0; i-- {
@@ -194,12 +251,12 @@ func ClientIP(trusted ...netip.Prefix) KeyFunc {
 				}
 				client = a
 				if !isTrusted(a) {
-					return client.String(), true
+					return key(client), true
 				}
 			}
 		}
-		return client.String(), true
-	}
+		return key(client), true
+	}, nil
 }
 
 // parseAddr parses an IP address, with or without a port ("10.0.0.1", "10.0.0.1:80", "::1",

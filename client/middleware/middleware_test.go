@@ -3,6 +3,7 @@ package middleware_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -212,11 +213,13 @@ func TestClientIP(t *testing.T) {
 		{"empty fields are skipped", "10.1.2.3:80", []string{"198.51.100.1,, ", ""}, "198.51.100.1"},
 		{"garbage where the client should be", "10.1.2.3:80", []string{"198.51.100.1, unknown"}, ""},
 		{"garbage left of the client is not read", "10.1.2.3:80", []string{"unknown, 198.51.100.1"}, "198.51.100.1"},
-		{"XFF with ports and brackets", "[fd00::1]:443", []string{"[2001:db8::1]:5555, 10.0.0.1:80"}, "2001:db8::1"},
-		{"IPv6 bracketed without port", "[fd00::1]:443", []string{"[2001:db8::2]"}, "2001:db8::2"},
+		{"XFF with ports and brackets", "[fd00::1]:443", []string{"[2001:db8::1]:5555, 10.0.0.1:80"}, "2001:db8::/64"},
+		{"IPv6 bracketed without port", "[fd00::1]:443", []string{"[2001:db8:0:7::2]"}, "2001:db8:0:7::/64"},
 		{"IPv4-mapped peer", "[::ffff:203.0.113.9]:1", nil, "203.0.113.9"},
 		{"IPv4-mapped trusted peer", "[::ffff:10.0.0.1]:1", []string{"198.51.100.2"}, "198.51.100.2"},
-		{"zone dropped", "[fe80::1%eth0]:1", nil, "fe80::1"},
+		{"zone dropped", "[fe80::1%eth0]:1", nil, "fe80::/64"},
+		{"IPv6 peer: its /64", "[2001:db8:1:2:aaaa:bbbb:cccc:dddd]:1", nil, "2001:db8:1:2::/64"},
+		{"IPv4-mapped in XFF", "10.1.2.3:80", []string{"::ffff:198.51.100.4"}, "198.51.100.4"},
 		{"peer without port", "203.0.113.5", nil, "203.0.113.5"},
 		{"host /32 trusted", "192.0.2.1:1", []string{"198.51.100.3"}, "198.51.100.3"},
 		{"neighbour of a /32 is not", "192.0.2.2:1", []string{"198.51.100.3"}, "192.0.2.2"},
@@ -243,6 +246,70 @@ func TestClientIP(t *testing.T) {
 	// Prefixes with host bits set are masked.
 	if got, _ := middleware.ClientIP(netip.MustParsePrefix("10.1.2.3/8"))(r); got != "198.51.100.1" {
 		t.Errorf("10.1.2.3/8 trusted: %q, want the forwarded client", got)
+	}
+}
+
+// TestClientIPNetworks keys clients by the configured prefix lengths: a host that owns a /64
+// cannot rotate through its addresses to fresh limits.
+func TestClientIPNetworks(t *testing.T) {
+	trusted := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("2001:db8:ffff::/48")}
+	for _, tc := range []struct {
+		name   string
+		v4, v6 int
+		remote string
+		xff    string
+		want   string
+	}{
+		{"default: IPv4 per address", 0, 0, "203.0.113.5:1", "", "203.0.113.5"},
+		{"default: IPv6 per /64", 0, 0, "[2001:db8:1:2::1]:1", "", "2001:db8:1:2::/64"},
+		{"default: same /64, other host bits", 0, 0, "[2001:db8:1:2:ffff:ffff:ffff:fffe]:1", "", "2001:db8:1:2::/64"},
+		{"default: next /64", 0, 0, "[2001:db8:1:3::1]:1", "", "2001:db8:1:3::/64"},
+		{"default: IPv4-mapped is IPv4", 0, 0, "[::ffff:203.0.113.5]:1", "", "203.0.113.5"},
+		{"/48", 0, 48, "[2001:db8:1:2::1]:1", "", "2001:db8:1::/48"},
+		{"/128: per address", 0, 128, "[2001:db8:1:2::1]:1", "", "2001:db8:1:2::1"},
+		{"IPv4 /24", 24, 0, "203.0.113.5:1", "", "203.0.113.0/24"},
+		{"IPv4 /24 applies to IPv4-mapped", 24, 0, "[::ffff:203.0.113.5]:1", "", "203.0.113.0/24"},
+		{"IPv4 /32 explicit", 32, 0, "203.0.113.5:1", "", "203.0.113.5"},
+		{"IPv6 bits leave IPv4 alone", 0, 48, "203.0.113.5:1", "", "203.0.113.5"},
+		// Trust is decided on whole addresses: the proxy's network is not the client's.
+		{"trusted IPv6 proxy, IPv6 client", 0, 0, "[2001:db8:ffff::1]:1", "2001:db8:5:6::9", "2001:db8:5:6::/64"},
+		{"trusted IPv6 proxy, IPv4-mapped client", 24, 0, "[2001:db8:ffff::1]:1", "::ffff:198.51.100.9", "198.51.100.0/24"},
+		{"trusted IPv4 proxy, IPv6 client behind two proxies", 0, 0, "10.0.0.1:1", "2001:db8:5:6::9, 2001:db8:ffff:1::2", "2001:db8:5:6::/64"},
+		{"untrusted peer in a trusted /64's neighbour", 0, 0, "[2001:db8:fffe::1]:1", "2001:db8:5:6::9", "2001:db8:fffe::/64"},
+		{"all trusted: the leftmost's network", 0, 0, "10.0.0.1:1", "2001:db8:ffff:1::7, 10.0.0.2", "2001:db8:ffff:1::/64"},
+	} {
+		key, err := middleware.ClientIPWith(middleware.ClientIPOptions{Trusted: trusted, IPv4Bits: tc.v4, IPv6Bits: tc.v6})
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.RemoteAddr = tc.remote
+		if tc.xff != "" {
+			r.Header.Set("X-Forwarded-For", tc.xff)
+		}
+		if got, ok := key(r); !ok || got != tc.want {
+			t.Errorf("%s: %q %t, want %q", tc.name, got, ok, tc.want)
+		}
+	}
+	for _, o := range []middleware.ClientIPOptions{{IPv4Bits: -1}, {IPv4Bits: 33}, {IPv6Bits: -1}, {IPv6Bits: 129}} {
+		if _, err := middleware.ClientIPWith(o); err == nil {
+			t.Errorf("%+v: no error", o)
+		}
+	}
+}
+
+// TestIPv6HostSharesOneLimit drives the default middleware from many addresses of one /64:
+// they share one client's allowance, while another /64 has its own.
+func TestIPv6HostSharesOneLimit(t *testing.T) {
+	a := &app{}
+	h := middleware.New(startLimiterd(t, apiPolicy))(a)
+	for i, want := range []int{200, 200, 429, 429} {
+		if w := get(h, fmt.Sprintf("[2001:db8:1:2::%x]:443", i+1)); w.Code != want {
+			t.Errorf("address %d of the /64: %d, want %d", i+1, w.Code, want)
+		}
+	}
+	if w := get(h, "[2001:db8:1:3::1]:443"); w.Code != 200 {
+		t.Errorf("another /64: %d, want 200", w.Code)
 	}
 }
 
