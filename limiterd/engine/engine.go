@@ -5,8 +5,9 @@
 // the client's state in the policy's store. The loaded policies are an immutable snapshot behind
 // an atomic pointer: Swap replaces it in O(number of policies), never touching client state, and a
 // decision that started on the old snapshot finishes on it. Client state outlives swaps: each
-// policy ID keeps its store for as long as a policy of that ID is loaded, and the strategies
-// convert a client's state lazily when its tier's parameters changed (see package limiter).
+// policy ID keeps its store for as long as a policy of that ID is loaded (a policy removed and
+// added again starts with no client state), and the strategies convert a client's state lazily
+// when its tier's parameters changed (see package limiter).
 package engine
 
 import (
@@ -148,13 +149,15 @@ func New(opts Options) *Engine {
 }
 
 // Swap makes set the loaded policies, atomically. Stores of policies that stay keep their
-// clients' state; those of policies that left are dropped. It costs O(policies and tiers),
-// independent of the number of tracked clients.
+// clients' state; those of policies that left are dropped, and their in-memory clients leave the
+// budget. It costs O(policies and tiers), independent of the number of clients tracked by the
+// policies that stay.
 func (e *Engine) Swap(set *policy.Set) {
 	e.swapMu.Lock()
 	defer e.swapMu.Unlock()
 	old := e.current.Load()
 	next := &snapshot{set: set, byID: make(map[string]*bound, set.Len())}
+	var unused []limiter.Store // stores of the old snapshot no policy decides on any more
 	for _, p := range set.All() {
 		b := &bound{policy: p}
 		if prev, ok := old.lookup(p.ID); ok {
@@ -162,8 +165,11 @@ func (e *Engine) Swap(set *policy.Set) {
 		} else {
 			b.store = e.opts.NewStore(p.ID)
 		}
-		if p.FailureMode == v1alpha1.FailureModeLocal && b.local == nil {
+		switch {
+		case p.FailureMode == v1alpha1.FailureModeLocal && b.local == nil:
 			b.local = limiter.NewMemory(e.opts.Budget)
+		case p.FailureMode != v1alpha1.FailureModeLocal && b.local != nil:
+			unused, b.local = append(unused, b.local), nil
 		}
 		for _, t := range p.Tiers {
 			b.tiers = append(b.tiers, e.opts.Observer.Tier(p.ID, t.Name))
@@ -176,6 +182,23 @@ func (e *Engine) Swap(set *policy.Set) {
 		}
 	}
 	e.current.Store(next)
+	if old != nil {
+		for id, b := range old.byID {
+			if _, stays := next.byID[id]; !stays {
+				unused = append(unused, b.store)
+				if b.local != nil {
+					unused = append(unused, b.local)
+				}
+			}
+		}
+	}
+	// Decisions that started on the old snapshot may still be running: a closed local store
+	// answers them but keeps nothing, so the budget's count stays exact.
+	for _, st := range unused {
+		if ls, ok := st.(limiter.LocalStore); ok {
+			ls.Close()
+		}
+	}
 }
 
 func (s *snapshot) lookup(id string) (*bound, bool) {
@@ -296,8 +319,8 @@ func (e *Engine) Reset(ctx context.Context, policyID, key string) error {
 	return nil
 }
 
-// Sweep drops idle (fresh) client state from every in-memory store the engine owns. Call it
-// periodically from one goroutine.
+// Sweep drops idle (fresh) client state from every in-memory store (limiter.LocalStore) the
+// engine decides on. Call it periodically from one goroutine.
 func (e *Engine) Sweep() {
 	s := e.current.Load()
 	if s == nil {
@@ -305,8 +328,8 @@ func (e *Engine) Sweep() {
 	}
 	now := e.opts.Clock()
 	for _, b := range s.byID {
-		if m, ok := b.store.(*limiter.Memory); ok {
-			m.Sweep(now)
+		if ls, ok := b.store.(limiter.LocalStore); ok {
+			ls.Sweep(now)
 		}
 		if b.local != nil {
 			b.local.Sweep(now)

@@ -19,11 +19,20 @@ const evictionSample = 8
 
 // Budget bounds the clients tracked by a set of Memory stores (one per policy) and counts what
 // happens to them. It is safe for concurrent use. Its zero value tracks any number of clients.
+//
+// When a new client takes the budget over its bound, one client is evicted from the store
+// holding the largest share of the budget (see Memory): a flood of distinct keys on one policy
+// evicts that policy's clients, not those of a policy holding less than an equal share.
 type Budget struct {
 	max       int64 // 0: unbounded
 	tracked   atomic.Int64
 	evictions atomic.Int64 // evictions that lost usage (state that was not fresh)
 	dropped   atomic.Int64 // fresh states dropped (idle clients, or evicted while fresh)
+
+	mu      sync.Mutex
+	stores  map[*Memory]struct{} // the open stores counting against the budget
+	nStores atomic.Int64
+	largest atomic.Pointer[Memory] // the store evictions come from, refreshed lazily
 }
 
 // NewBudget returns a budget of at most maxClients tracked clients (0: unbounded).
@@ -40,29 +49,95 @@ func (b *Budget) Evictions() int64 { return b.evictions.Load() }
 // decision.
 func (b *Budget) Dropped() int64 { return b.dropped.Load() }
 
-func (b *Budget) full() bool { return b.max > 0 && b.tracked.Load() >= b.max }
+func (b *Budget) over() bool { return b.max > 0 && b.tracked.Load() > b.max }
+
+func (b *Budget) register(m *Memory) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.stores == nil {
+		b.stores = make(map[*Memory]struct{})
+	}
+	b.stores[m] = struct{}{}
+	b.nStores.Store(int64(len(b.stores)))
+}
+
+func (b *Budget) unregister(m *Memory) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.stores, m)
+	b.nStores.Store(int64(len(b.stores)))
+	b.largest.CompareAndSwap(m, nil)
+}
+
+// reclaim evicts clients while the budget is over its bound; from is the store that just
+// admitted a new client. Evictions lose at most the usage of one client per new client.
+func (b *Budget) reclaim(from *Memory, now time.Time) {
+	for try := 0; try < 4 && b.over(); try++ {
+		v := b.victim(from)
+		if v == nil || !v.evictOne(now) {
+			return // every store is empty or closing: the bound is exceeded by in-flight inserts only
+		}
+	}
+}
+
+// victim returns the store to evict from: the one holding the most clients as far as the budget
+// knows. It is tracked lazily: a store that admits a client while holding more than the current
+// victim becomes the victim, and a victim holding less than an equal share of the tracked clients
+// (because others grew or it shrank) is replaced by the largest store, found by a scan. So the
+// victim always holds at least an equal share, and a store holding less never loses a client to
+// another's new one.
+func (b *Budget) victim(from *Memory) *Memory {
+	v := b.largest.Load()
+	if v == nil || v.closed.Load() || from.clients.Load() > v.clients.Load() {
+		v = from
+	}
+	if v.clients.Load()*b.nStores.Load() < b.tracked.Load() {
+		v = b.scanLargest()
+	}
+	b.largest.Store(v)
+	return v
+}
+
+func (b *Budget) scanLargest() *Memory {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var largest *Memory
+	for m := range b.stores {
+		if largest == nil || m.clients.Load() > largest.clients.Load() {
+			largest = m
+		}
+	}
+	return largest
+}
 
 // Memory keeps per-client state in process memory: the registry of one policy's clients.
 // A client's state is created on its first decision, lives only in the shard its key hashes to,
 // and a decision touches that one client's state under that shard's lock, never any other
-// client's (O(1), no scan).
+// client's (O(1), no scan). Token-bucket clients live in the shard's open-addressing table
+// (see bucketTable), sliding-window clients in the shard's map.
 //
-// Token-bucket clients cost 16 bytes of state plus their key and the map slot; sliding-window
-// clients cost a pointer to their log. Unlimited clients cost nothing.
+// Token-bucket clients cost a 32-byte slot (key header and state) plus their key; sliding-window
+// clients cost a map entry, a State and their log. Unlimited clients cost nothing.
 //
-// Memory bounds: a client whose state has decayed to fresh is dropped by Sweep. When the Budget is
-// full, inserting a new client first evicts, from the same shard, the sampled client closest to
-// fresh (fewest evictionSample candidates, picked by the map's random iteration order, so no
-// scan). Evicting a client that still had usage lets it start again with a full allowance: under
-// a flood of distinct keys that bounds memory at the price of over-admitting evicted clients,
-// which Budget.Evictions counts. Size the budget so that it only happens under attack.
+// Memory bounds: a client whose state has decayed to fresh is dropped by Sweep. When a new client
+// takes the Budget over its bound, one client is evicted from the store holding the largest
+// share of the budget (this one, or another policy's): the sampled client closest to fresh
+// (evictionSample candidates from a random point of one shard, so no scan). Evicting a client
+// that still had usage lets it start again with a full allowance: under a flood of distinct keys
+// that bounds memory at the price of over-admitting evicted clients of the flooded policy, which
+// Budget.Evictions counts. Size the budget so that it only happens under attack.
+//
+// A store counts against its budget until Close, which forgets every client.
 //
 // Memory is safe for concurrent use; N goroutines racing on one key admit exactly what a serial
 // run would.
 type Memory struct {
-	budget *Budget
-	seed   maphash.Seed
-	shards [memoryShards]memoryShard
+	budget  *Budget
+	seed    maphash.Seed
+	clients atomic.Int64  // clients tracked by this store
+	closed  atomic.Bool   // set by Close: new clients are decided on but not kept
+	next    atomic.Uint64 // rotates the shard evictions start from
+	shards  [memoryShards]memoryShard
 }
 
 type memoryShard struct {
@@ -85,7 +160,8 @@ type bucketState struct {
 	stamp uint32
 }
 
-// NewMemory returns an empty store whose clients count against budget (nil: unbounded).
+// NewMemory returns an empty store whose clients count against budget (nil: unbounded) until
+// Close.
 func NewMemory(budget *Budget) *Memory {
 	if budget == nil {
 		budget = &Budget{}
@@ -95,6 +171,7 @@ func NewMemory(budget *Budget) *Memory {
 		m.shards[i].buckets.seed = m.seed
 		m.shards[i].windows = make(map[string]*State)
 	}
+	budget.register(m)
 	return m
 }
 
@@ -106,16 +183,22 @@ func (m *Memory) shard(key string) (*memoryShard, uint64) {
 
 // Decide implements Store. It never fails.
 func (m *Memory) Decide(_ context.Context, key string, rl RateLimiter, now time.Time, cost int64) (Decision, error) {
-	return m.apply(key, rl, now, cost, false), nil
+	d, added := m.apply(key, rl, now, cost, false)
+	if added && m.budget.over() {
+		m.budget.reclaim(m, now)
+	}
+	return d, nil
 }
 
 // Peek implements Store: what a one-unit decision would answer, without consuming anything or
 // creating state. It never fails.
 func (m *Memory) Peek(_ context.Context, key string, rl RateLimiter, now time.Time) (Decision, error) {
-	return m.apply(key, rl, now, 1, true), nil
+	d, _ := m.apply(key, rl, now, 1, true)
+	return d, nil
 }
 
-func (m *Memory) apply(key string, rl RateLimiter, now time.Time, cost int64, peek bool) Decision {
+// apply decides under the key's shard lock; added reports that a new client is now tracked.
+func (m *Memory) apply(key string, rl RateLimiter, now time.Time, cost int64, peek bool) (d Decision, added bool) {
 	switch rl.Algorithm() {
 	case AlgorithmTokenBucket:
 		sh, h := m.shard(key)
@@ -131,7 +214,7 @@ func (m *Memory) apply(key string, rl RateLimiter, now time.Time, cost int64, pe
 		}
 		tb := rl.(*TokenBucket) // the set is closed; a concrete call keeps s on the stack
 		if peek {
-			return tb.Peek(&s, now)
+			return tb.Peek(&s, now), false
 		}
 		stamp := s.stamp
 		d := tb.Decide(&s, now, cost)
@@ -139,12 +222,11 @@ func (m *Memory) apply(key string, rl RateLimiter, now time.Time, cost int64, pe
 			b := bucketState{tat: s.tat, frac: s.frac, stamp: s.stamp}
 			if ok {
 				sh.buckets.slots[i].state = b
-			} else {
-				m.admit(sh, now)
+			} else if added = m.admit(); added {
 				sh.buckets.insert(key, h, b)
 			}
 		}
-		return d
+		return d, added
 	case AlgorithmSlidingWindow:
 		sh, h := m.shard(key)
 		sh.Lock()
@@ -152,7 +234,7 @@ func (m *Memory) apply(key string, rl RateLimiter, now time.Time, cost int64, pe
 		s, ok := sh.windows[key]
 		if !ok {
 			if peek {
-				return rl.Peek(&State{}, now)
+				return rl.Peek(&State{}, now), false
 			}
 			if i, had := sh.buckets.find(key, h); had {
 				forgetBucket(m, sh, i) // the client changed algorithm: it starts fresh
@@ -160,19 +242,20 @@ func (m *Memory) apply(key string, rl RateLimiter, now time.Time, cost int64, pe
 			s = &State{}
 		}
 		if peek {
-			return rl.Peek(s, now)
+			return rl.Peek(s, now), false
 		}
 		d := rl.Decide(s, now, cost)
 		if !ok && d.Allowed {
-			m.admit(sh, now)
-			sh.windows[key] = s
+			if added = m.admit(); added {
+				sh.windows[key] = s
+			}
 		}
-		return d
+		return d, added
 	default:
 		if peek {
-			return rl.Peek(nil, now)
+			return rl.Peek(nil, now), false
 		}
-		return rl.Decide(nil, now, cost)
+		return rl.Decide(nil, now, cost), false
 	}
 }
 
@@ -190,30 +273,74 @@ func (m *Memory) Reset(_ context.Context, key string) error {
 	return nil
 }
 
+// Close forgets every client and takes them out of the budget, for good: a decision still in
+// flight (a request that raced with the removal of the store's policy) is answered as for a new
+// client but keeps no state. Call it once no decision is routed to the store any more.
+func (m *Memory) Close() {
+	if m.closed.Swap(true) {
+		return
+	}
+	m.budget.unregister(m)
+	for i := range m.shards {
+		sh := &m.shards[i]
+		sh.Lock()
+		n := sh.buckets.n + len(sh.windows)
+		sh.buckets = bucketTable{seed: m.seed}
+		clear(sh.windows)
+		sh.Unlock()
+		m.clients.Add(-int64(n))
+		m.budget.tracked.Add(-int64(n))
+	}
+}
+
 // forgetBucket deletes the token-bucket client in slot i of a shard.
 func forgetBucket(m *Memory, sh *memoryShard, i int) {
 	sh.buckets.remove(i)
-	m.budget.tracked.Add(-1)
+	m.forgot()
 }
 
 // forgetWindow deletes a sliding-window client of a shard.
 func forgetWindow(m *Memory, sh *memoryShard, key string) {
 	delete(sh.windows, key)
+	m.forgot()
+}
+
+func (m *Memory) forgot() {
+	m.clients.Add(-1)
 	m.budget.tracked.Add(-1)
 }
 
-// admit counts a new client, first evicting one from sh if the budget is full.
-func (m *Memory) admit(sh *memoryShard, now time.Time) {
-	if m.budget.full() {
-		m.evict(sh, now)
+// admit counts a new client, under its shard's lock, unless the store is closed. The caller
+// reclaims memory, if the budget is over its bound, once it has released the lock.
+func (m *Memory) admit() bool {
+	if m.closed.Load() {
+		return false
 	}
+	m.clients.Add(1)
 	m.budget.tracked.Add(1)
+	return true
 }
 
-// evict drops the sampled client of sh whose state is closest to fresh: up to evictionSample
-// token-bucket clients from a random point of the table, then sliding-window clients in the map's
-// random order.
-func (m *Memory) evict(sh *memoryShard, now time.Time) {
+// evictOne drops, from the first shard holding clients at a rotating starting point, the
+// sampled client whose state is closest to fresh: up to evictionSample token-bucket clients from
+// a random point of the table, then sliding-window clients in the map's random order. It reports
+// whether it dropped one.
+func (m *Memory) evictOne(now time.Time) bool {
+	start := int(m.next.Add(1) * 167) // 167 is prime to 256: consecutive evictions visit every shard
+	for n := 0; n < memoryShards && m.clients.Load() > 0; n++ {
+		sh := &m.shards[(start+n)%memoryShards]
+		sh.Lock()
+		evicted := m.evict(sh, now)
+		sh.Unlock()
+		if evicted {
+			return true
+		}
+	}
+	return false
+}
+
+// evict drops the sampled client of sh whose state is closest to fresh, if sh holds any.
+func (m *Memory) evict(sh *memoryShard, now time.Time) bool {
 	var (
 		victimKey  string
 		victimSlot               = -1
@@ -250,7 +377,7 @@ func (m *Memory) evict(sh *memoryShard, now time.Time) {
 		seen++
 	}
 	if best < 0 {
-		return // nothing here to evict; the bound is exceeded by at most one client a shard
+		return false
 	}
 	if best > 0 {
 		m.budget.evictions.Add(1)
@@ -262,6 +389,7 @@ func (m *Memory) evict(sh *memoryShard, now time.Time) {
 	} else {
 		forgetWindow(m, sh, victimKey)
 	}
+	return true
 }
 
 // Sweep drops the states that have decayed back to fresh at now, so that idle clients cost no
@@ -291,13 +419,4 @@ func (m *Memory) Sweep(now time.Time) {
 }
 
 // Len returns the number of clients this store keeps state for.
-func (m *Memory) Len() int {
-	n := 0
-	for i := range m.shards {
-		sh := &m.shards[i]
-		sh.Lock()
-		n += sh.buckets.n + len(sh.windows)
-		sh.Unlock()
-	}
-	return n
-}
+func (m *Memory) Len() int { return int(m.clients.Load()) }

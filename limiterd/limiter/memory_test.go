@@ -126,3 +126,53 @@ func TestMemoryResetAndPeek(t *testing.T) {
 		t.Fatalf("decision after reset rejected: %+v", d)
 	}
 }
+
+func TestMemoryCloseReturnsItsClients(t *testing.T) {
+	ctx := context.Background()
+	budget := limiter.NewBudget(10)
+	m := limiter.NewMemory(budget)
+	tb := mustTB(t, 2, 1, time.Hour)
+	sw := mustSW(t, 2, time.Hour)
+	t0 := limitertest.T0
+	for i := 0; i < 5; i++ {
+		m.Decide(ctx, fmt.Sprintf("tb-%d", i), tb, t0, 1)
+		m.Decide(ctx, fmt.Sprintf("sw-%d", i), sw, t0, 1)
+	}
+	if budget.Tracked() != 10 {
+		t.Fatalf("tracked %d, want 10", budget.Tracked())
+	}
+	m.Close()
+	if budget.Tracked() != 0 || m.Len() != 0 {
+		t.Fatalf("after Close: tracked %d, len %d, want 0 0", budget.Tracked(), m.Len())
+	}
+	// A decision that raced with the removal is answered, as for a new client, but kept nowhere.
+	if d, _ := m.Decide(ctx, "late", tb, t0, 1); !d.Allowed || d.Remaining != 1 {
+		t.Fatalf("decision after Close = %+v", d)
+	}
+	if budget.Tracked() != 0 || m.Len() != 0 {
+		t.Fatalf("a decision after Close was tracked: tracked %d, len %d", budget.Tracked(), m.Len())
+	}
+}
+
+func TestMemoryEvictsFromTheLargestStore(t *testing.T) {
+	ctx := context.Background()
+	budget := limiter.NewBudget(100)
+	small, large := limiter.NewMemory(budget), limiter.NewMemory(budget)
+	tb := mustTB(t, 10, 1, time.Hour)
+	t0 := limitertest.T0
+	for i := 0; i < 30; i++ {
+		small.Decide(ctx, fmt.Sprintf("s-%d", i), tb, t0, 1)
+	}
+	for i := 0; i < 500; i++ { // a flood on the other store
+		large.Decide(ctx, fmt.Sprintf("l-%d", i), tb, t0, 1)
+	}
+	for i := 30; i < 40; i++ { // the small store grows under the bound's pressure
+		small.Decide(ctx, fmt.Sprintf("s-%d", i), tb, t0, 1)
+	}
+	if small.Len() != 40 || large.Len() != 60 || budget.Tracked() != 100 {
+		t.Fatalf("small %d large %d tracked %d, want 40 60 100", small.Len(), large.Len(), budget.Tracked())
+	}
+	if budget.Evictions() != 440 {
+		t.Fatalf("evictions %d, want 440 (every client evicted had usage)", budget.Evictions())
+	}
+}

@@ -19,3 +19,16 @@ type Store interface {
 }
 
 var _ Store = (*Memory)(nil)
+
+// A LocalStore keeps client state in process memory, counted against a Budget. Its owner sweeps
+// it periodically, so that idle clients cost nothing, and closes it when its policy is removed,
+// so that its clients leave the budget.
+type LocalStore interface {
+	Store
+	// Sweep drops the client states that have decayed back to fresh at now.
+	Sweep(now time.Time)
+	// Close forgets every client; the store keeps answering, but keeps no state.
+	Close()
+}
+
+var _ LocalStore = (*Memory)(nil)
