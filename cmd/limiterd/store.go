@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/limiterd/limiterd/limiterd/limiter"
 	"github.com/limiterd/limiterd/limiterd/server"
 	redisstore "github.com/limiterd/limiterd/limiterd/store/redis"
@@ -109,6 +111,7 @@ type openedStore struct {
 	// newStore returns a policy's store (nil: the engine's memory stores).
 	newStore  func(policyID string) limiter.Store
 	readiness []server.ReadinessCheck
+	metrics   []prometheus.Collector
 	close     func()
 	adopted   bool
 }
@@ -146,8 +149,24 @@ func openStore(c storeConfig, log *slog.Logger) (*openedStore, error) {
 	return &openedStore{
 		newStore:  func(policyID string) limiter.Store { return client.Store(policyID) },
 		readiness: []server.ReadinessCheck{{Name: "store", Check: client.Ping}},
+		metrics:   rejectCacheMetrics(client),
 		close:     client.Close,
 	}, nil
+}
+
+// rejectCacheMetrics count what the local reject caches answered, and the resets that reached
+// them from any replica.
+func rejectCacheMetrics(c *redisstore.Client) []prometheus.Collector {
+	return []prometheus.Collector{
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "limiterd_reject_cache_hits_total",
+			Help: "Decisions answered from the local reject cache (--redis-local-reject-cache), without Redis.",
+		}, func() float64 { return float64(c.RejectCacheStats().Hits) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "limiterd_reject_cache_resets_received_total",
+			Help: "Client resets, made through any replica, that reached this replica's reject cache.",
+		}, func() float64 { return float64(c.RejectCacheStats().ResetsReceived) }),
+	}
 }
 
 // closeIfUnused closes a store that no daemon adopted (newDaemon failed).
@@ -162,6 +181,7 @@ func (s *openedStore) closeIfUnused() {
 func (d *daemon) addStore(s *openedStore) {
 	s.adopted = true
 	d.readiness = append(d.readiness, s.readiness...)
+	d.metrics.Registry().MustRegister(s.metrics...)
 	d.background = append(d.background, func(ctx context.Context) error {
 		<-ctx.Done()
 		s.close()

@@ -392,3 +392,70 @@ func TestReadinessAndFailureMode(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestResetReachesEveryReplica resets a client through one replica's admin API while another
+// replica has the client's rejection in its local reject cache: the other replica admits the
+// client again at once, instead of rejecting it until the retry time it cached (an hour).
+func TestResetReachesEveryReplica(t *testing.T) {
+	srv := redistest.Start(t)
+	file := filepath.Join(t.TempDir(), "policies.yaml")
+	writePolicies(t, file, policies(limit))
+	replicas := startReplicas(t, 2, file, "--store", "redis", "--redis-addr", srv.Addr(), "--store-timeout", "5s",
+		"--redis-local-reject-cache", "1000")
+	a, b := replicas[0], replicas[1]
+	for _, policy := range []string{"default/bucket", "default/window"} {
+		if got := hammer(t, []*replica{b}, policy, "one-client", 2*limit); got != limit {
+			t.Fatalf("%s: admitted %d, want %d", policy, got, limit)
+		}
+		req, err := http.NewRequest(http.MethodDelete, a.admin+"/v1/clients?policy="+policy+"&key=one-client", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := httpClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusNoContent {
+			t.Fatalf("%s: reset through replica a: %d", policy, resp.StatusCode)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			status, body := allow(t, b, policy, "one-client")
+			if status == http.StatusOK {
+				if body["remaining"] != float64(limit-1) {
+					t.Errorf("%s: first decision on replica b after the reset: %v, want a fresh client", policy, body)
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: replica b still answers %d %v 10s after the reset through replica a", policy, status, body)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	if hits := metric(t, b, "limiterd_reject_cache_hits_total"); hits < limit/2 {
+		t.Errorf("replica b answered %v rejections from its cache, want most of the %d", hits, 2*limit)
+	}
+	if n := metric(t, b, "limiterd_reject_cache_resets_received_total"); n != 2 {
+		t.Errorf("replica b received %v resets, want 2", n)
+	}
+}
+
+// metric returns the value of an unlabelled metric of a replica (0 when absent).
+func metric(t *testing.T, r *replica, name string) float64 {
+	t.Helper()
+	resp, err := httpClient.Get(r.admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, _ := strconv.ParseFloat(v, 64)
+			return f
+		}
+	}
+	return 0
+}

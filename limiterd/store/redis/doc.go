@@ -68,4 +68,13 @@
 // answered without a round trip until its retry time. The cache only ever rejects, and only
 // until the instant the rejection named, before which the shared state could not have admitted
 // the same cost either, so it never admits more than the limit.
+//
+// Only a reset can make the shared state admit sooner, so a reset must reach every replica's
+// cache. Reset deletes the state and publishes the client on ResetChannel in one script, and
+// every Client with a cache subscribes to it and drops the rejection it names. Pub/Sub loses
+// messages while a subscriber is disconnected, so a cache answers only while its Client is
+// subscribed: when the subscription is lost nothing cached is trusted, and once it is back every
+// cache is emptied first. A rejection decided before a reset but returned after its message is
+// not cached either (an epoch, see cacheTrust). So a cached rejection outlives a reset only for
+// the time the message takes to arrive, or the time a broken connection takes to be noticed.
 package redis

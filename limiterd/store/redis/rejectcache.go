@@ -14,11 +14,12 @@ const rejectShards = 64
 // rejectCache remembers, for clients recently rejected, the instant before which the same cost
 // cannot be admitted: a rejection's RetryAfter only grows as other requests are admitted, and
 // neither time nor other replicas can make it come sooner (a parameter change does, so an
-// entry holds for its strategy only; so does a Reset, which this process's Reset honours).
-// It is safe for concurrent use and holds at most about its size entries.
+// entry holds for its strategy only; so does a Reset by any replica, which trust tracks: see
+// cacheTrust). It is safe for concurrent use and holds at most about its size entries.
 type rejectCache struct {
 	seed     maphash.Seed
 	perShard int
+	trust    *cacheTrust
 	shards   [rejectShards]rejectShard
 }
 
@@ -35,8 +36,8 @@ type rejection struct {
 	until time.Time        // at + RetryAfter
 }
 
-func newRejectCache(size int) *rejectCache {
-	c := &rejectCache{seed: maphash.MakeSeed(), perShard: max(1, (size+rejectShards-1)/rejectShards)}
+func newRejectCache(size int, trust *cacheTrust) *rejectCache {
+	c := &rejectCache{seed: maphash.MakeSeed(), perShard: max(1, (size+rejectShards-1)/rejectShards), trust: trust}
 	for i := range c.shards {
 		c.shards[i].m = make(map[string]rejection)
 	}
@@ -47,9 +48,12 @@ func (c *rejectCache) shard(key string) *rejectShard {
 	return &c.shards[maphash.String(c.seed, key)%rejectShards]
 }
 
-// get returns the cached rejection of cost units for key by rl, aged to now, if there is one
-// and its retry time has not come.
+// get returns the cached rejection of cost units for key by rl, aged to now, if there is one,
+// its retry time has not come, and the cache is trusted.
 func (c *rejectCache) get(key string, rl limiter.RateLimiter, cost int64, now time.Time) (limiter.Decision, bool) {
+	if !c.trust.subscribed.Load() {
+		return limiter.Decision{}, false
+	}
 	sh := c.shard(key)
 	sh.Lock()
 	e, ok := sh.m[key]
@@ -68,11 +72,15 @@ func (c *rejectCache) get(key string, rl limiter.RateLimiter, cost int64, now ti
 	return d, true
 }
 
-// put remembers a rejection decided at now.
-func (c *rejectCache) put(key string, rl limiter.RateLimiter, cost int64, now time.Time, d limiter.Decision) {
+// put remembers a rejection decided at now, unless the trust epoch moved from epoch, read
+// before the rejection was decided.
+func (c *rejectCache) put(key string, rl limiter.RateLimiter, cost int64, now time.Time, d limiter.Decision, epoch uint64) {
 	sh := c.shard(key)
 	sh.Lock()
 	defer sh.Unlock()
+	if c.trust.epoch.Load() != epoch {
+		return // a reset may have been missed, or may have come after the decision
+	}
 	if _, ok := sh.m[key]; !ok && len(sh.m) >= c.perShard {
 		// Full: drop expired entries among a few, else one arbitrary entry (map order is random).
 		seen, dropped := 0, false
@@ -101,4 +109,14 @@ func (c *rejectCache) delete(key string) {
 	sh.Lock()
 	delete(sh.m, key)
 	sh.Unlock()
+}
+
+// clear forgets every entry.
+func (c *rejectCache) clear() {
+	for i := range c.shards {
+		sh := &c.shards[i]
+		sh.Lock()
+		clear(sh.m)
+		sh.Unlock()
+	}
 }

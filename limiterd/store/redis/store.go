@@ -27,10 +27,13 @@ var (
 	slidingWindowSource string
 	//go:embed cas.lua
 	casSource string
+	//go:embed reset.lua
+	resetSource string
 
 	tokenBucketScript   = rueidis.NewLuaScript(tokenBucketSource)
 	slidingWindowScript = rueidis.NewLuaScript(slidingWindowSource)
 	casScript           = rueidis.NewLuaScript(casSource)
+	resetScript         = rueidis.NewLuaScript(resetSource)
 )
 
 // Clock selects the clock decisions are made on.
@@ -76,7 +79,8 @@ type Options struct {
 	// CallerClock it must cover the skew between the callers' clocks and the real time.
 	ExpirySlack time.Duration
 	// RejectCache is how many clients each policy's store remembers as rejected, answering
-	// them in process until their retry time (0: no cache).
+	// them in process until their retry time or until a reset by any replica (0: no cache;
+	// otherwise the Client subscribes to ResetChannel).
 	RejectCache int
 	// Logger receives connection events (nil: slog.Default()).
 	Logger *slog.Logger
@@ -113,6 +117,13 @@ type Client struct {
 	stop     context.CancelFunc
 	done     chan struct{} // closed when the connect loop ended
 	closed   atomic.Bool
+
+	// Reject caches (invalidate.go), when Options.RejectCache > 0.
+	caches         sync.Map // policy ID -> weak.Pointer[rejectCache]
+	trust          cacheTrust
+	resetsDone     chan struct{} // closed when the reset subscription ended
+	cacheHits      atomic.Uint64
+	resetsReceived atomic.Uint64
 }
 
 type conn struct{ rueidis.Client }
@@ -152,11 +163,24 @@ func New(opts Options) (*Client, error) {
 		stop:    stop,
 		done:    make(chan struct{}),
 	}
+	connected := true
 	if err := c.connect(); err != nil {
+		connected = false
 		c.log.Warn("redis not reachable, retrying in the background", "addrs", opts.Addrs, "error", err)
 		go c.connectLoop(ctx)
 	} else {
 		close(c.done)
+	}
+	if opts.RejectCache > 0 {
+		c.resetsDone = make(chan struct{})
+		started := make(chan struct{})
+		go c.subscribeResets(ctx, started)
+		if connected { // let the caches answer from the start, unless Redis is slow to
+			select {
+			case <-started:
+			case <-time.After(opts.Timeout):
+			}
+		}
 	}
 	return c, nil
 }
@@ -213,6 +237,9 @@ func (c *Client) Close() {
 	}
 	c.stop()
 	<-c.done
+	if c.resetsDone != nil {
+		<-c.resetsDone
+	}
 	if cn := c.conn.Load(); cn != nil {
 		cn.Close()
 	}
@@ -249,7 +276,7 @@ func (c *Client) Ping(ctx context.Context) error {
 func (c *Client) Store(policyID string) *Store {
 	s := &Store{c: c, policy: policyID, prefix: keyPrefix(policyID)}
 	if c.opts.RejectCache > 0 {
-		s.cache = newRejectCache(c.opts.RejectCache)
+		s.cache = c.rejectCacheOf(policyID)
 	}
 	return s
 }
@@ -327,10 +354,13 @@ func (s *Store) Decide(ctx context.Context, key string, rl limiter.RateLimiter, 
 	if rl.Algorithm() == limiter.AlgorithmUnlimited {
 		return rl.Decide(nil, now, cost), nil
 	}
+	var epoch uint64
 	if s.cache != nil {
 		if d, ok := s.cache.get(key, rl, cost, now); ok {
+			s.c.cacheHits.Add(1)
 			return d, nil
 		}
+		epoch = s.c.trust.epoch.Load() // before the round trip: see cacheTrust
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.c.opts.Timeout)
 	defer cancel()
@@ -339,7 +369,7 @@ func (s *Store) Decide(ctx context.Context, key string, rl limiter.RateLimiter, 
 		return limiter.Decision{}, fmt.Errorf("redis store: policy %s: decide: %w", s.policy, err)
 	}
 	if s.cache != nil && !d.Allowed && d.RetryAfter > 0 {
-		s.cache.put(key, rl, cost, now, d)
+		s.cache.put(key, rl, cost, now, d, epoch)
 	}
 	return d, nil
 }
@@ -358,17 +388,20 @@ func (s *Store) Peek(ctx context.Context, key string, rl limiter.RateLimiter, no
 	return d, nil
 }
 
-// Reset implements limiter.Store: it deletes the client's state (and its cached rejection in
-// this process; other processes' caches keep rejecting until the retry time they were told).
+// Reset implements limiter.Store: it deletes the client's state and, in the same step,
+// publishes the reset on ResetChannel, so that every replica's reject cache forgets the client.
+// The cache of this process forgets it before Reset returns; other replicas' as soon as the
+// message reaches them.
 func (s *Store) Reset(ctx context.Context, key string) error {
-	if s.cache != nil {
-		s.cache.delete(key)
-	}
 	cn, err := s.c.get()
 	if err == nil {
 		ctx, cancel := context.WithTimeout(ctx, s.c.opts.Timeout)
 		defer cancel()
-		err = cn.Do(ctx, cn.B().Del().Key(s.key(key)).Build()).Error()
+		err = resetScript.Exec(ctx, cn, []string{s.key(key)}, []string{ResetChannel, s.policy + "\x00" + key}).Error()
+	}
+	if s.cache != nil {
+		s.c.trust.epoch.Add(1) // a rejection decided before the reset must not be cached after it
+		s.cache.delete(key)
 	}
 	if err != nil {
 		return fmt.Errorf("redis store: policy %s: reset: %w", s.policy, err)

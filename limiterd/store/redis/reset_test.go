@@ -1,0 +1,134 @@
+package redis
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/limiterd/limiterd/limiterd/limiter"
+	"github.com/limiterd/limiterd/limiterd/limiter/limitertest"
+	"github.com/limiterd/limiterd/limiterd/store/redis/redistest"
+)
+
+// rejectedAndCached drives key on s until it is rejected, then checks that the next rejection
+// is answered from s's cache.
+func rejectedAndCached(t *testing.T, c *Client, s *Store, key string, rl limiter.RateLimiter, now time.Time) {
+	t.Helper()
+	for i := 0; decide(t, s, key, rl, now, 1).Allowed; i++ {
+		if i > 100 {
+			t.Fatal("never rejected")
+		}
+	}
+	hits := c.RejectCacheStats().Hits
+	if d := decide(t, s, key, rl, now, 1); d.Allowed || c.RejectCacheStats().Hits != hits+1 {
+		t.Fatalf("second rejection %+v not answered from the cache (hits %d -> %d)", d, hits, c.RejectCacheStats().Hits)
+	}
+}
+
+// admittedWithin decides key on s until it is admitted, failing after wait; errors (Redis
+// away) count as not admitted.
+func admittedWithin(t *testing.T, s *Store, key string, rl limiter.RateLimiter, now time.Time, wait time.Duration) limiter.Decision {
+	t.Helper()
+	deadline := time.Now().Add(wait)
+	for {
+		d, err := s.Decide(context.Background(), key, rl, now, 1)
+		if err == nil && d.Allowed {
+			return d
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still not admitted after %v: %+v, %v", wait, d, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestResetReachesEveryReplica resets a client through one replica while another has its
+// rejection cached: the other replica admits the client again, and does not keep rejecting it
+// until the retry time it cached (an hour here).
+func TestResetReachesEveryReplica(t *testing.T) {
+	opts := testOptions(shared(t).Addr())
+	opts.RejectCache = 100
+	a, b := newClient(t, opts), newClient(t, opts)
+	sa, sb := a.Store(t.Name()), b.Store(t.Name())
+	rl := tokenBucket(t, 3, 1, time.Hour)
+	now := limitertest.T0
+	rejectedAndCached(t, b, sb, "hot", rl, now)
+
+	if err := sa.Reset(context.Background(), "hot"); err != nil {
+		t.Fatal(err)
+	}
+	if d := admittedWithin(t, sb, "hot", rl, now, 10*time.Second); d.Remaining != 2 {
+		t.Fatalf("after the reset through the other replica: %+v, want a fresh client", d)
+	}
+	if n := b.RejectCacheStats().ResetsReceived; n != 1 {
+		t.Errorf("replica b received %d resets, want 1", n)
+	}
+	// The cache still works for the client afterwards.
+	rejectedAndCached(t, b, sb, "hot", rl, now)
+}
+
+// TestRejectCacheDroppedAfterResubscribe restarts Redis (its state is lost, as a reset of every
+// client) under a replica with a cached rejection: resets made while the replica was not
+// subscribed may have been missed, so the cache is emptied before it answers again.
+func TestRejectCacheDroppedAfterResubscribe(t *testing.T) {
+	srv := redistest.Start(t)
+	opts := testOptions(srv.Addr())
+	opts.RejectCache = 100
+	c := newClient(t, opts)
+	s := c.Store(t.Name())
+	rl := tokenBucket(t, 3, 1, time.Hour)
+	now := limitertest.T0
+	rejectedAndCached(t, c, s, "hot", rl, now)
+
+	srv.Stop()
+	srv.Restart(t)
+	if d := admittedWithin(t, s, "hot", rl, now, 20*time.Second); d.Remaining != 2 {
+		t.Fatalf("after Redis lost the state: %+v, want a fresh client", d)
+	}
+}
+
+// TestResetRace resets a client through one replica while another hammers it: once the reset
+// message has arrived, the other replica never answers from a rejection decided before it.
+func TestResetRace(t *testing.T) {
+	opts := testOptions(shared(t).Addr())
+	opts.RejectCache = 100
+	a, b := newClient(t, opts), newClient(t, opts)
+	sa, sb := a.Store(t.Name()), b.Store(t.Name())
+	rl := tokenBucket(t, 2, 1, time.Hour)
+	now := limitertest.T0
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for range 4 {
+		go func() {
+			for ctx.Err() == nil {
+				_, _ = sb.Decide(ctx, "hot", rl, now, 1)
+			}
+		}()
+	}
+	for round := range 20 {
+		before := b.RejectCacheStats().ResetsReceived
+		if err := sa.Reset(context.Background(), "hot"); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for b.RejectCacheStats().ResetsReceived == before {
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: reset never reached replica b", round)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		// The hammering goroutines may have used the allowance again, but a rejection decided
+		// before the reset must not answer now: the client's state in Redis is what decides.
+		cached, ok := sb.cache.get("hot", rl, 1, now)
+		if !ok {
+			continue
+		}
+		peek, err := sb.Peek(context.Background(), "hot", rl, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if peek.Allowed {
+			t.Fatalf("round %d: cache rejects (%+v) while Redis admits (%+v)", round, cached, peek)
+		}
+	}
+}
