@@ -61,6 +61,7 @@ type config struct {
 	adminAddr       string
 	grpcAddr        string
 	maxClients      int64
+	memory          memoryConfig
 	sweepInterval   time.Duration
 	logLevel        slog.Level
 	shutdownTimeout time.Duration
@@ -93,6 +94,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&cfg.grpcAddr, "grpc-addr", "", "`address` of Envoy's rate-limit service (gRPC envoy.service.ratelimit.v3; empty: disabled)")
 	fs.Int64Var(&cfg.maxClients, "max-clients", 1_000_000,
 		"most clients whose state is kept in memory, over all policies (0: unbounded); past it the client closest to idle is evicted")
+	cfg.memory.register(fs)
 	fs.DurationVar(&cfg.sweepInterval, "sweep-interval", 10*time.Second, "how often idle client state is dropped")
 	fs.TextVar(&cfg.logLevel, "log-level", slog.LevelInfo, "log `level`: debug, info, warn or error")
 	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 15*time.Second,
@@ -157,7 +159,7 @@ type daemon struct {
 // loaded at startup is an error: there is no last good policy to keep serving yet, and serving
 // the others would answer "unknown policy" for its policies. Later changes never stop limiterd.
 func newDaemon(cfg config, log *slog.Logger) (*daemon, error) {
-	budget := limiter.NewBudget(cfg.maxClients)
+	budget := limiter.NewBudget(cfg.maxClients, cfg.memory.resolve(log))
 	m := metrics.New(budget)
 	st, err := openStore(cfg.store, log)
 	if err != nil {

@@ -130,7 +130,7 @@ func newLimiterd() (http.Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("build the benchmark policy set: %w", err)
 	}
-	e := engine.New(engine.Options{Budget: limiter.NewBudget(1_000_000)})
+	e := engine.New(engine.Options{Budget: limiter.NewBudget(1_000_000, 0)})
 	e.Swap(set)
 	return server.NewDecisions(e, nil), nil
 }

@@ -33,7 +33,7 @@ func fill(t *testing.T, e *engine.Engine, policyID, prefix string, clients, perC
 // A removed policy's clients leave the budget: the count stays exact across removals and
 // re-adds, and the survivors do not pay for clients nobody tracks any more.
 func TestRemovedPolicyReturnsItsClients(t *testing.T) {
-	budget := limiter.NewBudget(1000)
+	budget := limiter.NewBudget(1000, 0)
 	e := engine.New(engine.Options{Budget: budget, Clock: fixedClock()})
 	pa, pb := capacity10(t, "pa"), capacity10(t, "pb")
 	for cycle := 0; cycle < 4; cycle++ {
@@ -59,7 +59,7 @@ func TestRemovedPolicyReturnsItsClients(t *testing.T) {
 // A flood of distinct keys on one policy evicts from the flooded policy, not from another whose
 // live clients fit in its share of the bound.
 func TestFloodOnOnePolicySparesAnother(t *testing.T) {
-	budget := limiter.NewBudget(1000)
+	budget := limiter.NewBudget(1000, 0)
 	e := engine.New(engine.Options{Budget: budget, Clock: fixedClock()})
 	e.Swap(set(t, capacity10(t, "pa"), capacity10(t, "pb")))
 	fill(t, e, "team/pa", "flood", 1000, 1)

@@ -133,7 +133,7 @@ func (nopObserver) Observe(Outcome, time.Duration)   {}
 // New returns an engine with no policy loaded: it answers ErrNotReady until the first Swap.
 func New(opts Options) *Engine {
 	if opts.Budget == nil {
-		opts.Budget = limiter.NewBudget(0)
+		opts.Budget = limiter.NewBudget(0, 0)
 	}
 	if opts.NewStore == nil {
 		budget := opts.Budget

@@ -3,6 +3,7 @@ package limiter
 import (
 	"context"
 	"hash/maphash"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,6 +13,28 @@ import (
 // memoryShards is the number of independently locked parts of a Memory store: enough that
 // decisions on different keys rarely wait for each other on any machine limiterd runs on.
 const memoryShards = 256
+
+// The bytes a client's state is accounted for, besides its key (copied on insertion, so that it
+// never holds a larger buffer alive): a token-bucket client's 33-byte table slot at the table's
+// load (0.6 to 0.9); a sliding-window client's map entry, State and log header, plus 16 bytes an
+// entry of its log's capacity.
+const (
+	bucketClientBytes = 48
+	windowClientBytes = 128
+)
+
+func bucketBytes(key string) int64 { return int64(len(key)) + bucketClientBytes }
+
+func windowBytes(key string, s *State) int64 {
+	return int64(len(key)) + windowClientBytes + logBytes(s)
+}
+
+func logBytes(s *State) int64 {
+	if s.log == nil {
+		return 0
+	}
+	return 16 * int64(cap(s.log.entries))
+}
 
 // evictionSample is how many tracked clients an insertion into a full store looks at to pick the
 // one to evict.
@@ -24,8 +47,10 @@ const evictionSample = 8
 // holding the largest share of the budget (see Memory): a flood of distinct keys on one policy
 // evicts that policy's clients, not those of a policy holding less than an equal share.
 type Budget struct {
-	max       int64 // 0: unbounded
+	max       int64 // clients; 0: unbounded
+	maxBytes  int64 // bytes of client state (see Memory); 0: unbounded
 	tracked   atomic.Int64
+	bytes     atomic.Int64
 	evictions atomic.Int64 // evictions that lost usage (state that was not fresh)
 	dropped   atomic.Int64 // fresh states dropped (idle clients, or evicted while fresh)
 
@@ -35,11 +60,17 @@ type Budget struct {
 	largest atomic.Pointer[Memory] // the store evictions come from, refreshed lazily
 }
 
-// NewBudget returns a budget of at most maxClients tracked clients (0: unbounded).
-func NewBudget(maxClients int64) *Budget { return &Budget{max: maxClients} }
+// NewBudget returns a budget of at most maxClients tracked clients and maxBytes bytes of their
+// state, keys included (0: unbounded).
+func NewBudget(maxClients, maxBytes int64) *Budget {
+	return &Budget{max: maxClients, maxBytes: maxBytes}
+}
 
 // Tracked returns the number of clients whose state is kept.
 func (b *Budget) Tracked() int64 { return b.tracked.Load() }
+
+// Bytes returns the memory the tracked clients' state takes, keys included, as Memory accounts it.
+func (b *Budget) Bytes() int64 { return b.bytes.Load() }
 
 // Evictions returns how many clients were evicted, to respect the bound, while their state still
 // held usage: each such eviction may have admitted that client more than its limit.
@@ -49,7 +80,25 @@ func (b *Budget) Evictions() int64 { return b.evictions.Load() }
 // decision.
 func (b *Budget) Dropped() int64 { return b.dropped.Load() }
 
-func (b *Budget) over() bool { return b.max > 0 && b.tracked.Load() > b.max }
+func (b *Budget) over() bool {
+	return b.max > 0 && b.tracked.Load() > b.max || b.maxBytes > 0 && b.bytes.Load() > b.maxBytes
+}
+
+// size is how much of the budget a store holds: its bytes when bytes are bounded, else its
+// clients. total is the same measure over every store.
+func (b *Budget) size(m *Memory) int64 {
+	if b.maxBytes > 0 {
+		return m.bytes.Load()
+	}
+	return m.clients.Load()
+}
+
+func (b *Budget) total() int64 {
+	if b.maxBytes > 0 {
+		return b.bytes.Load()
+	}
+	return b.tracked.Load()
+}
 
 func (b *Budget) register(m *Memory) {
 	b.mu.Lock()
@@ -80,18 +129,18 @@ func (b *Budget) reclaim(from *Memory, now time.Time) {
 	}
 }
 
-// victim returns the store to evict from: the one holding the most clients as far as the budget
-// knows. It is tracked lazily: a store that admits a client while holding more than the current
+// victim returns the store to evict from: the one holding the most clients (or bytes, when
+// bytes are bounded) as far as the budget knows. It is tracked lazily: a store that admits a client while holding more than the current
 // victim becomes the victim, and a victim holding less than an equal share of the tracked clients
 // (because others grew or it shrank) is replaced by the largest store, found by a scan. So the
 // victim always holds at least an equal share, and a store holding less never loses a client to
 // another's new one.
 func (b *Budget) victim(from *Memory) *Memory {
 	v := b.largest.Load()
-	if v == nil || v.closed.Load() || from.clients.Load() > v.clients.Load() {
+	if v == nil || v.closed.Load() || b.size(from) > b.size(v) {
 		v = from
 	}
-	if v.clients.Load()*b.nStores.Load() < b.tracked.Load() {
+	if b.size(v)*b.nStores.Load() < b.total() {
 		v = b.scanLargest()
 	}
 	b.largest.Store(v)
@@ -103,7 +152,7 @@ func (b *Budget) scanLargest() *Memory {
 	defer b.mu.Unlock()
 	var largest *Memory
 	for m := range b.stores {
-		if largest == nil || m.clients.Load() > largest.clients.Load() {
+		if largest == nil || b.size(m) > b.size(largest) {
 			largest = m
 		}
 	}
@@ -135,6 +184,7 @@ type Memory struct {
 	budget  *Budget
 	seed    maphash.Seed
 	clients atomic.Int64  // clients tracked by this store
+	bytes   atomic.Int64  // their state's bytes, as accounted by bucketBytes and windowBytes
 	closed  atomic.Bool   // set by Close: new clients are decided on but not kept
 	next    atomic.Uint64 // rotates the shard evictions start from
 	shards  [memoryShards]memoryShard
@@ -222,8 +272,8 @@ func (m *Memory) apply(key string, rl RateLimiter, now time.Time, cost int64, pe
 			b := bucketState{tat: s.tat, frac: s.frac, stamp: s.stamp}
 			if ok {
 				sh.buckets.slots[i].state = b
-			} else if added = m.admit(); added {
-				sh.buckets.insert(key, h, b)
+			} else if added = m.admit(bucketBytes(key)); added {
+				sh.buckets.insert(strings.Clone(key), h, b)
 			}
 		}
 		return d, added
@@ -244,10 +294,18 @@ func (m *Memory) apply(key string, rl RateLimiter, now time.Time, cost int64, pe
 		if peek {
 			return rl.Peek(s, now), false
 		}
+		logBefore := logBytes(s)
 		d := rl.Decide(s, now, cost)
-		if !ok && d.Allowed {
-			if added = m.admit(); added {
-				sh.windows[key] = s
+		switch {
+		case ok:
+			// The log may have grown: account for it like a new client's bytes.
+			if grown := logBytes(s) - logBefore; grown != 0 {
+				m.account(0, grown)
+				added = grown > 0
+			}
+		case d.Allowed:
+			if added = m.admit(windowBytes(key, s)); added {
+				sh.windows[strings.Clone(key)] = s
 			}
 		}
 		return d, added
@@ -284,63 +342,89 @@ func (m *Memory) Close() {
 	for i := range m.shards {
 		sh := &m.shards[i]
 		sh.Lock()
-		n := sh.buckets.n + len(sh.windows)
+		n, bytes := int64(sh.buckets.n+len(sh.windows)), int64(0)
+		for i, tag := range sh.buckets.tags {
+			if tag != 0 {
+				bytes += bucketBytes(sh.buckets.slots[i].key)
+			}
+		}
+		for key, s := range sh.windows {
+			bytes += windowBytes(key, s)
+		}
 		sh.buckets = bucketTable{seed: m.seed}
 		clear(sh.windows)
+		m.account(-n, -bytes)
 		sh.Unlock()
-		m.clients.Add(-int64(n))
-		m.budget.tracked.Add(-int64(n))
 	}
 }
 
 // forgetBucket deletes the token-bucket client in slot i of a shard.
 func forgetBucket(m *Memory, sh *memoryShard, i int) {
+	bytes := bucketBytes(sh.buckets.slots[i].key)
 	sh.buckets.remove(i)
-	m.forgot()
+	m.account(-1, -bytes)
 }
 
 // forgetWindow deletes a sliding-window client of a shard.
 func forgetWindow(m *Memory, sh *memoryShard, key string) {
+	bytes := windowBytes(key, sh.windows[key])
 	delete(sh.windows, key)
-	m.forgot()
+	m.account(-1, -bytes)
 }
 
-func (m *Memory) forgot() {
-	m.clients.Add(-1)
-	m.budget.tracked.Add(-1)
+// account adds to the clients and bytes of the store and of its budget.
+func (m *Memory) account(clients, bytes int64) {
+	m.clients.Add(clients)
+	m.budget.tracked.Add(clients)
+	m.bytes.Add(bytes)
+	m.budget.bytes.Add(bytes)
 }
 
-// admit counts a new client, under its shard's lock, unless the store is closed. The caller
-// reclaims memory, if the budget is over its bound, once it has released the lock.
-func (m *Memory) admit() bool {
+// admit counts a new client of the given bytes, under its shard's lock, unless the store is
+// closed. The caller reclaims memory, if the budget is over its bound, once it has released the
+// lock.
+func (m *Memory) admit(bytes int64) bool {
 	if m.closed.Load() {
 		return false
 	}
-	m.clients.Add(1)
-	m.budget.tracked.Add(1)
+	m.account(1, bytes)
 	return true
 }
 
-// evictOne drops, from the first shard holding clients at a rotating starting point, the
-// sampled client whose state is closest to fresh: up to evictionSample token-bucket clients from
-// a random point of the table, then sliding-window clients in the map's random order. It reports
-// whether it dropped one.
+// evictOne drops the sampled client of this store whose state is closest to fresh: it samples
+// evictionSample clients from the shards after a rotating starting point, dropping the first fresh
+// one it meets, else the closest to fresh in the last shard it sampled. It reports whether it
+// dropped a client.
 func (m *Memory) evictOne(now time.Time) bool {
 	start := int(m.next.Add(1) * 167) // 167 is prime to 256: consecutive evictions visit every shard
-	for n := 0; n < memoryShards && m.clients.Load() > 0; n++ {
-		sh := &m.shards[(start+n)%memoryShards]
+	seen, last := 0, -1
+	for n := 0; n < memoryShards && seen < evictionSample && m.clients.Load() > 0; n++ {
+		i := (start + n) % memoryShards
+		sh := &m.shards[i]
 		sh.Lock()
-		evicted := m.evict(sh, now)
+		k, evicted := m.evict(sh, now, true)
 		sh.Unlock()
 		if evicted {
 			return true
 		}
+		if k > 0 {
+			seen, last = seen+k, i
+		}
 	}
-	return false
+	if last < 0 {
+		return false
+	}
+	sh := &m.shards[last]
+	sh.Lock()
+	defer sh.Unlock()
+	_, evicted := m.evict(sh, now, false)
+	return evicted
 }
 
-// evict drops the sampled client of sh whose state is closest to fresh, if sh holds any.
-func (m *Memory) evict(sh *memoryShard, now time.Time) bool {
+// evict drops the sampled client of sh whose state is closest to fresh (only a fresh one if
+// onlyFresh): up to evictionSample token-bucket clients from a random point of the table, then
+// sliding-window clients in the map's random order. It returns how many clients it sampled.
+func (m *Memory) evict(sh *memoryShard, now time.Time, onlyFresh bool) (sampled int, evicted bool) {
 	var (
 		victimKey  string
 		victimSlot               = -1
@@ -376,8 +460,8 @@ func (m *Memory) evict(sh *memoryShard, now time.Time) bool {
 		}
 		seen++
 	}
-	if best < 0 {
-		return false
+	if best < 0 || onlyFresh && best > 0 {
+		return seen, false
 	}
 	if best > 0 {
 		m.budget.evictions.Add(1)
@@ -389,7 +473,7 @@ func (m *Memory) evict(sh *memoryShard, now time.Time) bool {
 	} else {
 		forgetWindow(m, sh, victimKey)
 	}
-	return true
+	return seen, true
 }
 
 // Sweep drops the states that have decayed back to fresh at now, so that idle clients cost no

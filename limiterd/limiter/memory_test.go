@@ -38,7 +38,7 @@ func mustSW(t testing.TB, limit int64, window time.Duration) *limiter.SlidingWin
 
 func TestMemorySweepDropsOnlyFreshClients(t *testing.T) {
 	ctx := context.Background()
-	budget := limiter.NewBudget(0)
+	budget := limiter.NewBudget(0, 0)
 	m := limiter.NewMemory(budget)
 	tb := mustTB(t, 2, 1, time.Second)
 	sw := mustSW(t, 2, time.Second)
@@ -69,7 +69,7 @@ func TestMemorySweepDropsOnlyFreshClients(t *testing.T) {
 func TestMemoryBudgetEvictsClosestToFresh(t *testing.T) {
 	ctx := context.Background()
 	const max = 1000
-	budget := limiter.NewBudget(max)
+	budget := limiter.NewBudget(max, 0)
 	m := limiter.NewMemory(budget)
 	tb := mustTB(t, 10, 1, time.Second)
 	t0 := limitertest.T0
@@ -90,7 +90,7 @@ func TestMemoryBudgetEvictsClosestToFresh(t *testing.T) {
 
 func TestMemoryEvictionPrefersFreshState(t *testing.T) {
 	ctx := context.Background()
-	budget := limiter.NewBudget(1)
+	budget := limiter.NewBudget(1, 0)
 	m := limiter.NewMemory(budget)
 	tb := mustTB(t, 10, 1, time.Second)
 	t0 := limitertest.T0
@@ -129,7 +129,7 @@ func TestMemoryResetAndPeek(t *testing.T) {
 
 func TestMemoryCloseReturnsItsClients(t *testing.T) {
 	ctx := context.Background()
-	budget := limiter.NewBudget(10)
+	budget := limiter.NewBudget(10, 0)
 	m := limiter.NewMemory(budget)
 	tb := mustTB(t, 2, 1, time.Hour)
 	sw := mustSW(t, 2, time.Hour)
@@ -156,7 +156,7 @@ func TestMemoryCloseReturnsItsClients(t *testing.T) {
 
 func TestMemoryEvictsFromTheLargestStore(t *testing.T) {
 	ctx := context.Background()
-	budget := limiter.NewBudget(100)
+	budget := limiter.NewBudget(100, 0)
 	small, large := limiter.NewMemory(budget), limiter.NewMemory(budget)
 	tb := mustTB(t, 10, 1, time.Hour)
 	t0 := limitertest.T0

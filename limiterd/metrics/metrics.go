@@ -89,9 +89,13 @@ func New(budget *limiter.Budget) *Metrics {
 				Name: "limiterd_tracked_clients",
 				Help: "Clients whose state is kept in process memory.",
 			}, func() float64 { return float64(budget.Tracked()) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "limiterd_tracked_client_bytes",
+				Help: "Bytes of client state kept in process memory, keys included, as bounded by --max-client-bytes.",
+			}, func() float64 { return float64(budget.Bytes()) }),
 			prometheus.NewCounterFunc(prometheus.CounterOpts{
 				Name: "limiterd_client_evictions_total",
-				Help: "Clients evicted to respect --max-clients while their state still held usage: each may have been admitted more than its limit.",
+				Help: "Clients evicted to respect --max-clients or --max-client-bytes while their state still held usage: each may have been admitted more than its limit.",
 			}, func() float64 { return float64(budget.Evictions()) }),
 			prometheus.NewCounterFunc(prometheus.CounterOpts{
 				Name: "limiterd_idle_clients_dropped_total",

@@ -57,7 +57,7 @@ func apiPolicy(failureMode v1alpha1.FailureMode) *v1alpha1.RateLimitPolicy {
 }
 
 func TestDecisionsByPolicyTierAndResult(t *testing.T) {
-	budget := limiter.NewBudget(0)
+	budget := limiter.NewBudget(0, 0)
 	m := New(budget)
 	e := engine.New(engine.Options{Budget: budget, Observer: m})
 	e.Swap(compileSet(t, apiPolicy(v1alpha1.FailureModeOpen)))
@@ -138,7 +138,7 @@ func scrape(t *testing.T, m *Metrics) string {
 func TestBudgetMetrics(t *testing.T) {
 	// One client at most: once a store shard holds a client, a new client in that shard evicts
 	// it, still holding usage. 600 clients over 256 shards evict some.
-	budget := limiter.NewBudget(1)
+	budget := limiter.NewBudget(1, 0)
 	m := New(budget)
 	now := time.Unix(1700000000, 0)
 	e := engine.New(engine.Options{Budget: budget, Observer: m, Clock: func() time.Time { return now }})
@@ -255,7 +255,7 @@ func TestObserveDoesNotAllocate(t *testing.T) {
 }
 
 func TestHandlerServesMetrics(t *testing.T) {
-	m := New(limiter.NewBudget(0))
+	m := New(limiter.NewBudget(0, 0))
 	m.ReloadFailed()
 	body := scrape(t, m)
 	for _, want := range []string{

@@ -183,3 +183,29 @@ across keys; included by the limiterd Deployment.
 {{- fail "limiterd.autoscaling needs targetCPUUtilizationPercentage or targetMemoryUtilizationPercentage" }}
 {{- end }}
 {{- end }}
+
+{{/*
+GOMEMLIMIT of limiterd: .Values.limiterd.goMemLimit, or 90 % of the container's memory limit in
+MiB; empty when neither is known.
+*/}}
+{{- define "limiterd.goMemLimit" -}}
+{{- $l := .Values.limiterd -}}
+{{- if $l.goMemLimit -}}
+{{- $l.goMemLimit -}}
+{{- else -}}
+{{- $mem := toString (dig "limits" "memory" "" ($l.resources | default dict)) -}}
+{{- $bytes := 0 -}}
+{{- range $suffix, $factor := dict "Ki" 1024 "Mi" 1048576 "Gi" 1073741824 "Ti" 1099511627776 "k" 1000 "M" 1000000 "G" 1000000000 "T" 1000000000000 -}}
+{{- if and (hasSuffix $suffix $mem) (regexMatch "^[0-9]+$" (trimSuffix $suffix $mem)) -}}
+{{- $bytes = mul (trimSuffix $suffix $mem | int64) $factor -}}
+{{- end -}}
+{{- end -}}
+{{- if regexMatch "^[0-9]+$" $mem -}}
+{{- $bytes = $mem | int64 -}}
+{{- end -}}
+{{- $mib := div (mul $bytes 9) 10485760 -}}
+{{- if gt (int64 $mib) 0 -}}
+{{- printf "%dMiB" (int64 $mib) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}

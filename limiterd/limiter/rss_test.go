@@ -1,0 +1,76 @@
+//go:build !race
+
+package limiter_test
+
+import (
+	"context"
+	"os"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/limiterd/limiterd/limiterd/limiter"
+	"github.com/limiterd/limiterd/limiterd/limiter/limitertest"
+)
+
+// rss returns the resident set size of this process, from /proc/self/status.
+func rss(t *testing.T) int64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Skipf("no /proc/self/status: %v", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			if err != nil {
+				t.Fatalf("VmRSS %q: %v", rest, err)
+			}
+			return kb << 10
+		}
+	}
+	t.Fatal("no VmRSS in /proc/self/status")
+	return 0
+}
+
+// A flood of 300k distinct 1,000-byte keys (300 MB of keys) keeps the process under a 160 MiB
+// memory limit configured as limiterd derives it from a container's: client state bounded to
+// half of it, the Go runtime's soft limit at 90 %. The evictions are counted.
+func TestByteBudgetBoundsRSSUnderALongKeyFlood(t *testing.T) {
+	if testing.Short() {
+		t.Skip("allocates 300 MB of keys")
+	}
+	const (
+		containerLimit = 160 << 20
+		keys           = 300_000
+		keyLen         = 1000
+	)
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(containerLimit / 10 * 9))
+	budget := limiter.NewBudget(0, containerLimit/2)
+	m := limiter.NewMemory(budget)
+	tb := mustTB(t, 10, 1, time.Hour)
+	now := limitertest.T0
+	key := []byte(strings.Repeat("k", keyLen))
+	var peak int64
+	for i := range keys {
+		copy(key, strconv.Itoa(i)) // a fresh string each time, as a request's key would be
+		m.Decide(context.Background(), string(key), tb, now, 1)
+		if budget.Bytes() > containerLimit/2+keyLen+64 {
+			t.Fatalf("after %d keys the budget holds %d bytes, bound %d", i+1, budget.Bytes(), containerLimit/2)
+		}
+		if i%10_000 == 0 {
+			peak = max(peak, rss(t))
+		}
+	}
+	peak = max(peak, rss(t))
+	t.Logf("%d keys of %d bytes: %d clients kept, %d bytes accounted, %d evictions, peak RSS %.1f MiB (limit %d MiB)",
+		keys, keyLen, budget.Tracked(), budget.Bytes(), budget.Evictions(), float64(peak)/(1<<20), containerLimit>>20)
+	if peak >= containerLimit {
+		t.Fatalf("peak RSS %d bytes over the %d-byte limit", peak, containerLimit)
+	}
+	if kept := budget.Tracked(); budget.Evictions() != keys-kept {
+		t.Fatalf("evictions %d, want %d (every key but the %d kept had usage)", budget.Evictions(), keys-kept, kept)
+	}
+}
