@@ -27,6 +27,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/limiterd/limiterd/limiterd/adminauth"
 	"github.com/limiterd/limiterd/limiterd/engine"
 	"github.com/limiterd/limiterd/limiterd/limiter"
 	"github.com/limiterd/limiterd/limiterd/metrics"
@@ -67,6 +68,7 @@ type config struct {
 	shutdownTimeout time.Duration
 	store           storeConfig
 	kube            kubeConfig
+	adminAuth       adminAuthConfig
 }
 
 // stringList is a repeatable string flag.
@@ -90,7 +92,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.Var((*stringList)(&cfg.policyFiles), "policy-file",
 		"`path` of a policy file: a YAML stream of RateLimitPolicy documents, watched and reloaded on change (repeatable; at least one)")
 	fs.StringVar(&cfg.addr, "addr", ":8080", "`address` of the decisions API")
-	fs.StringVar(&cfg.adminAddr, "admin-addr", ":9090", "`address` of the admin API: /metrics, /healthz, /readyz, /v1/clients")
+	fs.StringVar(&cfg.adminAddr, "admin-addr", "", "`address` of the admin API: /metrics, /healthz, /readyz, /v1/policies, /v1/clients "+
+		"(default "+defaultAdminAddr+"; "+defaultLoopbackAdminAddr+" with policy files only and no --admin-token-file)")
 	fs.StringVar(&cfg.grpcAddr, "grpc-addr", "", "`address` of Envoy's rate-limit service (gRPC envoy.service.ratelimit.v3; empty: disabled)")
 	fs.Int64Var(&cfg.maxClients, "max-clients", 1_000_000,
 		"most clients whose state is kept in memory, over all policies (0: unbounded); past it the client closest to idle is evicted")
@@ -101,6 +104,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		"how long in-flight requests may take to finish after SIGTERM")
 	cfg.store.register(fs)
 	cfg.kube.register(fs)
+	cfg.adminAuth.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return config{}, fmt.Errorf("parse flags: %w", err) // still flag.ErrHelp for errors.Is after --help
 	}
@@ -108,6 +112,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return config{}, err
 	}
 	if err := cfg.kube.check(fs, len(cfg.policyFiles) > 0); err != nil {
+		return config{}, err
+	}
+	if err := cfg.adminAuth.check(&cfg.adminAddr, cfg.kube.enabled); err != nil {
 		return config{}, err
 	}
 	if fs.NArg() > 0 {
@@ -151,6 +158,7 @@ type daemon struct {
 	metrics    *metrics.Metrics
 	engine     *engine.Engine
 	pipeline   *source.Pipeline
+	adminAuth  *adminauth.Auth
 	readiness  []server.ReadinessCheck
 	background []func(ctx context.Context) error // run until ctx is done
 }
@@ -196,6 +204,9 @@ func newDaemon(cfg config, log *slog.Logger) (*daemon, error) {
 	if err := d.addKube(cfg.kube, tally); err != nil {
 		return nil, err
 	}
+	if d.adminAuth, err = cfg.adminAuth.build(cfg.kube, log); err != nil {
+		return nil, err
+	}
 	if !e.Ready() && !cfg.kube.enabled {
 		return nil, errors.New("load policies: no policy loaded")
 	}
@@ -235,6 +246,7 @@ func serve(ctx context.Context, cfg config, stderr io.Writer, h hooks) error {
 	}
 	admin := server.NewAdmin(d.engine, server.AdminOptions{
 		Metrics:         d.metrics.Handler(),
+		Auth:            d.adminAuth,
 		ReadinessChecks: d.readiness,
 		Logger:          log,
 	})
@@ -282,7 +294,7 @@ func serve(ctx context.Context, cfg config, stderr io.Writer, h hooks) error {
 		policies = set.Len()
 	}
 	log.Info("limiterd serving", "addr", decisionsLn.Addr().String(), "admin_addr", adminLn.Addr().String(),
-		"policies", policies, "max_clients", cfg.maxClients)
+		"policies", policies, "max_clients", cfg.maxClients, "admin_auth", d.adminAuth.Mode())
 	if h.listening != nil {
 		h.listening(decisionsLn.Addr(), adminLn.Addr())
 	}

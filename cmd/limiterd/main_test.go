@@ -251,9 +251,12 @@ func TestEndToEnd(t *testing.T) {
 	if status != 200 || !strings.Contains(body, `"remaining":4`) {
 		t.Errorf("/v1/clients: %d %s", status, body)
 	}
-	status, body = get(t, d.decisions+"/v1/policies")
+	status, body = get(t, d.admin+"/v1/policies")
 	if status != 200 || !strings.Contains(body, `"id":"default/api"`) {
 		t.Errorf("/v1/policies: %d %s", status, body)
+	}
+	if status, body := get(t, d.decisions+"/v1/policies"); status != 404 {
+		t.Errorf("/v1/policies on the decisions port: %d %s, want 404", status, body)
 	}
 }
 
@@ -286,7 +289,7 @@ func TestFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(cfg.policyFiles) != 2 || cfg.maxClients != 0 || cfg.addr != ":8080" || cfg.adminAddr != ":9090" ||
+	if len(cfg.policyFiles) != 2 || cfg.maxClients != 0 || cfg.addr != ":8080" || cfg.adminAddr != "127.0.0.1:9090" ||
 		cfg.sweepInterval != 10*time.Second || cfg.logLevel.String() != "DEBUG" {
 		t.Errorf("config %+v", cfg)
 	}

@@ -3,12 +3,14 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/url"
 	"time"
 	"unicode/utf8"
 
+	"github.com/limiterd/limiterd/limiterd/adminauth"
 	"github.com/limiterd/limiterd/limiterd/engine"
 	"github.com/limiterd/limiterd/limiterd/ratelimitheaders"
 )
@@ -26,6 +28,10 @@ const DefaultReadinessTimeout = 2 * time.Second
 
 // AdminOptions configure an Admin.
 type AdminOptions struct {
+	// Auth authenticates and authorizes every request but /healthz and /readyz, which stay open
+	// for the kubelet (nil: every other request is refused with 401; adminauth.Open lets everyone
+	// through).
+	Auth *adminauth.Auth
 	// Metrics serves /metrics (nil: 404).
 	Metrics http.Handler
 	// ReadinessChecks are checked by /readyz after the engine's own ("policies": a policy set
@@ -39,16 +45,30 @@ type AdminOptions struct {
 
 // Admin serves the admin API of an engine:
 //
-//	GET    /metrics                          Prometheus metrics
 //	GET    /healthz                          200 while the process serves
 //	GET    /readyz                           200 when every readiness check passes, else 503
+//	GET    /metrics                          Prometheus metrics
+//	GET    /v1/policies                      the loaded policies the caller may list
 //	GET    /v1/clients?policy=...&key=...    a client's state, without consuming anything
 //	DELETE /v1/clients?policy=...&key=...    forget a client's state (204)
 //
 // policy may be omitted when exactly one policy is loaded. Errors answer {"error": "..."} with
 // the statuses of the decisions API; a store that fails answers 503.
+//
+// Every path but /healthz and /readyz needs the caller to be authenticated (401 otherwise) and
+// authorized (403) by AdminOptions.Auth, with the actions of package adminauth:
+//
+//	/metrics              get on the path /metrics
+//	GET /v1/clients       get ratelimitpolicies/clients <name> in the policy's namespace
+//	DELETE /v1/clients    delete ratelimitpolicies/clients <name> in the policy's namespace
+//	/v1/policies          list ratelimitpolicies in a policy's namespace, for each policy listed
+//
+// Authorization is asked for the policy the request names, loaded or not, so that a 404 tells
+// only an authorized caller that a policy is not loaded. A review that cannot be had answers
+// 503.
 type Admin struct {
 	engine  *engine.Engine
+	auth    *adminauth.Auth
 	metrics http.Handler
 	checks  []ReadinessCheck
 	timeout time.Duration
@@ -71,6 +91,7 @@ func NewAdmin(e *engine.Engine, opts AdminOptions) *Admin {
 	}}}
 	return &Admin{
 		engine:  e,
+		auth:    opts.Auth,
 		metrics: opts.Metrics,
 		checks:  append(checks, opts.ReadinessChecks...),
 		timeout: opts.ReadinessTimeout,
@@ -86,6 +107,13 @@ func (a *Admin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusNotFound, "no metrics")
 			return
 		}
+		if !a.readOnly(w, r) {
+			return
+		}
+		u, ok := a.authenticate(w, r)
+		if !ok || !a.authorize(w, r, adminauth.Path(u, "get", r.URL.Path)) {
+			return
+		}
 		a.metrics.ServeHTTP(w, r)
 	case "/healthz":
 		if !a.readOnly(w, r) {
@@ -99,6 +127,8 @@ func (a *Admin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		a.readyz(w, r)
 	case "/v1/clients":
 		a.clients(w, r)
+	case "/v1/policies":
+		a.policies(w, r)
 	default:
 		writeError(w, http.StatusNotFound, "no such path")
 	}
@@ -154,9 +184,27 @@ func (a *Admin) clients(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusMethodNotAllowed, "use GET or DELETE")
 		return
 	}
+	u, ok := a.authenticate(w, r)
+	if !ok {
+		return
+	}
 	policyID, key, err := decodeClientQuery(r.URL.RawQuery)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	// The policy is named before authorization and acted on by that name, so that a swap in
+	// between cannot make the request act on a policy it was not authorized for.
+	if policyID, err = a.name(policyID); err != nil {
+		a.writeError(w, err)
+		return
+	}
+	namespace, name, ok := splitPolicyID(policyID)
+	if !ok {
+		a.writeError(w, fmt.Errorf("%w %q", engine.ErrUnknownPolicy, policyID))
+		return
+	}
+	if !a.authorize(w, r, adminauth.PolicyClients(u, verbOf(r), namespace, name)) {
 		return
 	}
 	if r.Method == http.MethodDelete {
@@ -164,6 +212,7 @@ func (a *Admin) clients(w http.ResponseWriter, r *http.Request) {
 			a.writeError(w, err)
 			return
 		}
+		a.log.Info("client state reset", "user", u.GetName(), "policy", policyID, "key", key)
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
@@ -185,6 +234,23 @@ func (a *Admin) clients(w http.ResponseWriter, r *http.Request) {
 		answer.Limit, answer.Remaining = &res.Limit, &res.Remaining
 	}
 	writeJSON(w, http.StatusOK, answer, a.log)
+}
+
+// name returns the ID of the policy a request names: id, or the only loaded policy's when id
+// is "". Its errors are the engine's.
+func (a *Admin) name(id string) (string, error) {
+	set := a.engine.Policies()
+	switch {
+	case set == nil:
+		return "", engine.ErrNotReady
+	case id != "":
+		return id, nil
+	case set.Len() == 1:
+		return set.All()[0].ID, nil
+	case set.Len() == 0:
+		return "", fmt.Errorf("%w: none is loaded", engine.ErrUnknownPolicy)
+	}
+	return "", engine.ErrPolicyRequired
 }
 
 // writeError answers an engine error; an error the engine does not classify comes from the

@@ -10,11 +10,12 @@ import (
 	"time"
 
 	"github.com/limiterd/limiterd/internal/testsupport"
+	"github.com/limiterd/limiterd/limiterd/adminauth"
 )
 
 func TestAdminHealthAndReadiness(t *testing.T) {
 	clock := testsupport.NewClock()
-	notReady := NewAdmin(newEngine(t, clock), AdminOptions{})
+	notReady := NewAdmin(newEngine(t, clock), AdminOptions{Auth: adminauth.Open()})
 	if a := serve(t, notReady, http.MethodGet, "/healthz", ""); a.status != 200 || !strings.Contains(a.body, `"ok"`) {
 		t.Errorf("healthz before policies: %d %s, want 200", a.status, a.body)
 	}
@@ -28,7 +29,7 @@ func TestAdminHealthAndReadiness(t *testing.T) {
 	}
 
 	e := newEngine(t, clock, newPolicy("api", testsupport.TokenBucketTier("standard", 3, 1, time.Second)))
-	if a := serve(t, NewAdmin(e, AdminOptions{}), http.MethodGet, "/readyz", ""); a.status != 200 {
+	if a := serve(t, NewAdmin(e, AdminOptions{Auth: adminauth.Open()}), http.MethodGet, "/readyz", ""); a.status != 200 {
 		t.Errorf("readyz with policies: %d %s, want 200", a.status, a.body)
 	}
 
@@ -36,6 +37,7 @@ func TestAdminHealthAndReadiness(t *testing.T) {
 	storeDown := errors.New("store unreachable")
 	var sawDeadline bool
 	admin := NewAdmin(e, AdminOptions{
+		Auth:             adminauth.Open(),
 		ReadinessTimeout: time.Minute,
 		ReadinessChecks: []ReadinessCheck{
 			{Name: "store", Check: func(ctx context.Context) error {
@@ -63,10 +65,10 @@ func TestAdminHealthAndReadiness(t *testing.T) {
 func TestAdminMetricsRoute(t *testing.T) {
 	e := newEngine(t, testsupport.NewClock())
 	metrics := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("limiterd_x 1\n")) })
-	if a := serve(t, NewAdmin(e, AdminOptions{Metrics: metrics}), http.MethodGet, "/metrics", ""); a.status != 200 || a.body != "limiterd_x 1\n" {
+	if a := serve(t, NewAdmin(e, AdminOptions{Metrics: metrics, Auth: adminauth.Open()}), http.MethodGet, "/metrics", ""); a.status != 200 || a.body != "limiterd_x 1\n" {
 		t.Errorf("/metrics: %d %q", a.status, a.body)
 	}
-	if a := serve(t, NewAdmin(e, AdminOptions{}), http.MethodGet, "/metrics", ""); a.status != 404 {
+	if a := serve(t, NewAdmin(e, AdminOptions{Auth: adminauth.Open()}), http.MethodGet, "/metrics", ""); a.status != 404 {
 		t.Errorf("/metrics without a handler: %d, want 404", a.status)
 	}
 }
@@ -75,7 +77,7 @@ func TestAdminClientsPeekAndReset(t *testing.T) {
 	clock := testsupport.NewClock()
 	e := newEngine(t, clock, newPolicy("api", testsupport.TokenBucketTier("standard", 2, 1, time.Second), testsupport.UnlimitedTier("internal")))
 	decisions := NewDecisions(e, nil)
-	admin := NewAdmin(e, AdminOptions{})
+	admin := NewAdmin(e, AdminOptions{Auth: adminauth.Open()})
 
 	peek := func() ClientAnswer {
 		t.Helper()
@@ -114,7 +116,7 @@ func TestAdminClientsErrors(t *testing.T) {
 	e := newEngine(t, clock,
 		newPolicy("a", testsupport.TokenBucketTier("standard", 2, 1, time.Second)),
 		newPolicy("b", testsupport.TokenBucketTier("standard", 2, 1, time.Second)))
-	admin := NewAdmin(e, AdminOptions{})
+	admin := NewAdmin(e, AdminOptions{Auth: adminauth.Open()})
 	for _, tc := range []struct {
 		method, target string
 		status         int
@@ -135,7 +137,7 @@ func TestAdminClientsErrors(t *testing.T) {
 		}
 		a.errorText(t)
 	}
-	if a := serve(t, NewAdmin(newEngine(t, clock), AdminOptions{}), http.MethodGet, "/v1/clients?key=k", ""); a.status != 503 {
+	if a := serve(t, NewAdmin(newEngine(t, clock), AdminOptions{Auth: adminauth.Open()}), http.MethodGet, "/v1/clients?key=k", ""); a.status != 503 {
 		t.Errorf("before policies: %d %s, want 503", a.status, a.body)
 	}
 }

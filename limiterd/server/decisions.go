@@ -3,9 +3,11 @@
 //
 // # Decisions
 //
+// The decisions API reveals no configuration: the loaded policies are listed by the admin API,
+// to callers it authorizes.
+//
 //	POST /v1/allow   {"policy": "<namespace>/<name>", "key": "<client key>", "cost": 1}
 //	GET  /v1/allow?policy=<namespace>/<name>&key=<client key>&cost=1
-//	GET  /v1/policies
 //
 // policy may be omitted when exactly one policy is loaded; cost defaults to 1. The answer is
 // 200 (allowed) or 429 (rejected) with the body
@@ -42,9 +44,7 @@ import (
 	"strconv"
 	"sync"
 
-	"github.com/limiterd/limiterd/api/v1alpha1"
 	"github.com/limiterd/limiterd/limiterd/engine"
-	"github.com/limiterd/limiterd/limiterd/policy"
 	"github.com/limiterd/limiterd/limiterd/ratelimitheaders"
 )
 
@@ -84,8 +84,6 @@ func (h *Decisions) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch r.URL.Path {
 	case "/v1/allow":
 		h.allow(w, r)
-	case "/v1/policies":
-		h.policies(w, r)
 	default:
 		writeError(w, http.StatusNotFound, "no such path")
 	}
@@ -272,69 +270,4 @@ func writeJSON(w http.ResponseWriter, status int, v any, log *slog.Logger) {
 	w.Header()["Content-Type"] = jsonContentType
 	w.WriteHeader(status)
 	_, _ = w.Write(append(body, '\n'))
-}
-
-// PolicyInfo describes a loaded policy in GET /v1/policies.
-type PolicyInfo struct {
-	ID          string               `json:"id"`
-	Generation  int64                `json:"generation"`
-	DefaultTier string               `json:"defaultTier"`
-	FailureMode v1alpha1.FailureMode `json:"failureMode"`
-	Tiers       []v1alpha1.Tier      `json:"tiers"`
-	// Overrides counts the overrides; OverrideClients and OverridePrefixes the exact keys and
-	// key prefixes they name.
-	Overrides        int `json:"overrides"`
-	OverrideClients  int `json:"overrideClients"`
-	OverridePrefixes int `json:"overridePrefixes"`
-}
-
-// PoliciesAnswer is the body of GET /v1/policies.
-type PoliciesAnswer struct {
-	Policies []PolicyInfo `json:"policies"`
-}
-
-func (h *Decisions) policies(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		w.Header()["Allow"] = allowGet
-		writeError(w, http.StatusMethodNotAllowed, "use GET")
-		return
-	}
-	set := h.engine.Policies()
-	if set == nil {
-		writeError(w, http.StatusServiceUnavailable, engine.ErrNotReady.Error())
-		return
-	}
-	writeJSON(w, http.StatusOK, describePolicies(set), h.log)
-}
-
-// describePolicies lists a set's policies, sorted by ID.
-func describePolicies(set *policy.Set) PoliciesAnswer {
-	all := set.All()
-	slices.SortFunc(all, func(a, b *policy.Policy) int {
-		switch {
-		case a.ID < b.ID:
-			return -1
-		case a.ID > b.ID:
-			return 1
-		}
-		return 0
-	})
-	answer := PoliciesAnswer{Policies: make([]PolicyInfo, 0, len(all))}
-	for _, p := range all {
-		spec := &p.Source.Spec
-		info := PolicyInfo{
-			ID:          p.ID,
-			Generation:  p.Generation,
-			DefaultTier: p.Default.Name,
-			FailureMode: p.FailureMode,
-			Tiers:       spec.Tiers,
-			Overrides:   len(spec.Overrides),
-		}
-		for _, o := range spec.Overrides {
-			info.OverrideClients += len(o.Clients)
-			info.OverridePrefixes += len(o.ClientPrefixes)
-		}
-		answer.Policies = append(answer.Policies, info)
-	}
-	return answer
 }

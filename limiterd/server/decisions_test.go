@@ -1,7 +1,6 @@
 package server
 
 import (
-	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -164,7 +163,6 @@ func TestAllowBeforeAnyPolicyIs503(t *testing.T) {
 	for _, tc := range []struct{ method, target, body string }{
 		{http.MethodPost, "/v1/allow", `{"key":"k"}`},
 		{http.MethodGet, "/v1/allow?key=k", ""},
-		{http.MethodGet, "/v1/policies", ""},
 	} {
 		a := serve(t, h, tc.method, tc.target, tc.body)
 		if a.status != http.StatusServiceUnavailable {
@@ -215,7 +213,7 @@ func TestAllowRejectsBadRequests(t *testing.T) {
 		{"GET bad escape", "GET", "/v1/allow?key=%zz", "", 400},
 		{"PUT", "PUT", "/v1/allow", `{"key":"k"}`, 405},
 		{"DELETE", "DELETE", "/v1/allow?key=k", "", 405},
-		{"POST policies", "POST", "/v1/policies", "", 405},
+		{"policies are not listed here", "GET", "/v1/policies", "", 404},
 		{"unknown path", "GET", "/v1/allowed?key=k", "", 404},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -280,34 +278,5 @@ func TestAllowKeyBounds(t *testing.T) {
 	}
 	if a := serve(t, h, http.MethodGet, "/v1/allow?key="+url.QueryEscape(key), ""); a.status != 200 || !strings.Contains(a.body, `"remaining":0`) {
 		t.Fatalf("GET with the same key: %d %s", a.status, a.body)
-	}
-}
-
-func TestPolicies(t *testing.T) {
-	p := newPolicy("api", testsupport.TokenBucketTier("standard", 10, 5, time.Second), testsupport.UnlimitedTier("internal"))
-	p.Spec.Overrides = append(p.Spec.Overrides,
-		overrideOf("internal", []string{"svc-a", "svc-b"}, []string{"svc-"}))
-	h := NewDecisions(newEngine(t, testsupport.NewClock(), p, newPolicy("b", testsupport.SlidingWindowTier("w", 5, time.Minute))), nil)
-	a := serve(t, h, http.MethodGet, "/v1/policies", "")
-	if a.status != 200 {
-		t.Fatalf("%d %s", a.status, a.body)
-	}
-	var got PoliciesAnswer
-	if err := json.Unmarshal([]byte(a.body), &got); err != nil {
-		t.Fatalf("decode %s: %v", a.body, err)
-	}
-	if len(got.Policies) != 2 || got.Policies[0].ID != "default/api" || got.Policies[1].ID != "default/b" {
-		t.Fatalf("policies %+v, want default/api then default/b", got.Policies)
-	}
-	api := got.Policies[0]
-	if api.Generation != 3 || api.DefaultTier != "standard" || api.Overrides != 1 ||
-		api.OverrideClients != 2 || api.OverridePrefixes != 1 || len(api.Tiers) != 2 {
-		t.Errorf("default/api = %+v", api)
-	}
-	if tb := api.Tiers[0].TokenBucket; tb == nil || tb.Capacity != 10 || tb.RefillRate != 5 || api.Tiers[0].Algorithm != "TokenBucket" {
-		t.Errorf("tier standard = %+v", api.Tiers[0])
-	}
-	if api.Tiers[1].Name != "internal" || api.Tiers[1].Algorithm != "Unlimited" {
-		t.Errorf("tier internal = %+v", api.Tiers[1])
 	}
 }

@@ -241,7 +241,8 @@ type limiterd struct {
 func startLimiterd(t *testing.T, name, kubeconfig, binary string, args ...string) *limiterd {
 	t.Helper()
 	decisions, admin := freeAddr(t), freeAddr(t)
-	args = append([]string{"--kubeconfig", kubeconfig, "--addr", decisions, "--admin-addr", admin}, args...)
+	// Admin authentication has tests of its own (cmd/limiterd); here /metrics is read without.
+	args = append([]string{"--kubeconfig", kubeconfig, "--addr", decisions, "--admin-addr", admin, "--admin-insecure-no-auth"}, args...)
 	l := &limiterd{process: startProcess(t, name, kubeconfig, binary, args...), decisions: "http://" + decisions, admin: "http://" + admin}
 	testenv.Eventually(t, waitTimeout, func() error {
 		if !l.running() {
