@@ -69,7 +69,7 @@ func TestTemplateDefaults(t *testing.T) {
 	_, appVersion := chartMeta(t)
 
 	want := map[string]int{
-		"CustomResourceDefinition": 1, "ServiceAccount": 2, "ClusterRole": 2, "ClusterRoleBinding": 2,
+		"CustomResourceDefinition": 1, "ServiceAccount": 2, "ClusterRole": 4, "ClusterRoleBinding": 3,
 		"Role": 2, "RoleBinding": 2, "Service": 3, "Deployment": 2,
 		"ValidatingAdmissionPolicy": 1, "ValidatingAdmissionPolicyBinding": 1,
 	}
@@ -166,7 +166,7 @@ func TestTemplateAllFeatures(t *testing.T) {
 	t.Parallel()
 	m := render(t, "--values", chartRel+"/ci/all-features-values.yaml")
 	want := map[string]int{
-		"CustomResourceDefinition": 1, "ServiceAccount": 2, "ClusterRole": 2, "ClusterRoleBinding": 2,
+		"CustomResourceDefinition": 1, "ServiceAccount": 2, "ClusterRole": 4, "ClusterRoleBinding": 3,
 		"Role": 2, "RoleBinding": 2, "Service": 3, "Deployment": 2,
 		"HorizontalPodAutoscaler": 1, "PodDisruptionBudget": 1, "ServiceMonitor": 2, "NetworkPolicy": 2, "ConfigMap": 1,
 		"ValidatingAdmissionPolicy": 1, "ValidatingAdmissionPolicyBinding": 1,
