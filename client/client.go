@@ -15,6 +15,7 @@ package client
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -70,6 +71,7 @@ type Client struct {
 	allowURL string
 	policy   string
 	timeout  time.Duration
+	tls      *tls.Config
 	http     *http.Client
 }
 
@@ -83,6 +85,12 @@ func WithPolicy(id string) Option { return func(c *Client) { c.policy = id } }
 // WithTimeout bounds each call, including connecting and reading the answer (0: no bound but
 // the context's).
 func WithTimeout(d time.Duration) Option { return func(c *Client) { c.timeout = d } }
+
+// WithTLSConfig makes calls over https:// with cfg on the Client's own tuned transport: the CA
+// that signed limiterd's certificate (RootCAs), and the client certificate limiterd asks for
+// under mutual TLS (Certificates or GetClientCertificate). cfg is cloned; a certificate it
+// returns from GetClientCertificate may change over time. Ignored with WithHTTPClient.
+func WithTLSConfig(cfg *tls.Config) Option { return func(c *Client) { c.tls = cfg.Clone() } }
 
 // WithHTTPClient makes calls with hc instead of the Client's own tuned transport, e.g. for TLS
 // settings. Its Timeout, if any, applies as well.
@@ -109,7 +117,9 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 		return nil, fmt.Errorf("limiterd client timeout %v is negative", c.timeout)
 	}
 	if c.http == nil {
-		c.http = &http.Client{Transport: newTransport()}
+		t := newTransport()
+		t.TLSClientConfig = c.tls
+		c.http = &http.Client{Transport: t}
 	}
 	return c, nil
 }

@@ -4,6 +4,9 @@
 //	...
 //	http.ListenAndServe(":8000", middleware.New(c, middleware.KeyBy(middleware.Header("X-Api-Key")))(mux))
 //
+// Over TLS (and mutual TLS), give the client the configuration:
+// client.New("https://limiterd:8080", client.WithTLSConfig(cfg)).
+//
 // Each request is keyed (by default by its peer's IPv4 address or IPv6 /64, see KeyBy and
 // ClientIP) and decided by
 // limiterd before it reaches the handler. An admitted request proceeds with limiterd's

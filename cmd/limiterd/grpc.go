@@ -25,7 +25,11 @@ func (d *daemon) addGRPC(cfg config) {
 		return
 	}
 	d.background = append(d.background, func(ctx context.Context) error {
-		return serveGRPC(ctx, cfg.grpcAddr, cfg.shutdownTimeout, d.engine, d.log, nil)
+		var opts []grpc.ServerOption
+		if creds := d.tls.grpcCredentials(); creds != nil {
+			opts = append(opts, grpc.Creds(creds))
+		}
+		return serveGRPC(ctx, cfg.grpcAddr, cfg.shutdownTimeout, d.engine, d.log, nil, opts...)
 	})
 }
 
@@ -33,17 +37,20 @@ func (d *daemon) addGRPC(cfg config) {
 // addr until ctx is done, then stops gracefully: health turns NOT_SERVING, new calls are
 // refused, and calls in flight finish, for at most timeout, after which their connections are
 // closed and their contexts cancelled.
-// listening, if not nil, is called with the bound address once calls are accepted.
-func serveGRPC(ctx context.Context, addr string, timeout time.Duration, e *engine.Engine, log *slog.Logger, listening func(net.Addr)) error {
+// listening, if not nil, is called with the bound address once calls are accepted. opts are
+// added to the server's (grpc.Creds for TLS).
+func serveGRPC(ctx context.Context, addr string, timeout time.Duration, e *engine.Engine, log *slog.Logger,
+	listening func(net.Addr), opts ...grpc.ServerOption,
+) error {
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listen for grpc: %w", err)
 	}
-	srv := grpc.NewServer(
+	srv := grpc.NewServer(append([]grpc.ServerOption{
 		// Envoy may keep idle connections alive with HTTP/2 pings; accept them every 10 s rather
 		// than answering GOAWAY "too_many_pings" under gRPC's 5-minute default.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-	)
+	}, opts...)...)
 	rlsv3.RegisterRateLimitServiceServer(srv, envoyrls.New(e, log))
 	healthSrv := health.NewServer()
 	healthpb.RegisterHealthServer(srv, healthSrv)

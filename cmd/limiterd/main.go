@@ -69,6 +69,7 @@ type config struct {
 	store           storeConfig
 	kube            kubeConfig
 	adminAuth       adminAuthConfig
+	tls             tlsFlags
 }
 
 // stringList is a repeatable string flag.
@@ -105,6 +106,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	cfg.store.register(fs)
 	cfg.kube.register(fs)
 	cfg.adminAuth.register(fs)
+	cfg.tls.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return config{}, fmt.Errorf("parse flags: %w", err) // still flag.ErrHelp for errors.Is after --help
 	}
@@ -115,6 +117,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return config{}, err
 	}
 	if err := cfg.adminAuth.check(&cfg.adminAddr, cfg.kube.enabled); err != nil {
+		return config{}, err
+	}
+	if err := cfg.tls.check(); err != nil {
 		return config{}, err
 	}
 	if fs.NArg() > 0 {
@@ -159,6 +164,7 @@ type daemon struct {
 	engine     *engine.Engine
 	pipeline   *source.Pipeline
 	adminAuth  *adminauth.Auth
+	tls        serverTLS
 	readiness  []server.ReadinessCheck
 	background []func(ctx context.Context) error // run until ctx is done
 }
@@ -207,6 +213,9 @@ func newDaemon(cfg config, log *slog.Logger) (*daemon, error) {
 	if d.adminAuth, err = cfg.adminAuth.build(cfg.kube, log); err != nil {
 		return nil, err
 	}
+	if err := d.addTLS(cfg.tls); err != nil {
+		return nil, err
+	}
 	if !e.Ready() && !cfg.kube.enabled {
 		return nil, errors.New("load policies: no policy loaded")
 	}
@@ -250,15 +259,14 @@ func serve(ctx context.Context, cfg config, stderr io.Writer, h hooks) error {
 		ReadinessChecks: d.readiness,
 		Logger:          log,
 	})
-	var lc net.ListenConfig
-	decisionsLn, err := lc.Listen(ctx, "tcp", cfg.addr)
+	decisionsLn, err := listen(ctx, cfg.addr, d.tls.decisions)
 	if err != nil {
 		return fmt.Errorf("listen for decisions: %w", err)
 	}
 	// The servers close their listeners when they stop; these Closes matter only on the early
 	// returns, whose errors are what to report, so theirs are ignored.
 	defer func() { _ = decisionsLn.Close() }()
-	adminLn, err := lc.Listen(ctx, "tcp", cfg.adminAddr)
+	adminLn, err := listen(ctx, cfg.adminAddr, d.tls.admin)
 	if err != nil {
 		return fmt.Errorf("listen for admin: %w", err)
 	}
