@@ -4,7 +4,9 @@
 #
 # Binaries are cached by version in the user's cache directory (${XDG_CACHE_HOME:-~/.cache}/limiterd)
 # so that a fresh clone on the same machine reuses them; bin/k8s/<version> links to that cache.
-# A cold build takes about 7 minutes on 2 cores.
+# A cold build takes about 7 minutes on 2 cores. kube-apiserver is built by hack/kube-build.sh with the
+# release's version stamp; the cache key says so ("-stamped"), so that an older unstamped build
+# (which reports v0.0.0-master) is not reused.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 modversion() { # modversion <go.mod> <module>: the required version of a module
@@ -13,7 +15,7 @@ modversion() { # modversion <go.mod> <module>: the required version of a module
 kube_version=$(modversion "$root/hack/tools/kube/go.mod" k8s.io/kubernetes)
 etcd_version=$(modversion "$root/hack/tools/etcd/go.mod" go.etcd.io/etcd/server/v3)
 [ -n "$kube_version" ] && [ -n "$etcd_version" ] || { echo "cannot read pinned versions" >&2; exit 1; }
-version="kube-${kube_version}_etcd-${etcd_version}"
+version="kube-${kube_version}-stamped_etcd-${etcd_version}"
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/limiterd/envtest/${version}"
 mkdir -p "$cache"
 
@@ -24,7 +26,7 @@ build() { # build <dir> <package> <output>
 		mv "$cache/$3.tmp" "$cache/$3"
 	fi
 }
-build kube k8s.io/kubernetes/cmd/kube-apiserver kube-apiserver
+"$root/hack/kube-build.sh" "$cache" kube-apiserver
 build etcd . etcd
 
 mkdir -p "$root/bin/k8s"
