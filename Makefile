@@ -177,6 +177,44 @@ images: ## Build the limiterd and operator images without a daemon: bin/images/{
 	$(OCIIMAGE) -dockerfile Dockerfile.manager -ref $(IMG_MANAGER) -stage-file /out/manager=$(BIN)/image/manager \
 		-build-arg VERSION=$(VERSION) -build-arg REVISION=$(REVISION) -o $(IMAGES_DIR)/manager.tar
 
+##@ Test node (a real single-node cluster on this machine; hack/node/node.sh)
+
+KUBE_VERSION := $(shell sed -nE 's/^require k8s.io\/kubernetes (v[^ ]+)$$/\1/p' hack/tools/kube/go.mod)
+# kubelet, kube-controller-manager, kube-scheduler, kube-proxy: built from the module proxy with the
+# release's version stamp, cached by version (a cold build takes minutes; see hack/kube-build.sh).
+NODE_BIN ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/limiterd/node/kube-$(KUBE_VERSION)-stamped
+NODE_COMPONENTS := kubelet kube-controller-manager kube-scheduler kube-proxy
+
+.PHONY: node-binaries
+node-binaries: ## Build the node's Kubernetes components (kubelet, kube-controller-manager, kube-scheduler, kube-proxy) into the cache if missing.
+	hack/kube-build.sh $(NODE_BIN) $(NODE_COMPONENTS)
+
+.PHONY: node-images
+node-images: ## Build the test node's pause image (bin/images/pause.tar) without a daemon.
+	mkdir -p $(BIN)/image $(IMAGES_DIR)
+	CGO_ENABLED=0 $(GO) build $(IMAGE_GOFLAGS) -o $(BIN)/image/pause ./hack/node/pause
+	$(OCIIMAGE) -dockerfile hack/node/pause/Dockerfile -ref limiterd.local/pause:1 -stage-file /out/pause=$(BIN)/image/pause -o $(IMAGES_DIR)/pause.tar
+
+.PHONY: node-deps
+node-deps: node-binaries node-images images envtest $(HELM) ## Build everything the test node and test-cluster need.
+
+# The environment of hack/node/node.sh and test/cluster.
+NODE_ENV = NODE_BIN=$(NODE_BIN) ENVTEST_BIN=$$(hack/envtest-assets.sh) PAUSE_IMAGE_ARCHIVE=$(IMAGES_DIR)/pause.tar \
+	NODE_IMAGES="$(IMAGES_DIR)/limiterd.tar $(IMAGES_DIR)/manager.tar" HELM=$(HELM) \
+	IMG_LIMITERD=$(IMG_LIMITERD) IMG_MANAGER=$(IMG_MANAGER)
+
+.PHONY: node-up
+node-up: node-deps ## Start the test node (root; containerd, runc, CNI plugins, iptables from apt); prints its kubeconfig.
+	$(NODE_ENV) hack/node/node.sh up
+
+.PHONY: node-down
+node-down: ## Stop the test node and undo everything it changed on this machine.
+	NODE_BIN=$(NODE_BIN) hack/node/node.sh down
+
+.PHONY: test-cluster
+test-cluster: node-deps ## End-to-end on the test node: helm install the chart with the built images, traffic, rollout, Redis, uninstall, metrics.
+	$(NODE_ENV) LIMITERD_TEST_CLUSTER=1 $(GO) test -count=1 -v -timeout 20m ./test/cluster/...
+
 ##@ Envoy rate-limit service
 
 BENCH_WORKERS ?= 16
