@@ -87,13 +87,22 @@ type State struct {
 }
 
 // stamps interns strategy parameters: equal parameters share one stamp, so a state written by
-// a strategy can find the strategy (and its parameters) that wrote it. Policies hold a handful of
-// tiers, so the table stays small; it only grows with distinct parameter sets ever compiled.
+// a strategy can find the strategy (and its parameters) that wrote it. It holds one entry per
+// distinct parameter set ever compiled (Strategies reports how many): a state may carry any stamp
+// ever issued, and its usage must carry over when its tier's parameters change, so an entry is
+// never dropped or reused. Strategies are looked up by stamp without the lock, in chunks that
+// never move, so that adding one costs O(1) whatever the number of policies.
 var stamps struct {
 	sync.Mutex
 	byParams map[any]uint32
-	byStamp  atomic.Pointer[[]RateLimiter] // index stamp-1; copied on write, read without the lock
+	n        atomic.Uint32                              // stamps issued
+	chunks   atomic.Pointer[[]*[stampChunk]RateLimiter] // stamp-1 is at chunks[(stamp-1)/stampChunk]
 }
+
+const stampChunk = 256
+
+// Strategies returns how many distinct strategies (parameter sets) were ever compiled.
+func Strategies() int { return int(stamps.n.Load()) }
 
 // intern returns the canonical strategy for params, creating it with build on first use.
 func intern(params any, build func(stamp uint32) RateLimiter) RateLimiter {
@@ -102,21 +111,28 @@ func intern(params any, build func(stamp uint32) RateLimiter) RateLimiter {
 	if stamps.byParams == nil {
 		stamps.byParams = make(map[any]uint32)
 	}
-	var all []RateLimiter
-	if p := stamps.byStamp.Load(); p != nil {
-		all = *p
-	}
 	if s, ok := stamps.byParams[params]; ok {
-		return all[s-1]
+		return strategyOf(s)
 	}
-	s := uint32(len(all) + 1)
-	rl := build(s)
-	stamps.byParams[params] = s
-	// Copy on write: readers may hold all without the lock, so it is never written to.
-	grown := make([]RateLimiter, len(all)+1)
-	copy(grown, all)
-	grown[len(all)] = rl
-	stamps.byStamp.Store(&grown)
+	i := stamps.n.Load()
+	var chunks []*[stampChunk]RateLimiter
+	if p := stamps.chunks.Load(); p != nil {
+		chunks = *p
+	}
+	if int(i/stampChunk) == len(chunks) {
+		// Copy the spine on write: readers may hold it without the lock. Chunks are shared.
+		grown := make([]*[stampChunk]RateLimiter, len(chunks)+1)
+		copy(grown, chunks)
+		grown[len(chunks)] = new([stampChunk]RateLimiter)
+		chunks = grown
+		stamps.chunks.Store(&grown)
+	}
+	rl := build(i + 1)
+	// A reader only looks up a stamp it found in a State, which was written after this strategy
+	// was returned, so the slot is written before any read of it.
+	chunks[i/stampChunk][i%stampChunk] = rl
+	stamps.byParams[params] = i + 1
+	stamps.n.Store(i + 1)
 	return rl
 }
 
@@ -125,7 +141,7 @@ func strategyOf(stamp uint32) RateLimiter {
 	if stamp == 0 {
 		return nil
 	}
-	return (*stamps.byStamp.Load())[stamp-1]
+	return (*stamps.chunks.Load())[(stamp-1)/stampChunk][(stamp-1)%stampChunk]
 }
 
 // adopt prepares s for a decision by rl: it applies the rule for parameter changes (see the
