@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -81,6 +82,10 @@ type Observer interface {
 	Tier(policyID, tier string) TierObserver
 	// StoreError counts a store failure for a policy.
 	StoreError(policyID string)
+	// Forget is called when a swap removed a tier of a policy that stays, or a whole policy
+	// (tier ""): what was recorded for it can go. Decisions that started before the swap may
+	// still record on the TierObservers returned for it.
+	Forget(policyID, tier string)
 }
 
 // TierObserver records one tier's decisions. It must be safe for concurrent use.
@@ -128,6 +133,7 @@ type nopObserver struct{}
 
 func (nopObserver) Tier(string, string) TierObserver { return nopObserver{} }
 func (nopObserver) StoreError(string)                {}
+func (nopObserver) Forget(string, string)            {}
 func (nopObserver) Observe(Outcome, time.Duration)   {}
 
 // New returns an engine with no policy loaded: it answers ErrNotReady until the first Swap.
@@ -184,10 +190,18 @@ func (e *Engine) Swap(set *policy.Set) {
 	e.current.Store(next)
 	if old != nil {
 		for id, b := range old.byID {
-			if _, stays := next.byID[id]; !stays {
+			nb, stays := next.byID[id]
+			if !stays {
 				unused = append(unused, b.store)
 				if b.local != nil {
 					unused = append(unused, b.local)
+				}
+				e.opts.Observer.Forget(id, "")
+				continue
+			}
+			for _, t := range b.policy.Tiers {
+				if !slices.ContainsFunc(nb.policy.Tiers, func(n *policy.Tier) bool { return n.Name == t.Name }) {
+					e.opts.Observer.Forget(id, t.Name)
 				}
 			}
 		}

@@ -187,7 +187,9 @@ type Memory struct {
 	bytes   atomic.Int64  // their state's bytes, as accounted by bucketBytes and windowBytes
 	closed  atomic.Bool   // set by Close: new clients are decided on but not kept
 	next    atomic.Uint64 // rotates the shard evictions start from
-	shards  [memoryShards]memoryShard
+	// shards is allocated by the first decision (about 32 KB), so that a policy that never
+	// decides, or whose tiers are all Unlimited, costs a few hundred bytes.
+	shards atomic.Pointer[[memoryShards]memoryShard]
 }
 
 type memoryShard struct {
@@ -217,18 +219,33 @@ func NewMemory(budget *Budget) *Memory {
 		budget = &Budget{}
 	}
 	m := &Memory{budget: budget, seed: maphash.MakeSeed()}
-	for i := range m.shards {
-		m.shards[i].buckets.seed = m.seed
-		m.shards[i].windows = make(map[string]*State)
-	}
 	budget.register(m)
 	return m
 }
 
-// shard returns the shard of a key and the key's hash as its bucketTable computes it.
-func (m *Memory) shard(key string) (*memoryShard, uint64) {
+// shard returns the shard of a key and the key's hash as its bucketTable computes it. Before the
+// store's first decision it returns a nil shard, unless create is set.
+func (m *Memory) shard(key string, create bool) (*memoryShard, uint64) {
+	shards := m.shards.Load()
+	if shards == nil {
+		if !create {
+			return nil, 0
+		}
+		shards = m.createShards()
+	}
 	h := maphash.String(m.seed, key)
-	return &m.shards[h>>56], tableHash(h) // memoryShards is 256: the top byte picks the shard
+	return &shards[h>>56], tableHash(h) // memoryShards is 256: the top byte picks the shard
+}
+
+func (m *Memory) createShards() *[memoryShards]memoryShard {
+	shards := new([memoryShards]memoryShard)
+	for i := range shards {
+		shards[i].buckets.seed = m.seed
+	}
+	if m.shards.CompareAndSwap(nil, shards) {
+		return shards
+	}
+	return m.shards.Load()
 }
 
 // Decide implements Store. It never fails.
@@ -251,7 +268,10 @@ func (m *Memory) Peek(_ context.Context, key string, rl RateLimiter, now time.Ti
 func (m *Memory) apply(key string, rl RateLimiter, now time.Time, cost int64, peek bool) (d Decision, added bool) {
 	switch rl.Algorithm() {
 	case AlgorithmTokenBucket:
-		sh, h := m.shard(key)
+		sh, h := m.shard(key, !peek)
+		if sh == nil {
+			return rl.Peek(&State{}, now), false
+		}
 		sh.Lock()
 		defer sh.Unlock()
 		i, ok := sh.buckets.find(key, h)
@@ -278,7 +298,10 @@ func (m *Memory) apply(key string, rl RateLimiter, now time.Time, cost int64, pe
 		}
 		return d, added
 	case AlgorithmSlidingWindow:
-		sh, h := m.shard(key)
+		sh, h := m.shard(key, !peek)
+		if sh == nil {
+			return rl.Peek(&State{}, now), false
+		}
 		sh.Lock()
 		defer sh.Unlock()
 		s, ok := sh.windows[key]
@@ -305,6 +328,9 @@ func (m *Memory) apply(key string, rl RateLimiter, now time.Time, cost int64, pe
 			}
 		case d.Allowed:
 			if added = m.admit(windowBytes(key, s)); added {
+				if sh.windows == nil {
+					sh.windows = make(map[string]*State)
+				}
 				sh.windows[strings.Clone(key)] = s
 			}
 		}
@@ -319,7 +345,10 @@ func (m *Memory) apply(key string, rl RateLimiter, now time.Time, cost int64, pe
 
 // Reset implements Store: it forgets the client's state. It never fails.
 func (m *Memory) Reset(_ context.Context, key string) error {
-	sh, h := m.shard(key)
+	sh, h := m.shard(key, false)
+	if sh == nil {
+		return nil
+	}
 	sh.Lock()
 	defer sh.Unlock()
 	if i, ok := sh.buckets.find(key, h); ok {
@@ -339,8 +368,12 @@ func (m *Memory) Close() {
 		return
 	}
 	m.budget.unregister(m)
-	for i := range m.shards {
-		sh := &m.shards[i]
+	shards := m.shards.Load()
+	if shards == nil {
+		return
+	}
+	for i := range shards {
+		sh := &shards[i]
 		sh.Lock()
 		n, bytes := int64(sh.buckets.n+len(sh.windows)), int64(0)
 		for i, tag := range sh.buckets.tags {
@@ -396,11 +429,15 @@ func (m *Memory) admit(bytes int64) bool {
 // one it meets, else the closest to fresh in the last shard it sampled. It reports whether it
 // dropped a client.
 func (m *Memory) evictOne(now time.Time) bool {
+	shards := m.shards.Load()
+	if shards == nil {
+		return false
+	}
 	start := int(m.next.Add(1) * 167) // 167 is prime to 256: consecutive evictions visit every shard
 	seen, last := 0, -1
 	for n := 0; n < memoryShards && seen < evictionSample && m.clients.Load() > 0; n++ {
 		i := (start + n) % memoryShards
-		sh := &m.shards[i]
+		sh := &shards[i]
 		sh.Lock()
 		k, evicted := m.evict(sh, now, true)
 		sh.Unlock()
@@ -414,7 +451,7 @@ func (m *Memory) evictOne(now time.Time) bool {
 	if last < 0 {
 		return false
 	}
-	sh := &m.shards[last]
+	sh := &shards[last]
 	sh.Lock()
 	defer sh.Unlock()
 	_, evicted := m.evict(sh, now, false)
@@ -480,8 +517,12 @@ func (m *Memory) evict(sh *memoryShard, now time.Time, onlyFresh bool) (sampled 
 // memory. It visits every client, one shard at a time, off the decision path: call it
 // periodically from one goroutine. A decision waits at most for one shard's sweep.
 func (m *Memory) Sweep(now time.Time) {
-	for i := range m.shards {
-		sh := &m.shards[i]
+	shards := m.shards.Load()
+	if shards == nil {
+		return
+	}
+	for i := range shards {
+		sh := &shards[i]
 		sh.Lock()
 		for t, i := &sh.buckets, 0; i < len(t.slots); {
 			b := t.slots[i].state

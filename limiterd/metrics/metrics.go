@@ -5,8 +5,8 @@
 //
 // Metrics implements engine.Observer: the labelled children of a tier are resolved once, when
 // a policy is swapped in, so recording a decision is two atomic updates and no label lookup.
-// Series of a policy or tier that was later removed stay exported (counters keep their totals)
-// until the process restarts; their number is bounded by the policies ever loaded.
+// The series of a policy or tier are deleted when a swap removes it (Forget), so that their
+// number is bounded by the policies loaded, not by those ever loaded.
 package metrics
 
 import (
@@ -82,6 +82,10 @@ func New(budget *limiter.Budget) *Metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.decisions, m.decisionLatency, m.storeErrors, m.reloads, m.lastReloadSuccess,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "limiterd_strategies",
+			Help: "Distinct strategy parameter sets compiled since the process started (the strategy intern table's size).",
+		}, func() float64 { return float64(limiter.Strategies()) }),
 	)
 	if budget != nil {
 		m.registry.MustRegister(
@@ -126,6 +130,18 @@ func (m *Metrics) Tier(policyID, tier string) engine.TierObserver {
 
 // StoreError implements engine.Observer.
 func (m *Metrics) StoreError(policyID string) { m.storeErrors.WithLabelValues(policyID).Inc() }
+
+// Forget implements engine.Observer: it deletes the series of a removed tier, or of every tier
+// of a removed policy (tier "").
+func (m *Metrics) Forget(policyID, tier string) {
+	if tier != "" {
+		m.decisions.DeletePartialMatch(prometheus.Labels{"policy": policyID, "tier": tier})
+		return
+	}
+	m.decisions.DeletePartialMatch(prometheus.Labels{"policy": policyID})
+	m.decisionLatency.DeleteLabelValues(policyID)
+	m.storeErrors.DeleteLabelValues(policyID)
+}
 
 // ReloadSucceeded counts a successful policy reload that completed at the given instant.
 func (m *Metrics) ReloadSucceeded(at time.Time) {

@@ -269,3 +269,50 @@ func TestHandlerServesMetrics(t *testing.T) {
 		}
 	}
 }
+
+// scrape returns the /metrics lines that carry a policy label.
+func policyLines(t *testing.T, m *Metrics) []string {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	var lines []string
+	for _, line := range strings.Split(rec.Body.String(), "\n") {
+		if strings.Contains(line, `policy="`) {
+			lines = append(lines, line)
+		}
+	}
+	return lines
+}
+
+func TestSeriesOfRemovedPoliciesAndTiersAreDeleted(t *testing.T) {
+	budget := limiter.NewBudget(0, 0)
+	m := New(budget)
+	e := engine.New(engine.Options{Budget: budget, Observer: m})
+	other := apiPolicy(v1alpha1.FailureModeOpen)
+	other.Name = "other"
+	e.Swap(compileSet(t, apiPolicy(v1alpha1.FailureModeOpen), other))
+	for _, id := range []string{"default/api", "default/other"} {
+		for _, key := range []string{"alice", "shadow-carol"} {
+			if _, err := e.Decide(context.Background(), id, key, 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	m.StoreError("default/other")
+	if lines := policyLines(t, m); !strings.Contains(strings.Join(lines, "\n"), `policy="default/other"`) {
+		t.Fatalf("no series of default/other before its removal:\n%s", strings.Join(lines, "\n"))
+	}
+	// default/other goes; default/api loses its shadow tier.
+	api := apiPolicy(v1alpha1.FailureModeOpen)
+	api.Spec.Tiers, api.Spec.Overrides = api.Spec.Tiers[:1], nil
+	e.Swap(compileSet(t, api))
+	lines := policyLines(t, m)
+	for _, line := range lines {
+		if strings.Contains(line, `policy="default/other"`) || strings.Contains(line, `tier="shadow"`) {
+			t.Errorf("series of a removed policy or tier still served: %s", line)
+		}
+	}
+	if !strings.Contains(strings.Join(lines, "\n"), `limiterd_decisions_total{policy="default/api",result="allowed",tier="standard"} 1`) {
+		t.Errorf("the series of the tier that stays were lost:\n%s", strings.Join(lines, "\n"))
+	}
+}

@@ -50,6 +50,7 @@ type nopObserver struct{}
 
 func (nopObserver) Tier(string, string) engine.TierObserver { return nopObserver{} }
 func (nopObserver) StoreError(string)                       {}
+func (nopObserver) Forget(string, string)                   {}
 func (nopObserver) Observe(engine.Outcome, time.Duration)   {}
 
 // Track returns a Target that records the generations of each set and then swaps it into
@@ -114,6 +115,9 @@ func (t *Tally) Tier(policyID, tier string) engine.TierObserver {
 
 // StoreError implements engine.Observer.
 func (t *Tally) StoreError(policyID string) { t.inner.StoreError(policyID) }
+
+// Forget implements engine.Observer. The tally itself keeps only the policies of the last set.
+func (t *Tally) Forget(policyID, tier string) { t.inner.Forget(policyID, tier) }
 
 type dryRunObserver struct {
 	inner    engine.TierObserver

@@ -89,7 +89,8 @@ func (c *countingObserver) Tier(policyID, tier string) engine.TierObserver {
 	})
 }
 
-func (c *countingObserver) StoreError(string) {}
+func (c *countingObserver) StoreError(string)     {}
+func (c *countingObserver) Forget(string, string) {}
 
 type observeFunc func(engine.Outcome)
 
