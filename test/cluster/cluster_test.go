@@ -18,9 +18,11 @@ import (
 	"testing"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -692,6 +694,7 @@ func testMetrics(t *testing.T, n *node) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	token := prometheusToken(t, n)
 	var all []series
 	scraped := 0
 	for _, s := range slices2.Items {
@@ -699,7 +702,22 @@ func testMetrics(t *testing.T, n *node) {
 			if e.TargetRef == nil || len(e.Addresses) == 0 {
 				continue
 			}
-			resp, err := freshClient.Get("http://" + net.JoinHostPort(e.Addresses[0], "9090") + "/metrics")
+			url := "http://" + net.JoinHostPort(e.Addresses[0], "9090") + "/metrics"
+			// The admin API authenticates its callers: no token, no metrics.
+			if resp, err := freshClient.Get(url); err != nil || resp.StatusCode != http.StatusUnauthorized {
+				t.Errorf("scrape %s without a token: %v %v, want 401", e.TargetRef.Name, err, resp)
+			} else {
+				_ = resp.Body.Close()
+			}
+			req, err := http.NewRequest(http.MethodGet, url, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Authorization", "Bearer "+token)
+			resp, err := freshClient.Do(req)
+			if err == nil && resp.StatusCode != http.StatusOK {
+				err = fmt.Errorf("status %d", resp.StatusCode)
+			}
 			if err != nil {
 				t.Fatalf("scrape %s: %v", e.TargetRef.Name, err)
 			}
@@ -784,6 +802,33 @@ func testMetrics(t *testing.T, n *node) {
 	if checked < 10 {
 		t.Errorf("checked only %d metric references", checked)
 	}
+}
+
+// prometheusToken returns a token of a ServiceAccount bound to the chart's metrics-reader
+// ClusterRole, as a Prometheus scraping through the ServiceMonitor has.
+func prometheusToken(t *testing.T, n *node) string {
+	t.Helper()
+	ctx := context.Background()
+	const ns = "monitoring"
+	if _, err := n.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	if _, err := n.cs.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "prometheus"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "prometheus-limiterd-metrics"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: release + "-metrics-reader"},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: "prometheus", Namespace: ns}},
+	}
+	if _, err := n.cs.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	tr, err := n.cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, "prometheus", &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr.Status.Token
 }
 
 // -------------------------------------------------------------------------------------- uninstall
