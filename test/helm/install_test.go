@@ -359,6 +359,9 @@ func TestInstall(t *testing.T) {
 			"kubectl port-forward -n " + namespace + " svc/" + limiterdName + " 8080:8080",
 			"curl -sS -X POST http://127.0.0.1:8080/v1/allow",
 			"kind: RateLimitPolicy",
+			"NetworkPolicies are on (enforced only by a network plugin that implements them)",
+			"the admin port admits pods of monitoring, platform-ops only",
+			"the operator's metrics port admits pods of monitoring only",
 		} {
 			if !strings.Contains(out, want) {
 				t.Errorf("helm install output (NOTES) lacks %q:\n%s", want, out)

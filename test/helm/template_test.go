@@ -5,7 +5,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -70,7 +69,7 @@ func TestTemplateDefaults(t *testing.T) {
 
 	want := map[string]int{
 		"CustomResourceDefinition": 1, "ServiceAccount": 2, "ClusterRole": 4, "ClusterRoleBinding": 3,
-		"Role": 2, "RoleBinding": 2, "Service": 3, "Deployment": 2,
+		"Role": 2, "RoleBinding": 2, "Service": 3, "Deployment": 2, "NetworkPolicy": 2,
 		"ValidatingAdmissionPolicy": 1, "ValidatingAdmissionPolicyBinding": 1,
 	}
 	if got := m.kinds(); !mapsEqual(got, want) {
@@ -270,33 +269,9 @@ func TestTemplateAllFeatures(t *testing.T) {
 		t.Errorf("ServiceMonitor endpoint %v", ep)
 	}
 
-	// NetworkPolicies.
-	np := typed[networkingv1.NetworkPolicy](t, m.get(t, "NetworkPolicy", limiterdName))
-	checkSelects(t, "NetworkPolicy", &np.Spec.PodSelector, dep, op)
-	if !slices.Equal(np.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}) {
-		t.Errorf("NetworkPolicy policyTypes = %v, want [Ingress]", np.Spec.PolicyTypes)
-	}
-	peers := ingressPeers(t, np)
-	if got := peers["http"]; len(got) != 3 || !isSameNamespace(got[0]) ||
-		got[1].NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"] != "shop" ||
-		len(got[2].NamespaceSelector.MatchExpressions) != 1 {
-		t.Errorf("decisions port peers = %+v, want the namespace itself, shop and the labelled namespaces", got)
-	}
-	if got := peers["admin"]; len(got) != 2 || !isSameNamespace(got[0]) ||
-		got[1].NamespaceSelector == nil || got[1].NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"] != "monitoring" || got[1].PodSelector != nil {
-		t.Errorf("admin port peers = %+v, want the namespace itself and monitoring", got)
-	}
-	if !reflect.DeepEqual(peers["grpc"], peers["http"]) {
-		t.Errorf("gRPC port peers %+v differ from the decisions port's %+v", peers["grpc"], peers["http"])
-	}
-	if len(peers) != 3 {
-		t.Errorf("NetworkPolicy opens ports %v, want http, grpc and admin only", keys(peers))
-	}
-	onp := typed[networkingv1.NetworkPolicy](t, m.get(t, "NetworkPolicy", operatorName))
-	checkSelects(t, "operator NetworkPolicy", &onp.Spec.PodSelector, op, dep)
-	if opeers := ingressPeers(t, onp); len(opeers) != 1 || len(opeers["metrics"]) != 2 {
-		t.Errorf("operator NetworkPolicy peers = %+v, want the metrics port from the namespace and monitoring", opeers)
-	}
+	// NetworkPolicies (TestTemplateNetworkPolicy checks their rules).
+	checkSelects(t, "NetworkPolicy", &typed[networkingv1.NetworkPolicy](t, m.get(t, "NetworkPolicy", limiterdName)).Spec.PodSelector, dep, op)
+	checkSelects(t, "operator NetworkPolicy", &typed[networkingv1.NetworkPolicy](t, m.get(t, "NetworkPolicy", operatorName)).Spec.PodSelector, op, dep)
 
 	// Grafana dashboard, for the sidecar.
 	cm := typed[corev1.ConfigMap](t, m.get(t, "ConfigMap", limiterdName+"-dashboard"))
@@ -357,7 +332,7 @@ func TestTemplateNamespaced(t *testing.T) {
 	t.Parallel()
 	m := render(t, "--values", chartRel+"/ci/namespaced-values.yaml")
 	want := map[string]int{
-		"ServiceAccount": 1, "Role": 2, "RoleBinding": 2, "Service": 2, "Deployment": 1,
+		"ServiceAccount": 1, "Role": 2, "RoleBinding": 2, "Service": 2, "Deployment": 1, "NetworkPolicy": 1,
 		"ValidatingAdmissionPolicy": 1, "ValidatingAdmissionPolicyBinding": 1,
 	}
 	if got := m.kinds(); !mapsEqual(got, want) {
@@ -790,39 +765,6 @@ func checkServiceMonitor(t testing.TB, sm *unstructured.Unstructured, svc, other
 	if svc.Spec.Ports[0].Name != port {
 		t.Errorf("Service %s has no port %s", svc.Name, port)
 	}
-}
-
-// ingressPeers maps each named port of a NetworkPolicy's ingress rules to the peers allowed.
-func ingressPeers(t testing.TB, np *networkingv1.NetworkPolicy) map[string][]networkingv1.NetworkPolicyPeer {
-	t.Helper()
-	out := map[string][]networkingv1.NetworkPolicyPeer{}
-	for _, r := range np.Spec.Ingress {
-		if len(r.Ports) == 0 || len(r.From) == 0 {
-			t.Errorf("NetworkPolicy %s has a rule open to every port or every peer: %+v", np.Name, r)
-		}
-		for _, p := range r.Ports {
-			if p.Port == nil {
-				t.Errorf("NetworkPolicy %s has a rule without a port", np.Name)
-				continue
-			}
-			for _, peer := range r.From {
-				if peer.NamespaceSelector != nil && len(peer.NamespaceSelector.MatchLabels) == 0 && len(peer.NamespaceSelector.MatchExpressions) == 0 {
-					t.Errorf("NetworkPolicy %s opens port %s to every namespace", np.Name, p.Port.String())
-				}
-				if peer.IPBlock != nil {
-					t.Errorf("NetworkPolicy %s opens port %s to an IP block", np.Name, p.Port.String())
-				}
-			}
-			out[p.Port.String()] = append(out[p.Port.String()], r.From...)
-		}
-	}
-	return out
-}
-
-// isSameNamespace tells whether a peer is "every pod of the policy's own namespace".
-func isSameNamespace(p networkingv1.NetworkPolicyPeer) bool {
-	return p.NamespaceSelector == nil && p.IPBlock == nil && p.PodSelector != nil &&
-		len(p.PodSelector.MatchLabels) == 0 && len(p.PodSelector.MatchExpressions) == 0
 }
 
 // checkBinding checks a binding's role and that its only subject is the ServiceAccount sa of the

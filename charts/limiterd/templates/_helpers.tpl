@@ -209,3 +209,15 @@ MiB; empty when neither is known.
 {{- end -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+limiterd.namespacesByName: a label selector matching the namespaces of a list of names, by the
+kubernetes.io/metadata.name label the API server sets on every namespace.
+*/}}
+{{- define "limiterd.namespacesByName" -}}
+matchExpressions:
+  - key: kubernetes.io/metadata.name
+    operator: In
+    values:
+      {{- toYaml . | nindent 6 }}
+{{- end }}
