@@ -45,12 +45,15 @@ func run(args []string) error {
 		probeAddr               string
 		leaderElect             bool
 		leaderElectionNamespace string
+		configMapNamespace      string
 	)
 	fs.StringVar(&metricsAddr, "metrics-bind-address", ":8080", `The address the metrics endpoint binds to; "0" disables it.`)
 	fs.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "The address the health probe endpoints (/healthz, /readyz) bind to.")
 	fs.BoolVar(&leaderElect, "leader-elect", false, "Elect a leader among replicas, so that one operator is active at a time.")
 	fs.StringVar(&leaderElectionNamespace, "leader-election-namespace", "",
 		"The namespace of the leader election Lease; defaults to the operator's own namespace in a cluster. Required with --leader-elect outside a cluster.")
+	fs.StringVar(&configMapNamespace, "configmap-namespace", controllers.DefaultStatusNamespace(),
+		"The namespace the policies' ConfigMaps are written to, which limiterd reads: limiterd's namespace. The operator writes ConfigMaps there only. Defaults to the operator's own namespace in a cluster, else "+limiterdv1alpha1.DefaultReplicaStatusNamespace+".")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -80,12 +83,12 @@ func run(args []string) error {
 		// Stepping down on shutdown lets the next leader start at once; safe because the
 		// process exits right after the manager stops.
 		LeaderElectionReleaseOnCancel: true,
-		Cache:                         cache.Options{ByObject: controllers.CacheByObject()},
+		Cache:                         cache.Options{ByObject: controllers.CacheByObject(configMapNamespace)},
 	})
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
 	}
-	if err := controllers.NewRateLimitPolicyReconciler(mgr).SetupWithManager(mgr); err != nil {
+	if err := controllers.NewRateLimitPolicyReconciler(mgr, configMapNamespace).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
@@ -103,7 +106,7 @@ func run(args []string) error {
 		return fmt.Errorf("add readiness check: %w", err)
 	}
 
-	log.Info("starting operator", "metricsBindAddress", metricsAddr, "healthProbeBindAddress", probeAddr, "leaderElect", leaderElect)
+	log.Info("starting operator", "configMapNamespace", configMapNamespace, "metricsBindAddress", metricsAddr, "healthProbeBindAddress", probeAddr, "leaderElect", leaderElect)
 	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
 		return fmt.Errorf("run manager: %w", err)
 	}

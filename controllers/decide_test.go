@@ -14,7 +14,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	limiterdv1alpha1 "github.com/limiterd/limiterd/api/v1alpha1"
-	"github.com/limiterd/limiterd/internal/testenv"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files of testdata/")
@@ -50,7 +49,7 @@ func TestDecideRendersValidPolicies(t *testing.T) {
 				if ready.Status != metav1.ConditionTrue || ready.Reason != ReasonRendered || ready.ObservedGeneration != 7 {
 					t.Fatalf("decide: condition %+v, want Ready=True reason %s at generation 7", ready, ReasonRendered)
 				}
-				parsed, err := limiterdv1alpha1.ParseConfigMapData(p.Namespace, data)
+				parsed, err := limiterdv1alpha1.ParseConfigMapData(limiterdv1alpha1.ConfigMapName(p.ID()), data)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -107,7 +106,7 @@ func TestDecideDefaults(t *testing.T) {
 	if p.Spec.FailureMode != "" || p.Spec.Tiers[0].TokenBucket.RefillPeriod != nil {
 		t.Errorf("decide modified the policy")
 	}
-	parsed, err := limiterdv1alpha1.ParseConfigMapData("default", data)
+	parsed, err := limiterdv1alpha1.ParseConfigMapData(limiterdv1alpha1.ConfigMapName(limiterdv1alpha1.NewPolicyID("default", "undefaulted")), data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,12 +135,9 @@ func TestConfigMapGolden(t *testing.T) {
 	}
 	cm := &corev1.ConfigMap{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
-		ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: limiterdv1alpha1.ConfigMapName(p.Name)},
+		ObjectMeta: metav1.ObjectMeta{Namespace: limiterdv1alpha1.DefaultReplicaStatusNamespace, Name: limiterdv1alpha1.ConfigMapName(p.ID())},
 	}
-	r := &RateLimitPolicyReconciler{Scheme: testenv.NewScheme()}
-	if err := r.setDesired(p, cm, data); err != nil {
-		t.Fatal(err)
-	}
+	setDesired(p, cm, data)
 	got, err := yaml.Marshal(cm)
 	if err != nil {
 		t.Fatal(err)

@@ -166,13 +166,13 @@ func runManagerAsServiceAccount(t *testing.T, env *testenv.Env, root string) {
 		t.Fatal(err)
 	}
 	p = waitReady(t, env.Client, client.ObjectKeyFromObject(p), 1, ReasonRendered)
-	cm := getConfigMap(t, env.Client, p)
+	cm := getConfigMap(t, env.Client, systemNamespace, p)
 	checkConfigMap(t, cm, p)
 	if err := env.Client.Delete(ctx, cm); err != nil {
 		t.Fatal(err)
 	}
 	waitEvent(t, env.Client, p, corev1.EventTypeNormal, ReasonRestored)
-	checkConfigMap(t, getConfigMap(t, env.Client, p), p)
+	checkConfigMap(t, getConfigMap(t, env.Client, systemNamespace, p), p)
 
 	lease := &coordinationv1.Lease{}
 	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: systemNamespace, Name: "limiterd-operator.limiterd.dev"}, lease); err != nil {

@@ -14,16 +14,17 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	limiterdv1alpha1 "github.com/limiterd/limiterd/api/v1alpha1"
 )
@@ -41,8 +42,8 @@ const (
 	// ReasonTooLarge (Ready=False): the rendered policy exceeds MaxConfigMapDataBytes; the
 	// ConfigMap, if any, keeps the last generation that fitted.
 	ReasonTooLarge = "TooLarge"
-	// ReasonConfigMapConflict (Ready=False): a ConfigMap of the policy's ConfigMap name is
-	// controlled by another object, so the operator leaves it alone.
+	// ReasonConfigMapConflict (Ready=False): a ConfigMap of the policy's ConfigMap name carries
+	// another policy (its PolicyIDAnnotation), so the operator leaves it alone.
 	ReasonConfigMapConflict = "ConfigMapConflict"
 	// ReasonRestored is the reason of the event recorded when the operator puts back a
 	// ConfigMap that was edited or deleted after it had carried the current generation.
@@ -52,50 +53,61 @@ const (
 // EventReporter is the name the operator's events are reported by (reportingController).
 const EventReporter = "limiterd-operator"
 
-// The operator's permissions, turned into config/rbac/role.yaml by `make manifests`.
+// The operator's permissions, turned into config/rbac/role.yaml by `make manifests`. Cluster-wide
+// it reads policies, writes their status and records events about them; ConfigMaps it writes in
+// its own namespace only (ConfigMapNamespace; the generated Role is for config/default's
+// limiterd-system). Its one cluster-wide ConfigMap right, delete, removes the ConfigMaps earlier
+// versions rendered into the policies' namespaces (removeLegacyConfigMap); an admission policy
+// (config/manager/configmap_admission.yaml) narrows it to exactly those.
 // +kubebuilder:rbac:groups=limiterd.dev,resources=ratelimitpolicies,verbs=get;list;watch
 // +kubebuilder:rbac:groups=limiterd.dev,resources=ratelimitpolicies/status,verbs=get;update;patch
-// Owner references that block owner deletion need this where OwnerReferencesPermissionEnforcement is on:
-// +kubebuilder:rbac:groups=limiterd.dev,resources=ratelimitpolicies/finalizers,verbs=update
-// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=delete
+// +kubebuilder:rbac:groups="",namespace=limiterd-system,resources=configmaps,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=coordination.k8s.io,namespace=limiterd-system,resources=leases,verbs=get;list;watch;create;update;patch;delete
 
-// RateLimitPolicyReconciler renders each RateLimitPolicy into a ConfigMap of its namespace,
-// named ConfigMapName(policy name), labelled PolicyLabel=PolicyLabelValue(policy name) and
-// controlled by the policy, from which limiterd reads it. It reports the outcome in the policy's status.
+// RateLimitPolicyReconciler renders each RateLimitPolicy into a ConfigMap of ConfigMapNamespace
+// (limiterd's namespace), named ConfigMapName(policy ID), labelled with the policy's name and
+// namespace and annotated with its ID (the format of api/v1alpha1/configmap.go), from which
+// limiterd reads it. It reports the outcome in the policy's status. Owner references cannot
+// cross namespaces, so it deletes the ConfigMap itself once the policy is gone: the ConfigMaps
+// it watches map to their policies by annotation, and a policy not found has its ConfigMap
+// deleted (also one deleted while the operator was down, at the first sync). It also removes
+// the ConfigMap an earlier version rendered into the policy's namespace, once no live limiterd
+// replica serves the policy from it (removeLegacyConfigMap).
 type RateLimitPolicyReconciler struct {
 	// Client reads from the manager's cache (ConfigMaps restricted by CacheByObject) and writes.
 	Client client.Client
+	// ConfigMapNamespace is where the policies' ConfigMaps are written: limiterd's namespace.
+	ConfigMapNamespace string
 	// APIReader reads from the API server, for ConfigMaps the cache does not hold.
 	APIReader client.Reader
-	// Scheme maps the policy type to its group, version and kind for owner references.
-	Scheme *runtime.Scheme
 	// Recorder records the events users need to see.
 	Recorder events.EventRecorder
 	// StatusNamespace is where limiterd replicas publish their status Leases (see enforcement.go).
 	StatusNamespace string
 }
 
-// NewRateLimitPolicyReconciler returns a reconciler using mgr's client, API reader, scheme and
-// an event recorder named EventReporter.
-func NewRateLimitPolicyReconciler(mgr ctrl.Manager) *RateLimitPolicyReconciler {
+// NewRateLimitPolicyReconciler returns a reconciler writing ConfigMaps into configMapNamespace,
+// using mgr's client, API reader and an event recorder named EventReporter. mgr's cache
+// must hold the ConfigMaps of configMapNamespace (CacheByObject).
+func NewRateLimitPolicyReconciler(mgr ctrl.Manager, configMapNamespace string) *RateLimitPolicyReconciler {
 	return &RateLimitPolicyReconciler{
-		Client:    mgr.GetClient(),
-		APIReader: mgr.GetAPIReader(),
-		Scheme:    mgr.GetScheme(),
-		Recorder:  mgr.GetEventRecorder(EventReporter),
+		Client:             mgr.GetClient(),
+		ConfigMapNamespace: configMapNamespace,
+		APIReader:          mgr.GetAPIReader(),
+		Recorder:           mgr.GetEventRecorder(EventReporter),
 
 		StatusNamespace: DefaultStatusNamespace(),
 	}
 }
 
 // CacheByObject restricts the manager's ConfigMap cache to the ConfigMaps the operator writes
-// (those labelled PolicyLabel), rather than every ConfigMap of the cluster, and its Lease cache
-// to the replicas' status Leases (labelled ReplicaLabel, in
+// (those labelled PolicyLabel in configMapNamespace), rather than every ConfigMap of the
+// cluster, and its Lease cache to the replicas' status Leases (labelled ReplicaLabel, in
 // DefaultStatusNamespace). Pass it as cache.Options.ByObject.
-func CacheByObject() map[client.Object]cache.ByObject {
+func CacheByObject(configMapNamespace string) map[client.Object]cache.ByObject {
 	labelled, err := labels.NewRequirement(limiterdv1alpha1.PolicyLabel, selection.Exists, nil)
 	if err != nil {
 		panic(fmt.Sprintf("selector of label %s: %v", limiterdv1alpha1.PolicyLabel, err)) // a constant: cannot fail
@@ -105,7 +117,10 @@ func CacheByObject() map[client.Object]cache.ByObject {
 		panic(fmt.Sprintf("selector of label %s: %v", limiterdv1alpha1.ReplicaLabel, err)) // a constant: cannot fail
 	}
 	return map[client.Object]cache.ByObject{
-		&corev1.ConfigMap{}: {Label: labels.NewSelector().Add(*labelled)},
+		&corev1.ConfigMap{}: {
+			Label:      labels.NewSelector().Add(*labelled),
+			Namespaces: map[string]cache.Config{configMapNamespace: {}},
+		},
 		&coordinationv1.Lease{}: {
 			Label:      labels.NewSelector().Add(*replica),
 			Namespaces: map[string]cache.Config{DefaultStatusNamespace(): {}},
@@ -114,13 +129,13 @@ func CacheByObject() map[client.Object]cache.ByObject {
 }
 
 // SetupWithManager registers the reconciler with mgr. Policies are reconciled when their
-// generation changes (not on status or metadata changes), ConfigMaps they control whenever
-// those change, and replicas' status Leases when what they report of the policy changes.
+// generation changes (not on status or metadata changes), when the ConfigMaps annotated with
+// their ID change, and when what replicas' status Leases report of them changes.
 func (r *RateLimitPolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	err := ctrl.NewControllerManagedBy(mgr).
 		Named("ratelimitpolicy").
 		For(&limiterdv1alpha1.RateLimitPolicy{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Owns(&corev1.ConfigMap{}).
+		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.configMapPolicy)).
 		Watches(&coordinationv1.Lease{}, r.replicaEvents()).
 		Complete(r)
 	if err != nil {
@@ -137,7 +152,8 @@ func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	var policy limiterdv1alpha1.RateLimitPolicy
 	if err := r.Client.Get(ctx, req.NamespacedName, &policy); err != nil {
 		if apierrors.IsNotFound(err) {
-			return ctrl.Result{}, nil // deleted: its ConfigMap goes with it (owner reference)
+			// Deleted (or never there, for a ConfigMap left behind): its ConfigMap goes.
+			return ctrl.Result{}, r.deleteConfigMap(ctx, limiterdv1alpha1.NewPolicyID(req.Namespace, req.Name))
 		}
 		return ctrl.Result{}, fmt.Errorf("get RateLimitPolicy %s: %w", req.NamespacedName, err)
 	}
@@ -155,23 +171,30 @@ func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	status := policy.Status.DeepCopy()
 	if data != nil {
 		wasCurrent := isCurrent(&policy)
+		name := limiterdv1alpha1.ConfigMapName(policy.ID())
 		changed, err := r.applyConfigMap(ctx, &policy, data)
-		var owned *controllerutil.AlreadyOwnedError
+		var conflict *conflictError
 		switch {
-		case errors.As(err, &owned):
-			ready = condition(&policy, metav1.ConditionFalse, ReasonConfigMapConflict, fmt.Sprintf(
-				"ConfigMap %s is controlled by %s %s; delete it or rename the policy", owned.Object.GetName(), owned.Owner.Kind, owned.Owner.Name))
+		case errors.As(err, &conflict):
+			ready = condition(&policy, metav1.ConditionFalse, ReasonConfigMapConflict, conflict.Error()+"; delete it or rename the policy")
 		case err != nil:
 			return ctrl.Result{}, err
 		default:
-			status.ConfigMapName = limiterdv1alpha1.ConfigMapName(policy.Name)
 			if changed {
-				log.Info("wrote ConfigMap", "configMap", status.ConfigMapName, "generation", policy.Generation)
+				log.Info("wrote ConfigMap", "configMap", r.ConfigMapNamespace+"/"+name, "generation", policy.Generation)
 			}
-			if changed && wasCurrent {
+			if changed && wasCurrent && status.ConfigMapName == name {
 				// The ConfigMap had carried this generation: someone edited or deleted it.
 				r.Recorder.Eventf(&policy, nil, corev1.EventTypeNormal, ReasonRestored, "RestoreConfigMap",
-					"ConfigMap %s was changed or deleted; restored generation %d", status.ConfigMapName, policy.Generation)
+					"ConfigMap %s/%s was changed or deleted; restored generation %d", r.ConfigMapNamespace, name, policy.Generation)
+			}
+			// status.configMapName names the legacy ConfigMap until it is removed.
+			if status.ConfigMapName == "" || status.ConfigMapName == name {
+				status.ConfigMapName = name
+			} else if removed, err := r.removeLegacyConfigMap(ctx, &policy, status.ConfigMapName, replicas, time.Now()); err != nil {
+				return ctrl.Result{}, err
+			} else if removed {
+				status.ConfigMapName = name
 			}
 		}
 	}
@@ -217,7 +240,7 @@ func decide(p *limiterdv1alpha1.RateLimitPolicy, maxBytes int) (map[string]strin
 			"render ConfigMap data: %d bytes, more than %d; split the policy", n, maxBytes))
 	}
 	return data, condition(p, metav1.ConditionTrue, ReasonRendered, fmt.Sprintf(
-		"generation %d is rendered into ConfigMap %s", p.Generation, limiterdv1alpha1.ConfigMapName(p.Name)))
+		"generation %d is rendered into ConfigMap %s", p.Generation, limiterdv1alpha1.ConfigMapName(p.ID())))
 }
 
 func condition(p *limiterdv1alpha1.RateLimitPolicy, status metav1.ConditionStatus, reason, message string) metav1.Condition {
@@ -255,10 +278,22 @@ func sameCondition(a, b *metav1.Condition) bool {
 		a.Message == b.Message && a.ObservedGeneration == b.ObservedGeneration
 }
 
+// conflictError says that the ConfigMap of a policy's name carries another policy.
+type conflictError struct {
+	configMap string // "<namespace>/<name>"
+	owner     string // the PolicyIDAnnotation found
+}
+
+func (e *conflictError) Error() string {
+	return fmt.Sprintf("ConfigMap %s carries policy %s", e.configMap, e.owner)
+}
+
 // applyConfigMap creates or updates the policy's ConfigMap to carry data, and reports whether it
-// wrote. Labels and annotations of others are kept; binaryData is removed.
+// wrote. Labels and annotations of others are kept; binaryData is removed. A ConfigMap annotated
+// with another policy's ID is left alone (a *conflictError); one without the annotation is
+// taken over.
 func (r *RateLimitPolicyReconciler) applyConfigMap(ctx context.Context, p *limiterdv1alpha1.RateLimitPolicy, data map[string]string) (bool, error) {
-	key := client.ObjectKey{Namespace: p.Namespace, Name: limiterdv1alpha1.ConfigMapName(p.Name)}
+	key := client.ObjectKey{Namespace: r.ConfigMapNamespace, Name: limiterdv1alpha1.ConfigMapName(p.ID())}
 	current := &corev1.ConfigMap{}
 	err := r.Client.Get(ctx, key, current)
 	if apierrors.IsNotFound(err) {
@@ -268,9 +303,7 @@ func (r *RateLimitPolicyReconciler) applyConfigMap(ctx context.Context, p *limit
 	switch {
 	case apierrors.IsNotFound(err):
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
-		if err := r.setDesired(p, cm, data); err != nil {
-			return false, err
-		}
+		setDesired(p, cm, data)
 		if err := r.Client.Create(ctx, cm); err != nil {
 			return false, fmt.Errorf("create ConfigMap %s: %w", key, err)
 		}
@@ -278,11 +311,12 @@ func (r *RateLimitPolicyReconciler) applyConfigMap(ctx context.Context, p *limit
 	case err != nil:
 		return false, fmt.Errorf("get ConfigMap %s: %w", key, err)
 	}
+	if owner, ok := current.Annotations[limiterdv1alpha1.PolicyIDAnnotation]; ok && owner != p.ID().String() {
+		return false, &conflictError{configMap: key.String(), owner: owner}
+	}
 
 	desired := current.DeepCopy()
-	if err := r.setDesired(p, desired, data); err != nil {
-		return false, err
-	}
+	setDesired(p, desired, data)
 	if equality.Semantic.DeepEqual(current, desired) {
 		return false, nil
 	}
@@ -292,16 +326,49 @@ func (r *RateLimitPolicyReconciler) applyConfigMap(ctx context.Context, p *limit
 	return true, nil
 }
 
-// setDesired makes cm carry data, the policy label and the policy's controller reference.
-func (r *RateLimitPolicyReconciler) setDesired(p *limiterdv1alpha1.RateLimitPolicy, cm *corev1.ConfigMap, data map[string]string) error {
-	if err := controllerutil.SetControllerReference(p, cm, r.Scheme); err != nil {
-		return fmt.Errorf("own ConfigMap %s/%s: %w", cm.Namespace, cm.Name, err)
-	}
+// setDesired makes cm carry data, the policy labels and the policy ID annotation.
+func setDesired(p *limiterdv1alpha1.RateLimitPolicy, cm *corev1.ConfigMap, data map[string]string) {
 	if cm.Labels == nil {
 		cm.Labels = map[string]string{}
 	}
 	cm.Labels[limiterdv1alpha1.PolicyLabel] = limiterdv1alpha1.PolicyLabelValue(p.Name)
+	cm.Labels[limiterdv1alpha1.PolicyNamespaceLabel] = p.ID().Namespace()
+	if cm.Annotations == nil {
+		cm.Annotations = map[string]string{}
+	}
+	cm.Annotations[limiterdv1alpha1.PolicyIDAnnotation] = p.ID().String()
 	cm.Data = data
 	cm.BinaryData = nil
+}
+
+// deleteConfigMap deletes the ConfigMap of the policy id, which no longer exists, if the cache
+// holds one annotated with that ID.
+func (r *RateLimitPolicyReconciler) deleteConfigMap(ctx context.Context, id limiterdv1alpha1.PolicyID) error {
+	cm := &corev1.ConfigMap{}
+	key := client.ObjectKey{Namespace: r.ConfigMapNamespace, Name: limiterdv1alpha1.ConfigMapName(id)}
+	if err := r.Client.Get(ctx, key, cm); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if cm.Annotations[limiterdv1alpha1.PolicyIDAnnotation] != id.String() {
+		return nil
+	}
+	err := r.Client.Delete(ctx, cm, client.Preconditions{UID: &cm.UID})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete ConfigMap %s of deleted policy %s: %w", key, id, err)
+	}
+	logf.FromContext(ctx).Info("deleted ConfigMap of deleted policy", "configMap", key.String(), "policy", id.String())
 	return nil
+}
+
+// configMapPolicy maps a policy ConfigMap to its policy, by its PolicyIDAnnotation; nothing for
+// a ConfigMap without a valid one.
+func (r *RateLimitPolicyReconciler) configMapPolicy(_ context.Context, obj client.Object) []reconcile.Request {
+	if obj.GetNamespace() != r.ConfigMapNamespace {
+		return nil
+	}
+	id, err := limiterdv1alpha1.ParsePolicyID(obj.GetAnnotations()[limiterdv1alpha1.PolicyIDAnnotation])
+	if err != nil {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: id.Namespace(), Name: id.Name()}}}
 }

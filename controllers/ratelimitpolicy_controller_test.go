@@ -25,32 +25,35 @@ import (
 	"github.com/limiterd/limiterd/internal/testenv"
 )
 
-// getConfigMap returns the policy's ConfigMap.
-func getConfigMap(t *testing.T, c client.Client, p *limiterdv1alpha1.RateLimitPolicy) *corev1.ConfigMap {
+// getConfigMap returns the policy's ConfigMap, in namespace (limiterd's).
+func getConfigMap(t *testing.T, c client.Client, namespace string, p *limiterdv1alpha1.RateLimitPolicy) *corev1.ConfigMap {
 	t.Helper()
 	cm := &corev1.ConfigMap{}
-	key := client.ObjectKey{Namespace: p.Namespace, Name: limiterdv1alpha1.ConfigMapName(p.Name)}
+	key := client.ObjectKey{Namespace: namespace, Name: limiterdv1alpha1.ConfigMapName(p.ID())}
 	if err := c.Get(context.Background(), key, cm); err != nil {
-		t.Fatalf("get ConfigMap of policy %s: %v", p.Name, err)
+		t.Fatalf("get ConfigMap of policy %s: %v", p.ID(), err)
 	}
 	return cm
 }
 
 // checkConfigMap fails t unless cm is the policy's ConfigMap for p as the API server returned it:
-// controlled by p, labelled, and carrying p's generation and spec.
+// labelled with the policy's name and namespace, annotated with its ID, and carrying p's
+// generation and spec. It has no owner reference: owner references cannot cross namespaces.
 func checkConfigMap(t *testing.T, cm *corev1.ConfigMap, p *limiterdv1alpha1.RateLimitPolicy) {
 	t.Helper()
-	owner := metav1.GetControllerOf(cm)
-	if owner == nil || owner.UID != p.UID || owner.Kind != limiterdv1alpha1.Kind ||
-		owner.APIVersion != limiterdv1alpha1.GroupVersion.String() || owner.Name != p.Name ||
-		owner.BlockOwnerDeletion == nil || !*owner.BlockOwnerDeletion {
-		t.Errorf("ConfigMap %s: controller reference %+v, want one to %s %s (UID %s) blocking owner deletion",
-			cm.Name, owner, limiterdv1alpha1.Kind, p.Name, p.UID)
+	if len(cm.OwnerReferences) != 0 {
+		t.Errorf("ConfigMap %s: owner references %+v, want none", cm.Name, cm.OwnerReferences)
 	}
 	if got, want := cm.Labels[limiterdv1alpha1.PolicyLabel], limiterdv1alpha1.PolicyLabelValue(p.Name); got != want {
 		t.Errorf("ConfigMap %s: label %s=%q, want %q", cm.Name, limiterdv1alpha1.PolicyLabel, got, want)
 	}
-	parsed, err := limiterdv1alpha1.ParseConfigMapData(cm.Namespace, cm.Data)
+	if got := cm.Labels[limiterdv1alpha1.PolicyNamespaceLabel]; got != p.Namespace {
+		t.Errorf("ConfigMap %s: label %s=%q, want %q", cm.Name, limiterdv1alpha1.PolicyNamespaceLabel, got, p.Namespace)
+	}
+	if got := cm.Annotations[limiterdv1alpha1.PolicyIDAnnotation]; got != p.ID().String() {
+		t.Errorf("ConfigMap %s: annotation %s=%q, want %q", cm.Name, limiterdv1alpha1.PolicyIDAnnotation, got, p.ID())
+	}
+	parsed, err := limiterdv1alpha1.ParseConfigMapData(cm.Name, cm.Data)
 	if err != nil {
 		t.Fatalf("ConfigMap %s: %v", cm.Name, err)
 	}
@@ -69,7 +72,7 @@ func TestCreateAndUpdateRenderConfigMap(t *testing.T) {
 	t.Parallel()
 	env := testenv.Shared(t)
 	ns := env.Namespace(t)
-	startOperator(t, env, ns)
+	cmNS, _ := startOperator(t, env, ns)
 	ctx := context.Background()
 
 	p := newPolicy(ns, "public-api")
@@ -82,13 +85,13 @@ func TestCreateAndUpdateRenderConfigMap(t *testing.T) {
 	if ready.Status != metav1.ConditionTrue {
 		t.Errorf("Ready = %s, want True", ready.Status)
 	}
-	if want := limiterdv1alpha1.ConfigMapName(p.Name); got.Status.ConfigMapName != want {
+	if want := limiterdv1alpha1.ConfigMapName(p.ID()); got.Status.ConfigMapName != want {
 		t.Errorf("status.configMapName = %q, want %q", got.Status.ConfigMapName, want)
 	}
 	if got.Status.TierCount != 2 {
 		t.Errorf("status.tierCount = %d, want 2", got.Status.TierCount)
 	}
-	checkConfigMap(t, getConfigMap(t, env.Client, got), got)
+	checkConfigMap(t, getConfigMap(t, env.Client, cmNS, got), got)
 
 	// A new generation is rendered, and the status follows it.
 	got.Spec.Tiers[0].TokenBucket.Capacity = 40
@@ -101,7 +104,7 @@ func TestCreateAndUpdateRenderConfigMap(t *testing.T) {
 	if got.Status.TierCount != 3 {
 		t.Errorf("status.tierCount = %d, want 3", got.Status.TierCount)
 	}
-	cm := getConfigMap(t, env.Client, got)
+	cm := getConfigMap(t, env.Client, cmNS, got)
 	checkConfigMap(t, cm, got)
 	if g := cm.Data[limiterdv1alpha1.ConfigMapGenerationKey]; g != "2" {
 		t.Errorf("ConfigMap generation = %q, want 2", g)
@@ -112,7 +115,7 @@ func TestResyncWritesNothing(t *testing.T) {
 	t.Parallel()
 	env := testenv.Shared(t)
 	ns := env.Namespace(t)
-	stopOperator := startOperator(t, env, ns)
+	cmNS, stopOperator := startOperator(t, env, ns)
 	ctx := context.Background()
 
 	p := newPolicy(ns, "steady")
@@ -126,7 +129,7 @@ func TestResyncWritesNothing(t *testing.T) {
 	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(p), before); err != nil {
 		t.Fatal(err)
 	}
-	cmBefore := getConfigMap(t, env.Client, before)
+	cmBefore := getConfigMap(t, env.Client, cmNS, before)
 
 	// Reconcile as a resync does, through a client that counts writes.
 	var writes atomic.Int32
@@ -158,7 +161,7 @@ func TestResyncWritesNothing(t *testing.T) {
 		},
 	})
 	recorder := events.NewFakeRecorder(10)
-	r := &RateLimitPolicyReconciler{Client: c, APIReader: c, Scheme: env.Scheme, Recorder: recorder}
+	r := &RateLimitPolicyReconciler{Client: c, APIReader: c, ConfigMapNamespace: cmNS, Recorder: recorder}
 	for range 3 {
 		if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(p)}); err != nil {
 			t.Fatalf("Reconcile: %v", err)
@@ -178,7 +181,7 @@ func TestResyncWritesNothing(t *testing.T) {
 	if after.ResourceVersion != before.ResourceVersion {
 		t.Errorf("policy resourceVersion %s -> %s after a resync, want unchanged", before.ResourceVersion, after.ResourceVersion)
 	}
-	if cmAfter := getConfigMap(t, env.Client, after); cmAfter.ResourceVersion != cmBefore.ResourceVersion {
+	if cmAfter := getConfigMap(t, env.Client, cmNS, after); cmAfter.ResourceVersion != cmBefore.ResourceVersion {
 		t.Errorf("ConfigMap resourceVersion %s -> %s after a resync, want unchanged", cmBefore.ResourceVersion, cmAfter.ResourceVersion)
 	}
 }
@@ -187,7 +190,7 @@ func TestConfigMapDriftIsRestored(t *testing.T) {
 	t.Parallel()
 	env := testenv.Shared(t)
 	ns := env.Namespace(t)
-	startOperator(t, env, ns)
+	cmNS, _ := startOperator(t, env, ns)
 	ctx := context.Background()
 
 	p := newPolicy(ns, "drift")
@@ -195,7 +198,7 @@ func TestConfigMapDriftIsRestored(t *testing.T) {
 		t.Fatal(err)
 	}
 	p = waitReady(t, env.Client, client.ObjectKeyFromObject(p), 1, ReasonRendered)
-	want := getConfigMap(t, env.Client, p)
+	want := getConfigMap(t, env.Client, cmNS, p)
 
 	restored := func(cm *corev1.ConfigMap) error {
 		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(want), cm); err != nil {
@@ -208,7 +211,7 @@ func TestConfigMapDriftIsRestored(t *testing.T) {
 	}
 
 	t.Run("edited data", func(t *testing.T) {
-		cm := getConfigMap(t, env.Client, p)
+		cm := getConfigMap(t, env.Client, cmNS, p)
 		cm.Data[limiterdv1alpha1.ConfigMapDataKey] = "tampered"
 		cm.Data["extra"] = "x"
 		if err := env.Client.Update(ctx, cm); err != nil {
@@ -220,7 +223,7 @@ func TestConfigMapDriftIsRestored(t *testing.T) {
 
 	t.Run("label removed", func(t *testing.T) {
 		// The operator's cache no longer sees an unlabelled ConfigMap: it must find it anyway.
-		cm := getConfigMap(t, env.Client, p)
+		cm := getConfigMap(t, env.Client, cmNS, p)
 		delete(cm.Labels, limiterdv1alpha1.PolicyLabel)
 		if err := env.Client.Update(ctx, cm); err != nil {
 			t.Fatal(err)
@@ -229,7 +232,7 @@ func TestConfigMapDriftIsRestored(t *testing.T) {
 	})
 
 	t.Run("deleted", func(t *testing.T) {
-		cm := getConfigMap(t, env.Client, p)
+		cm := getConfigMap(t, env.Client, cmNS, p)
 		if err := env.Client.Delete(ctx, cm); err != nil {
 			t.Fatal(err)
 		}
@@ -252,35 +255,62 @@ func TestConfigMapDriftIsRestored(t *testing.T) {
 	}
 }
 
-// The test control plane runs no garbage collector, so deleting a policy leaves its ConfigMap:
-// what makes a cluster delete it is the controller reference, which this test checks.
-func TestDeletedPolicyOwnsItsConfigMap(t *testing.T) {
+// TestDeletedPolicyConfigMapIsDeleted checks the garbage collection of ConfigMaps, which owner
+// references cannot do across namespaces: a deleted policy's ConfigMap is deleted, and so is one
+// whose policy was deleted while the operator was not running, once it starts; a ConfigMap
+// annotated with a policy that exists, or with none, stays.
+func TestDeletedPolicyConfigMapIsDeleted(t *testing.T) {
 	t.Parallel()
 	env := testenv.Shared(t)
 	ns := env.Namespace(t)
-	startOperator(t, env, ns)
+	cmNS := env.Namespace(t)
 	ctx := context.Background()
+
+	// Left behind by a policy deleted while no operator ran, and a ConfigMap that is no policy's.
+	ghost := newPolicy(ns, "ghost")
+	data, err := limiterdv1alpha1.RenderConfigMapData(ghost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leftover := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: cmNS, Name: limiterdv1alpha1.ConfigMapName(ghost.ID()),
+		Labels:      map[string]string{limiterdv1alpha1.PolicyLabel: "ghost", limiterdv1alpha1.PolicyNamespaceLabel: ns},
+		Annotations: map[string]string{limiterdv1alpha1.PolicyIDAnnotation: ghost.ID().String()}}, Data: data}
+	unrelated := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: cmNS, Name: "unrelated",
+		Labels: map[string]string{limiterdv1alpha1.PolicyLabel: "unrelated"}}}
+	for _, cm := range []*corev1.ConfigMap{leftover, unrelated} {
+		if err := env.Client.Create(ctx, cm); err != nil {
+			t.Fatal(err)
+		}
+	}
+	startOperatorWith(t, env, ns, cmNS, DefaultStatusNamespace())
+	gone := func(cm *corev1.ConfigMap) func() error {
+		return func() error {
+			err := env.Client.Get(ctx, client.ObjectKeyFromObject(cm), &corev1.ConfigMap{})
+			switch {
+			case err == nil:
+				return fmt.Errorf("ConfigMap %s still there", cm.Name)
+			case !apierrors.IsNotFound(err):
+				return err
+			}
+			return nil
+		}
+	}
+	testenv.Eventually(t, timeout, gone(leftover))
 
 	p := newPolicy(ns, "short-lived")
 	if err := env.Client.Create(ctx, p); err != nil {
 		t.Fatal(err)
 	}
 	p = waitReady(t, env.Client, client.ObjectKeyFromObject(p), 1, ReasonRendered)
-	cm := getConfigMap(t, env.Client, p)
-	checkConfigMap(t, cm, p) // controller reference with blockOwnerDeletion: foreground GC waits for it
+	cm := getConfigMap(t, env.Client, cmNS, p)
+	checkConfigMap(t, cm, p)
 	if err := env.Client.Delete(ctx, p); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, timeout, func() error {
-		err := env.Client.Get(ctx, client.ObjectKeyFromObject(p), &limiterdv1alpha1.RateLimitPolicy{})
-		switch {
-		case err == nil:
-			return errors.New("policy still there")
-		case !apierrors.IsNotFound(err):
-			return fmt.Errorf("policy still there: %w", err)
-		}
-		return nil
-	})
+	testenv.Eventually(t, timeout, gone(cm))
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(unrelated), &corev1.ConfigMap{}); err != nil {
+		t.Errorf("a ConfigMap of no policy: %v, want kept", err)
+	}
 }
 
 // bigSpec returns a valid spec whose rendering exceeds MaxConfigMapDataBytes: 1000 client keys
@@ -306,7 +336,7 @@ func TestTooLargePolicyIsNotWritten(t *testing.T) {
 	t.Parallel()
 	env := testenv.Shared(t)
 	ns := env.Namespace(t)
-	startOperator(t, env, ns)
+	cmNS, _ := startOperator(t, env, ns)
 	ctx := context.Background()
 
 	t.Run("new", func(t *testing.T) {
@@ -317,7 +347,7 @@ func TestTooLargePolicyIsNotWritten(t *testing.T) {
 		}
 		p = waitReady(t, env.Client, client.ObjectKeyFromObject(p), 1, ReasonTooLarge)
 		checkNotReady(t, p, "bytes, more than")
-		err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: limiterdv1alpha1.ConfigMapName(p.Name)}, &corev1.ConfigMap{})
+		err := env.Client.Get(ctx, client.ObjectKey{Namespace: cmNS, Name: limiterdv1alpha1.ConfigMapName(p.ID())}, &corev1.ConfigMap{})
 		if !apierrors.IsNotFound(err) {
 			t.Errorf("get ConfigMap of a policy too large: %v, want NotFound", err)
 		}
@@ -330,14 +360,14 @@ func TestTooLargePolicyIsNotWritten(t *testing.T) {
 			t.Fatal(err)
 		}
 		p = waitReady(t, env.Client, client.ObjectKeyFromObject(p), 1, ReasonRendered)
-		good := getConfigMap(t, env.Client, p)
+		good := getConfigMap(t, env.Client, cmNS, p)
 		p.Spec = bigSpec()
 		if err := env.Client.Update(ctx, p); err != nil {
 			t.Fatal(err)
 		}
 		p = waitReady(t, env.Client, client.ObjectKeyFromObject(p), 2, ReasonTooLarge)
 		checkNotReady(t, p, "bytes, more than")
-		if cm := getConfigMap(t, env.Client, p); cm.ResourceVersion != good.ResourceVersion {
+		if cm := getConfigMap(t, env.Client, cmNS, p); cm.ResourceVersion != good.ResourceVersion {
 			t.Errorf("ConfigMap rewritten (generation %s) for a policy too large, want the last good one kept",
 				cm.Data[limiterdv1alpha1.ConfigMapGenerationKey])
 		}
@@ -357,34 +387,31 @@ func checkNotReady(t *testing.T, p *limiterdv1alpha1.RateLimitPolicy, want strin
 	}
 }
 
-func TestConfigMapControlledByAnotherIsLeftAlone(t *testing.T) {
+func TestConfigMapOfAnotherPolicyIsLeftAlone(t *testing.T) {
 	t.Parallel()
 	env := testenv.Shared(t)
 	ns := env.Namespace(t)
-	startOperator(t, env, ns)
+	cmNS, _ := startOperator(t, env, ns)
 	ctx := context.Background()
 
-	other := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "owner"}}
-	if err := env.Client.Create(ctx, other); err != nil {
-		t.Fatal(err)
-	}
+	// A ConfigMap of the name of policy "taken", carrying another policy (as a hash collision of
+	// long names would).
+	p := newPolicy(ns, "taken")
 	taken := &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: limiterdv1alpha1.ConfigMapName("taken"),
-			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: other.Name,
-				UID: other.UID, Controller: ptr.To(true)}}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: cmNS, Name: limiterdv1alpha1.ConfigMapName(p.ID()),
+			Annotations: map[string]string{limiterdv1alpha1.PolicyIDAnnotation: ns + "/someone-else"}},
 		Data: map[string]string{"mine": "yes"},
 	}
 	if err := env.Client.Create(ctx, taken); err != nil {
 		t.Fatal(err)
 	}
-	p := newPolicy(ns, "taken")
 	if err := env.Client.Create(ctx, p); err != nil {
 		t.Fatal(err)
 	}
 	p = waitReady(t, env.Client, client.ObjectKeyFromObject(p), 1, ReasonConfigMapConflict)
-	checkNotReady(t, p, "controlled by ConfigMap owner")
-	if cm := getConfigMap(t, env.Client, p); cm.ResourceVersion != taken.ResourceVersion {
-		t.Errorf("the operator wrote a ConfigMap controlled by another object: %+v", cm)
+	checkNotReady(t, p, "carries policy "+ns+"/someone-else")
+	if cm := getConfigMap(t, env.Client, cmNS, p); cm.ResourceVersion != taken.ResourceVersion {
+		t.Errorf("the operator wrote a ConfigMap of another policy: %+v", cm)
 	}
 	waitEvent(t, env.Client, p, corev1.EventTypeWarning, ReasonConfigMapConflict)
 }
@@ -397,7 +424,7 @@ func TestInvalidPolicyKeepsLastGoodConfigMap(t *testing.T) {
 	ctx := context.Background()
 	loosenCRD(t, env)
 	ns := env.Namespace(t)
-	startOperator(t, env, ns)
+	cmNS, _ := startOperator(t, env, ns)
 
 	t.Run("new", func(t *testing.T) {
 		p := newPolicy(ns, "invalid-new")
@@ -407,7 +434,7 @@ func TestInvalidPolicyKeepsLastGoodConfigMap(t *testing.T) {
 		}
 		p = waitReady(t, env.Client, client.ObjectKeyFromObject(p), 1, ReasonInvalid)
 		checkNotReady(t, p, "spec.defaultTier")
-		err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: limiterdv1alpha1.ConfigMapName(p.Name)}, &corev1.ConfigMap{})
+		err := env.Client.Get(ctx, client.ObjectKey{Namespace: cmNS, Name: limiterdv1alpha1.ConfigMapName(p.ID())}, &corev1.ConfigMap{})
 		if !apierrors.IsNotFound(err) {
 			t.Errorf("get ConfigMap of an invalid policy: %v, want NotFound", err)
 		}
@@ -422,7 +449,7 @@ func TestInvalidPolicyKeepsLastGoodConfigMap(t *testing.T) {
 			t.Fatal(err)
 		}
 		p = waitReady(t, env.Client, client.ObjectKeyFromObject(p), 1, ReasonRendered)
-		good := getConfigMap(t, env.Client, p)
+		good := getConfigMap(t, env.Client, cmNS, p)
 
 		p.Spec.Tiers[0].TokenBucket.Capacity = 0
 		if err := env.Client.Update(ctx, p); err != nil {
@@ -430,7 +457,7 @@ func TestInvalidPolicyKeepsLastGoodConfigMap(t *testing.T) {
 		}
 		p = waitReady(t, env.Client, client.ObjectKeyFromObject(p), 2, ReasonInvalid)
 		checkNotReady(t, p, "spec.tiers[0].tokenBucket.capacity")
-		if cm := getConfigMap(t, env.Client, p); cm.ResourceVersion != good.ResourceVersion {
+		if cm := getConfigMap(t, env.Client, cmNS, p); cm.ResourceVersion != good.ResourceVersion {
 			t.Errorf("ConfigMap rewritten (generation %s) for an invalid policy, want the last good one kept",
 				cm.Data[limiterdv1alpha1.ConfigMapGenerationKey])
 		}
@@ -444,7 +471,7 @@ func TestInvalidPolicyKeepsLastGoodConfigMap(t *testing.T) {
 			t.Fatal(err)
 		}
 		p = waitReady(t, env.Client, client.ObjectKeyFromObject(p), 3, ReasonRendered)
-		checkConfigMap(t, getConfigMap(t, env.Client, p), p)
+		checkConfigMap(t, getConfigMap(t, env.Client, cmNS, p), p)
 	})
 }
 

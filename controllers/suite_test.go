@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"go.uber.org/zap/zapcore"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -35,13 +36,29 @@ func TestMain(m *testing.M) {
 	testenv.Main(m)
 }
 
-// startOperator runs the reconciler in a manager that watches namespace only, as main.go wires
-// it, until t ends. The manager's logs are printed if t fails.
-// startOperator runs the operator for namespace until the test ends, or until the returned
-// function stops it.
-func startOperator(t *testing.T, env *testenv.Env, namespace string) (stop func()) {
+// startOperator runs the reconciler in a manager that watches the policies of namespace only,
+// as main.go wires it, rendering into a namespace of its own, until the test ends or until the
+// returned function stops it. It returns that namespace (limiterd's, as the operator sees it).
+// The manager's logs are printed if t fails.
+func startOperator(t *testing.T, env *testenv.Env, namespace string) (configMapNamespace string, stop func()) {
+	t.Helper()
+	configMapNamespace = env.Namespace(t)
+	return configMapNamespace, startOperatorWith(t, env, namespace, configMapNamespace, DefaultStatusNamespace())
+}
+
+// startOperatorWith runs the operator for the policies of namespace, rendering into
+// configMapNamespace and reading the replicas' status from statusNamespace, until the test ends
+// or the returned function stops it.
+func startOperatorWith(t *testing.T, env *testenv.Env, namespace, configMapNamespace, statusNamespace string) (stop func()) {
 	t.Helper()
 	logs := &testsupport.SyncBuffer{}
+	byObject := CacheByObject(configMapNamespace)
+	for obj, c := range byObject {
+		if _, ok := obj.(*coordinationv1.Lease); ok {
+			c.Namespaces = map[string]cache.Config{statusNamespace: {}}
+			byObject[obj] = c
+		}
+	}
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
 		Scheme:                 env.Scheme,
 		Logger:                 zap.New(zap.WriteTo(logs), zap.UseDevMode(true)),
@@ -49,14 +66,16 @@ func startOperator(t *testing.T, env *testenv.Env, namespace string) (stop func(
 		HealthProbeBindAddress: "0",
 		Cache: cache.Options{
 			DefaultNamespaces: map[string]cache.Config{namespace: {}},
-			ByObject:          CacheByObject(),
+			ByObject:          byObject,
 		},
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)}, // one manager per test
 	})
 	if err != nil {
 		t.Fatalf("create manager: %v", err)
 	}
-	if err := NewRateLimitPolicyReconciler(mgr).SetupWithManager(mgr); err != nil {
+	r := NewRateLimitPolicyReconciler(mgr, configMapNamespace)
+	r.StatusNamespace = statusNamespace
+	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -14,8 +14,10 @@ import (
 // The ConfigMap format: how the operator hands a RateLimitPolicy to limiterd
 // (docs/configmap-format.md describes it for people).
 //
-// For each RateLimitPolicy the operator owns one ConfigMap in the policy's namespace, named
-// ConfigMapName(policy name) and labelled PolicyLabel=PolicyLabelValue(policy name). Its data
+// For each RateLimitPolicy the operator owns one ConfigMap in limiterd's namespace (not the
+// policy's: so that limiterd reads, and the operator writes, ConfigMaps of that one namespace
+// only), named ConfigMapName(policy ID), labelled PolicyLabel=PolicyLabelValue(policy name) and
+// PolicyNamespaceLabel=<policy namespace>, and annotated PolicyIDAnnotation=<policy ID>. Its data
 // is exactly what RenderConfigMapData returns, two keys:
 //
 //   - ConfigMapDataKey ("policy.yaml"): the policy as one YAML document in limiterd's policy
@@ -26,10 +28,16 @@ import (
 //     same as in the document, so that limiterd can report which generation it serves.
 //
 // limiterd reads it back with ParseConfigMapData, which accepts exactly this: no other keys,
-// one valid policy in the ConfigMap's own namespace, matching generations.
+// one valid policy whose ConfigMapName is the ConfigMap's name, matching generations.
 const (
 	// PolicyLabel labels a policy's ConfigMap; its value is PolicyLabelValue(policy name).
 	PolicyLabel = "limiterd.dev/policy"
+	// PolicyNamespaceLabel labels a policy's ConfigMap with the policy's namespace, so that a
+	// limiterd serving one namespace selects its policies' ConfigMaps.
+	PolicyNamespaceLabel = "limiterd.dev/policy-namespace"
+	// PolicyIDAnnotation holds the ID ("<namespace>/<name>") of the policy a ConfigMap carries;
+	// the operator finds the policy of a ConfigMap by it (labels cannot hold a long name).
+	PolicyIDAnnotation = "limiterd.dev/policy-id"
 	// ConfigMapDataKey is the data key holding the rendered policy document.
 	ConfigMapDataKey = "policy.yaml"
 	// ConfigMapGenerationKey is the data key holding the policy's generation, in decimal.
@@ -41,18 +49,32 @@ const (
 	// (with its metadata and managed fields) far below etcd's request size limit (1.5 MiB).
 	MaxConfigMapDataBytes = 1<<20 - 64<<10
 
-	configMapPrefix = "rlp-"
-	maxObjectName   = 253 // a DNS subdomain
-	maxLabelValue   = 63
-	hashLength      = 16 // hex digits of SHA-256 appended to shortened names
+	// ConfigMapNamePrefix starts the name of every policy's ConfigMap (see ConfigMapName).
+	ConfigMapNamePrefix = "rlp-"
+
+	maxObjectName = 253 // a DNS subdomain
+	maxLabelValue = 63
+	hashLength    = 16 // hex digits of SHA-256 appended to shortened names
 )
 
-// ConfigMapName returns the name of the ConfigMap carrying the policy named policyName:
-// "rlp-" + policyName, or, when that would exceed 253 characters, the name cut short and
-// followed by "-" and 16 hex digits of the SHA-256 of policyName. For a valid policy name (a DNS
-// subdomain) the result is a valid ConfigMap name.
-func ConfigMapName(policyName string) string {
-	return shorten(configMapPrefix+policyName, policyName, maxObjectName)
+// ConfigMapName returns the name of the ConfigMap carrying the policy id in limiterd's
+// namespace: "rlp-<namespace>.<name>", or, when that would exceed 253 characters, that cut short
+// and followed by "-" and 16 hex digits of the SHA-256 of id. A namespace has no '.' and is at
+// most 63 characters, so the name always starts with "rlp-<namespace>.": policies of different
+// namespaces never share a name. Within a namespace two names differ unless one is cut short and
+// matches the other in its first 236 characters and its 64-bit hash; the operator then refuses
+// to write a ConfigMap annotated with another policy's ID. For a valid ID the result is a valid
+// ConfigMap name.
+func ConfigMapName(id PolicyID) string {
+	return shorten(ConfigMapNamePrefix+id.Namespace()+"."+id.Name(), id.String(), maxObjectName)
+}
+
+// LegacyConfigMapName returns the name earlier versions gave the ConfigMap of the policy named
+// policyName, in the policy's own namespace: "rlp-<policy name>", shortened as ConfigMapName
+// does. The operator uses it only to delete those ConfigMaps once limiterd reads the new ones
+// (docs/configmap-format.md, "Migration").
+func LegacyConfigMapName(policyName string) string {
+	return shorten(ConfigMapNamePrefix+policyName, policyName, maxObjectName)
 }
 
 // PolicyLabelValue returns the value of PolicyLabel for the policy named policyName: the name
@@ -123,14 +145,15 @@ func RenderConfigMapData(p *RateLimitPolicy) (map[string]string, error) {
 	return data, nil
 }
 
-// ParseConfigMapData reads back the data of a policy's ConfigMap in namespace, as written by
+// ParseConfigMapData reads back the data of the ConfigMap named name, as written by
 // RenderConfigMapData: exactly the keys ConfigMapDataKey and ConfigMapGenerationKey, at most
 // MaxConfigMapDataBytes, one policy document decoded as strictly as DecodePolicies does
-// (defaulted and validated) whose namespace is namespace and whose generation is that of
-// ConfigMapGenerationKey.
-func ParseConfigMapData(namespace string, data map[string]string) (*RateLimitPolicy, error) {
-	if namespace == "" {
-		return nil, fmt.Errorf("parse ConfigMap data: namespace is empty")
+// (defaulted and validated) whose ConfigMapName is name and whose generation is that of
+// ConfigMapGenerationKey. The name binds the ConfigMap to one policy: a ConfigMap cannot carry
+// a policy of another name or namespace.
+func ParseConfigMapData(name string, data map[string]string) (*RateLimitPolicy, error) {
+	if name == "" {
+		return nil, fmt.Errorf("parse ConfigMap data: ConfigMap name is empty")
 	}
 	if size := dataSize(data); size > MaxConfigMapDataBytes {
 		return nil, fmt.Errorf("parse ConfigMap data: %d bytes, more than %d", size, MaxConfigMapDataBytes)
@@ -165,9 +188,8 @@ func ParseConfigMapData(namespace string, data map[string]string) (*RateLimitPol
 		return nil, fmt.Errorf("parse ConfigMap data: key %q holds %d policies, want 1", ConfigMapDataKey, len(policies))
 	}
 	p := &policies[0]
-	if p.Namespace != namespace {
-		return nil, fmt.Errorf("parse ConfigMap data: policy %s/%s is not in the ConfigMap's namespace %q",
-			p.Namespace, p.Name, namespace)
+	if want := ConfigMapName(p.ID()); name != want {
+		return nil, fmt.Errorf("parse ConfigMap data: policy %s belongs in ConfigMap %s, not %s", p.ID(), want, name)
 	}
 	if p.Generation != gen {
 		return nil, fmt.Errorf("parse ConfigMap data: policy %s/%s has generation %d, key %q says %d",

@@ -129,7 +129,7 @@ func TestConfigMapRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := ParseConfigMapData(tc.p.Namespace, data)
+			got, err := ParseConfigMapData(ConfigMapName(tc.p.ID()), data)
 			if err != nil {
 				t.Fatalf("ParseConfigMapData: %v", err)
 			}
@@ -200,30 +200,33 @@ func TestParseConfigMapDataErrors(t *testing.T) {
 		return d
 	}
 	doc := good[ConfigMapDataKey]
+	name := ConfigMapName(NewPolicyID("ns", "p"))
 	tests := []struct {
 		name      string
-		namespace string
+		configMap string
 		data      map[string]string
 		want      string
 	}{
-		{"no namespace", "", good, "namespace is empty"},
-		{"other namespace", "other", good, `not in the ConfigMap's namespace "other"`},
-		{"unknown key", "ns", with("extra", "x"), `unknown keys "extra"`},
-		{"no policy", "ns", without(ConfigMapDataKey), `"policy.yaml" is missing`},
-		{"no generation", "ns", without(ConfigMapGenerationKey), `"generation" is missing`},
-		{"generation not a number", "ns", with(ConfigMapGenerationKey, "x"), "is not a generation"},
-		{"generation negative", "ns", with(ConfigMapGenerationKey, "-1"), "is not a generation"},
-		{"generation not canonical", "ns", with(ConfigMapGenerationKey, "00"), "is not a generation"},
-		{"generation mismatch", "ns", with(ConfigMapGenerationKey, "4"), "has generation 0"},
-		{"two policies", "ns", with(ConfigMapDataKey, doc+"---\n"+strings.Replace(doc, "name: p", "name: q", 1)), "holds 2 policies"},
-		{"no policies", "ns", with(ConfigMapDataKey, "# nothing\n"), "holds 0 policies"},
-		{"invalid policy", "ns", with(ConfigMapDataKey, strings.Replace(doc, "defaultTier: free", "defaultTier: gold", 1)), "spec.defaultTier"},
-		{"unknown field", "ns", with(ConfigMapDataKey, doc+"status: {}\nextra: 1\n"), `unknown field "extra"`},
-		{"too large", "ns", with(ConfigMapDataKey, doc+"#"+strings.Repeat("x", MaxConfigMapDataBytes)), "bytes, more than"},
+		{"no ConfigMap name", "", good, "ConfigMap name is empty"},
+		{"ConfigMap of the policy's legacy name", LegacyConfigMapName("p"), good, "policy ns/p belongs in ConfigMap rlp-ns.p, not rlp-p"},
+		{"ConfigMap of a policy of another namespace", ConfigMapName(NewPolicyID("other", "p")), good, "belongs in ConfigMap rlp-ns.p, not rlp-other.p"},
+		{"ConfigMap of another policy", ConfigMapName(NewPolicyID("ns", "q")), good, "belongs in ConfigMap rlp-ns.p, not rlp-ns.q"},
+		{"unknown key", name, with("extra", "x"), `unknown keys "extra"`},
+		{"no policy", name, without(ConfigMapDataKey), `"policy.yaml" is missing`},
+		{"no generation", name, without(ConfigMapGenerationKey), `"generation" is missing`},
+		{"generation not a number", name, with(ConfigMapGenerationKey, "x"), "is not a generation"},
+		{"generation negative", name, with(ConfigMapGenerationKey, "-1"), "is not a generation"},
+		{"generation not canonical", name, with(ConfigMapGenerationKey, "00"), "is not a generation"},
+		{"generation mismatch", name, with(ConfigMapGenerationKey, "4"), "has generation 0"},
+		{"two policies", name, with(ConfigMapDataKey, doc+"---\n"+strings.Replace(doc, "name: p", "name: q", 1)), "holds 2 policies"},
+		{"no policies", name, with(ConfigMapDataKey, "# nothing\n"), "holds 0 policies"},
+		{"invalid policy", name, with(ConfigMapDataKey, strings.Replace(doc, "defaultTier: free", "defaultTier: gold", 1)), "spec.defaultTier"},
+		{"unknown field", name, with(ConfigMapDataKey, doc+"status: {}\nextra: 1\n"), `unknown field "extra"`},
+		{"too large", name, with(ConfigMapDataKey, doc+"#"+strings.Repeat("x", MaxConfigMapDataBytes)), "bytes, more than"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p, err := ParseConfigMapData(tt.namespace, tt.data)
+			p, err := ParseConfigMapData(tt.configMap, tt.data)
 			if err == nil {
 				t.Fatalf("ParseConfigMapData accepted it: %+v", p)
 			}
@@ -232,14 +235,67 @@ func TestParseConfigMapDataErrors(t *testing.T) {
 			}
 		})
 	}
-	if _, err := ParseConfigMapData("ns", good); err != nil {
+	if _, err := ParseConfigMapData(name, good); err != nil {
 		t.Errorf("ParseConfigMapData(good) = %v", err)
 	}
 }
 
+// TestConfigMapName checks that the ConfigMap names of policy IDs are valid names, tell every
+// two IDs apart across namespaces and names of every length, and keep the namespace and name
+// readable when they fit.
 func TestConfigMapName(t *testing.T) {
-	if got := ConfigMapName("public-api"); got != "rlp-public-api" {
-		t.Errorf("ConfigMapName(public-api) = %q, want rlp-public-api", got)
+	if got := ConfigMapName(NewPolicyID("shop", "public-api")); got != "rlp-shop.public-api" {
+		t.Errorf("ConfigMapName(shop/public-api) = %q, want rlp-shop.public-api", got)
+	}
+	// A namespace has no '.': the first '.' ends it, so these do not collide.
+	for _, pair := range [][2]PolicyID{
+		{NewPolicyID("a", "b.c"), NewPolicyID("a-b", "c")},
+		{NewPolicyID("a", "b.c"), NewPolicyID("ab", "c")},
+		{NewPolicyID("team", "x"), NewPolicyID("team-x", "x")},
+	} {
+		if ConfigMapName(pair[0]) == ConfigMapName(pair[1]) {
+			t.Errorf("ConfigMapName(%s) = ConfigMapName(%s) = %q", pair[0], pair[1], ConfigMapName(pair[0]))
+		}
+	}
+	longNS := strings.Repeat("n", 63)
+	seen := map[string]PolicyID{}
+	for _, ns := range []string{"a", "team-a", longNS} {
+		for n := 1; n <= 253; n++ {
+			for _, c := range []byte{'a', '.', '-'} {
+				for _, at := range []int{n - 1, n - 2, 170, 171, 172, 231, 232, 233, 45, 46, 47} {
+					b := []byte(strings.Repeat("a", n))
+					if at > 0 && at < n-1 && (c == 'a' || b[at-1] != '.' && b[at+1] != '.') {
+						b[at] = c
+					}
+					id := NewPolicyID(ns, string(b))
+					if _, err := ParsePolicyID(id.String()); err != nil {
+						continue
+					}
+					cm := ConfigMapName(id)
+					if errs := validation.IsDNS1123Subdomain(cm); len(errs) > 0 {
+						t.Fatalf("ConfigMapName(%s) = %q: %v", id, cm, errs)
+					}
+					if full := "rlp-" + id.Namespace() + "." + id.Name(); len(full) <= 253 && cm != full {
+						t.Fatalf("ConfigMapName(%s) = %q, want %s", id, cm, full)
+					}
+					if !strings.HasPrefix(cm, "rlp-"+ns+".") {
+						t.Fatalf("ConfigMapName(%s) = %q does not start with its namespace", id, cm)
+					}
+					if other, ok := seen[cm]; ok && other != id {
+						t.Fatalf("ConfigMapName(%s) = ConfigMapName(%s) = %q", id, other, cm)
+					}
+					seen[cm] = id
+				}
+			}
+		}
+	}
+}
+
+// TestLegacyConfigMapName checks the names earlier versions gave ConfigMaps in the policies'
+// namespaces, which the operator deletes by them, and the policy label values.
+func TestLegacyConfigMapName(t *testing.T) {
+	if got := LegacyConfigMapName("public-api"); got != "rlp-public-api" {
+		t.Errorf("LegacyConfigMapName(public-api) = %q, want rlp-public-api", got)
 	}
 	if got := PolicyLabelValue("public-api"); got != "public-api" {
 		t.Errorf("PolicyLabelValue(public-api) = %q, want public-api", got)
@@ -258,15 +314,15 @@ func TestConfigMapName(t *testing.T) {
 				if len(validation.IsDNS1123Subdomain(name)) > 0 {
 					continue
 				}
-				cm := ConfigMapName(name)
+				cm := LegacyConfigMapName(name)
 				if errs := validation.IsDNS1123Subdomain(cm); len(errs) > 0 {
-					t.Fatalf("ConfigMapName(%q) = %q: %v", name, cm, errs)
+					t.Fatalf("LegacyConfigMapName(%q) = %q: %v", name, cm, errs)
 				}
 				if len(name) <= 249 && cm != "rlp-"+name {
-					t.Fatalf("ConfigMapName(%q) = %q, want rlp-%s", name, cm, name)
+					t.Fatalf("LegacyConfigMapName(%q) = %q, want rlp-%s", name, cm, name)
 				}
 				if other, ok := seenName[cm]; ok && other != name {
-					t.Fatalf("ConfigMapName(%q) = ConfigMapName(%q) = %q", name, other, cm)
+					t.Fatalf("LegacyConfigMapName(%q) = LegacyConfigMapName(%q) = %q", name, other, cm)
 				}
 				seenName[cm] = name
 				lv := PolicyLabelValue(name)
@@ -294,7 +350,7 @@ func TestConfigMapRoundTripAwkwardKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := ParseConfigMapData(p.Namespace, data)
+	got, err := ParseConfigMapData(ConfigMapName(p.ID()), data)
 	if err != nil {
 		t.Fatalf("ParseConfigMapData: %v\n%s", err, data[ConfigMapDataKey])
 	}
@@ -315,7 +371,7 @@ func TestConfigMapRoundTripEveryCharacter(t *testing.T) {
 		if err != nil {
 			t.Fatalf("RenderConfigMapData: %v", err)
 		}
-		got, err := ParseConfigMapData(p.Namespace, data)
+		got, err := ParseConfigMapData(ConfigMapName(p.ID()), data)
 		if err != nil {
 			t.Fatalf("ParseConfigMapData: %v", err)
 		}

@@ -56,7 +56,7 @@ func FuzzDecodePolicies(f *testing.F) {
 				}
 				t.Fatalf("RenderConfigMapData of a decoded policy: %v", err)
 			}
-			got, err := ParseConfigMapData(p.Namespace, data)
+			got, err := ParseConfigMapData(ConfigMapName(p.ID()), data)
 			if err != nil {
 				t.Fatalf("ParseConfigMapData(RenderConfigMapData(p)): %v\n%s", err, data[ConfigMapDataKey])
 			}
@@ -75,12 +75,12 @@ func FuzzDecodePolicies(f *testing.F) {
 }
 
 // FuzzParseConfigMapData checks that ParseConfigMapData never panics and that what it accepts
-// is valid, in the namespace asked for, and a fixed point of RenderConfigMapData.
+// is valid, the policy of the ConfigMap name asked for, and a fixed point of RenderConfigMapData.
 func FuzzParseConfigMapData(f *testing.F) {
 	addPolicyFiles(f, func(data []byte) {
 		ps, err := DecodePolicies(data)
 		if err != nil || len(ps) != 1 {
-			f.Add("default", string(data), "0")
+			f.Add(ConfigMapName(NewPolicyID("default", "a")), string(data), "0")
 			return
 		}
 		ps[0].Generation = 5
@@ -88,19 +88,19 @@ func FuzzParseConfigMapData(f *testing.F) {
 		if err != nil {
 			f.Fatal(err)
 		}
-		f.Add(ps[0].Namespace, rendered[ConfigMapDataKey], rendered[ConfigMapGenerationKey])
+		f.Add(ConfigMapName(ps[0].ID()), rendered[ConfigMapDataKey], rendered[ConfigMapGenerationKey])
 	})
-	f.Fuzz(func(t *testing.T, namespace, doc, generation string) {
+	f.Fuzz(func(t *testing.T, name, doc, generation string) {
 		data := map[string]string{ConfigMapDataKey: doc, ConfigMapGenerationKey: generation}
-		p, err := ParseConfigMapData(namespace, data)
+		p, err := ParseConfigMapData(name, data)
 		if err != nil {
 			return
 		}
 		if err := Validate(p); err != nil {
 			t.Fatalf("ParseConfigMapData returned an invalid policy: %v", err)
 		}
-		if p.Namespace != namespace {
-			t.Fatalf("namespace %q, want %q", p.Namespace, namespace)
+		if got := ConfigMapName(p.ID()); got != name {
+			t.Fatalf("policy %s of ConfigMap name %q, want %q", p.ID(), got, name)
 		}
 		rendered, err := RenderConfigMapData(p)
 		if err != nil {
@@ -109,7 +109,7 @@ func FuzzParseConfigMapData(f *testing.F) {
 			}
 			t.Fatalf("RenderConfigMapData of a parsed policy: %v", err)
 		}
-		q, err := ParseConfigMapData(namespace, rendered)
+		q, err := ParseConfigMapData(name, rendered)
 		if err != nil {
 			t.Fatalf("ParseConfigMapData(RenderConfigMapData(p)): %v", err)
 		}

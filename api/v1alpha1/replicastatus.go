@@ -59,6 +59,11 @@ type ReplicaPolicyStatus struct {
 	ServingGeneration int64 `json:"servingGeneration,omitempty"`
 	// Error is, for a rejected policy, why.
 	Error string `json:"error,omitempty"`
+	// ConfigMap is the ConfigMap ("<namespace>/<name>") the replica reads the policy from; empty
+	// for a policy file, and in the records of earlier versions, which did not report it (the
+	// operator keeps a policy's legacy ConfigMap while a replica serves it without saying where
+	// from).
+	ConfigMap string `json:"configMap,omitempty"`
 }
 
 // ReplicaRecord is a replica's status: an entry per policy ID ("<namespace>/<name>").

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -25,11 +26,12 @@ const serviceAccountNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccou
 // kubeConfig is what the Kubernetes flags say: whether policies come from the operator's
 // ConfigMaps, and where this replica publishes its status.
 type kubeConfig struct {
-	kubeconfig      string
-	namespace       string
-	replicaName     string
-	statusNamespace string
-	statusInterval  time.Duration
+	kubeconfig         string
+	configMapNamespace string
+	namespace          string
+	replicaName        string
+	statusNamespace    string
+	statusInterval     time.Duration
 
 	enabled bool         // policies come from ConfigMaps
 	rest    *rest.Config // the in-cluster configuration, when used
@@ -40,7 +42,10 @@ func (c *kubeConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "",
 		"`path` of a kubeconfig file: read policies from the operator's ConfigMaps on that cluster "+
 			"(in a pod, without --policy-file or --kubeconfig, the in-cluster configuration is used)")
-	fs.StringVar(&c.namespace, "namespace", "", "`namespace` whose policy ConfigMaps are read (default: every namespace)")
+	fs.StringVar(&c.configMapNamespace, "configmap-namespace", "",
+		"`namespace` of the policy ConfigMaps, where the operator renders them; the only one whose ConfigMaps are read "+
+			"(default: the pod's namespace, else "+v1alpha1.DefaultReplicaStatusNamespace+", the operator's default)")
+	fs.StringVar(&c.namespace, "namespace", "", "serve the policies of this `namespace` only (default: every namespace)")
 	fs.StringVar(&c.replicaName, "replica-name", "",
 		"`name` of this replica's status Lease: its pod name (default: the host name, which is the pod name in a pod)")
 	fs.StringVar(&c.statusNamespace, "status-namespace", "",
@@ -70,7 +75,7 @@ func (c *kubeConfig) check(fs *flag.FlagSet, policyFiles bool) error {
 		var kubeFlags []string
 		fs.Visit(func(f *flag.Flag) {
 			switch f.Name {
-			case "namespace", "replica-name", "status-namespace", "status-interval":
+			case "configmap-namespace", "namespace", "replica-name", "status-namespace", "status-interval":
 				kubeFlags = append(kubeFlags, "--"+f.Name)
 			}
 		})
@@ -89,13 +94,17 @@ func (c *kubeConfig) check(fs *flag.FlagSet, policyFiles bool) error {
 		}
 		c.replicaName = strings.ToLower(host)
 	}
-	if c.statusNamespace == "" {
-		c.statusNamespace = replicastatus.DefaultNamespace
-		if c.rest != nil {
-			if ns, err := os.ReadFile(serviceAccountNamespaceFile); err == nil && len(strings.TrimSpace(string(ns))) > 0 {
-				c.statusNamespace = strings.TrimSpace(string(ns))
-			}
+	podNamespace := ""
+	if c.rest != nil {
+		if ns, err := os.ReadFile(serviceAccountNamespaceFile); err == nil {
+			podNamespace = strings.TrimSpace(string(ns))
 		}
+	}
+	if c.statusNamespace == "" {
+		c.statusNamespace = cmp.Or(podNamespace, replicastatus.DefaultNamespace)
+	}
+	if c.configMapNamespace == "" {
+		c.configMapNamespace = cmp.Or(podNamespace, v1alpha1.DefaultReplicaStatusNamespace)
 	}
 	return nil
 }
@@ -132,8 +141,9 @@ func (d *daemon) addKube(c kubeConfig, tally *replicastatus.Tally) error {
 	klog.SetSlogLogger(d.log) // client-go's own logs (reflector retries) as structured logs
 	var publisher *replicastatus.Publisher
 	kube := source.NewKube(client, d.pipeline, source.KubeOptions{
-		Namespace: c.namespace,
-		Logger:    d.log,
+		ConfigMapNamespace: c.configMapNamespace,
+		PolicyNamespace:    c.namespace,
+		Logger:             d.log,
 		OnChange: func() {
 			if publisher != nil {
 				publisher.Changed()
@@ -142,7 +152,22 @@ func (d *daemon) addKube(c kubeConfig, tally *replicastatus.Tally) error {
 	})
 	if c.statusInterval > 0 {
 		publisher, err = replicastatus.NewPublisher(client.CoordinationV1(), func() v1alpha1.ReplicaRecord {
-			return replicastatus.Collect(d.engine.Policies(), tally, kube.Rejections())
+			rejections := kube.Rejections()
+			r := replicastatus.Collect(d.engine.Policies(), tally, rejections)
+			// Say where each policy is read from: the operator removes a policy's ConfigMap of an
+			// earlier layout once no replica serves the policy without saying so.
+			rejected := make(map[string]string, len(rejections))
+			for _, rej := range rejections {
+				rejected[rej.PolicyID] = rej.ConfigMap
+			}
+			for id, s := range r {
+				s.ConfigMap = kube.ConfigMapOf(id)
+				if s.State == v1alpha1.ReplicaRejected && s.ConfigMap == "" {
+					s.ConfigMap = rejected[id]
+				}
+				r[id] = s
+			}
+			return r
 		}, replicastatus.PublisherOptions{
 			Namespace: c.statusNamespace,
 			Name:      c.replicaName,
@@ -156,7 +181,7 @@ func (d *daemon) addKube(c kubeConfig, tally *replicastatus.Tally) error {
 	}
 	d.readiness = append(d.readiness, server.ReadinessCheck{Name: "configmaps", Check: kube.Ready})
 	d.background = append(d.background, kube.Run)
-	d.log.Info("policy source", "kind", "configmaps", "host", cfg.Host, "namespace", c.namespace,
+	d.log.Info("policy source", "kind", "configmaps", "host", cfg.Host, "configmap_namespace", c.configMapNamespace, "namespace", c.namespace,
 		"replica", c.replicaName, "status_namespace", c.statusNamespace, "status_interval", c.statusInterval.String())
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/limiterd/limiterd/api/v1alpha1"
 	"github.com/limiterd/limiterd/limiterd/replicastatus"
 )
 
@@ -28,18 +29,18 @@ func TestKubeFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	k := cfg.kube
-	if !k.enabled || k.namespace != "" || k.replicaName != strings.ToLower(host) ||
+	if !k.enabled || k.namespace != "" || k.configMapNamespace != v1alpha1.DefaultReplicaStatusNamespace || k.replicaName != strings.ToLower(host) ||
 		k.statusNamespace != replicastatus.DefaultNamespace || k.statusInterval != replicastatus.DefaultInterval {
 		t.Errorf("defaults with --kubeconfig: %+v", k)
 	}
 
-	cfg, err = parseFlags([]string{"--kubeconfig", "kc", "--namespace", "shop", "--replica-name", "limiterd-0",
+	cfg, err = parseFlags([]string{"--kubeconfig", "kc", "--configmap-namespace", "limiterd", "--namespace", "shop", "--replica-name", "limiterd-0",
 		"--status-namespace", "ops", "--status-interval", "2s", "--policy-file", "extra.yaml"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	k = cfg.kube
-	if !k.enabled || k.namespace != "shop" || k.replicaName != "limiterd-0" || k.statusNamespace != "ops" ||
+	if !k.enabled || k.configMapNamespace != "limiterd" || k.namespace != "shop" || k.replicaName != "limiterd-0" || k.statusNamespace != "ops" ||
 		k.statusInterval != 2*time.Second || len(cfg.policyFiles) != 1 {
 		t.Errorf("explicit flags: %+v, files %v", k, cfg.policyFiles)
 	}
@@ -50,10 +51,11 @@ func TestKubeFlags(t *testing.T) {
 	}
 
 	for args, want := range map[string]string{
-		"":                                      "no policy source",
-		"--policy-file a --namespace shop":      "--namespace need --kubeconfig",
-		"--policy-file a --status-interval 1s":  "--status-interval need --kubeconfig",
-		"--kubeconfig kc --status-interval -1s": "must not be negative",
+		"":                                 "no policy source",
+		"--policy-file a --namespace shop": "--namespace need --kubeconfig",
+		"--policy-file a --configmap-namespace x":               "--configmap-namespace need --kubeconfig",
+		"--policy-file a --status-interval 1s":                  "--status-interval need --kubeconfig",
+		"--kubeconfig kc --status-interval -1s":                 "must not be negative",
 		"--policy-file a --replica-name x --status-namespace y": "--replica-name, --status-namespace need --kubeconfig",
 	} {
 		_, err := parseFlags(strings.Fields(args), io.Discard)

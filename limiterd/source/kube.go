@@ -25,18 +25,20 @@ import (
 // "configmap:<namespace>/<name>".
 const ConfigMapOriginPrefix = "configmap:"
 
-// configMapPrefix is what ConfigMapName puts before a policy name.
-var configMapPrefix = v1alpha1.ConfigMapName("")
-
 // ErrNotSynced is returned by the readiness check of a Kube source before its first sync.
 var ErrNotSynced = errors.New("policy ConfigMaps are not synced yet")
 
-// KubeOptions configure a Kube source. The zero value watches every namespace and logs to
-// slog.Default.
+// KubeOptions configure a Kube source.
 type KubeOptions struct {
-	// Namespace limits the watch to one namespace ("": every namespace).
-	Namespace string
-	Logger    *slog.Logger
+	// ConfigMapNamespace is the one namespace whose policy ConfigMaps are watched: where the
+	// operator renders them, limiterd's own. Required.
+	ConfigMapNamespace string
+	// PolicyNamespace, if set, limits the policies served to those of that namespace: the watch
+	// selects their ConfigMaps by v1alpha1.PolicyNamespaceLabel, and a ConfigMap carrying a
+	// policy of another namespace is rejected.
+	PolicyNamespace string
+	// Logger defaults to slog.Default.
+	Logger *slog.Logger
 	// OnChange, if set, is called after each ConfigMap event was handled: its policy applied,
 	// rejected or removed. It must not block.
 	OnChange func()
@@ -57,17 +59,19 @@ type Rejection struct {
 	Err error
 }
 
-// Kube feeds a Pipeline from the policy ConfigMaps the operator renders (those labelled
-// v1alpha1.PolicyLabel, in the format of v1alpha1.ParseConfigMapData), watched through a
-// client-go informer. Each ConfigMap is one origin, ConfigMapOriginPrefix+"<namespace>/<name>",
-// contributing one policy, "<namespace>/<policy name>":
+// Kube feeds a Pipeline from the policy ConfigMaps the operator renders into one namespace
+// (those labelled v1alpha1.PolicyLabel, in the format of v1alpha1.ParseConfigMapData), watched
+// through a client-go informer of that namespace only, so that limiterd needs no right on the
+// ConfigMaps of any other namespace. Each ConfigMap is one origin,
+// ConfigMapOriginPrefix+"<namespace>/<name>", contributing one policy, "<namespace>/<policy
+// name>" (the policy's namespace, which the ConfigMap's is not):
 //
 //   - added or changed: its policy is applied; content that cannot be parsed or applied is
 //     rejected (logged and counted by the pipeline, and listed by Rejections), and the last good
 //     version of that policy keeps serving;
 //   - deleted (or its label removed): its policy is removed, and then answers "unknown policy".
 //
-// A ConfigMap must be named v1alpha1.ConfigMapName(policy name), as the operator names it, so
+// A ConfigMap must be named v1alpha1.ConfigMapName(policy ID), as the operator names it, so
 // that each policy has exactly one ConfigMap.
 //
 // While the API server cannot be reached the pipeline keeps what it has; the informer retries
@@ -80,6 +84,7 @@ type Kube struct {
 
 	mu       sync.Mutex
 	rejected map[string]Rejection // by origin
+	sources  map[string]string    // policy ID -> the ConfigMap "<namespace>/<name>" it is served from
 }
 
 // NewKube returns a source reading policy ConfigMaps through client into pipeline. Run starts it.
@@ -87,21 +92,34 @@ func NewKube(client kubernetes.Interface, pipeline *Pipeline, opts KubeOptions) 
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	return &Kube{client: client, pipeline: pipeline, opts: opts, rejected: make(map[string]Rejection)}
+	return &Kube{client: client, pipeline: pipeline, opts: opts,
+		rejected: make(map[string]Rejection), sources: make(map[string]string)}
+}
+
+// selector returns the label selector of the watched ConfigMaps.
+func (k *Kube) selector() string {
+	if k.opts.PolicyNamespace == "" {
+		return v1alpha1.PolicyLabel
+	}
+	return v1alpha1.PolicyLabel + "," + v1alpha1.PolicyNamespaceLabel + "=" + k.opts.PolicyNamespace
 }
 
 // Run watches the policy ConfigMaps until ctx is done. Once the informer's first list has been
 // handled it calls the pipeline's Synced, so that limiterd becomes ready even when there is no
 // policy, and Synced reports true. It returns an error only if the watch cannot be set up.
 func (k *Kube) Run(ctx context.Context) error {
+	if k.opts.ConfigMapNamespace == "" {
+		return errors.New("watch policy ConfigMaps: no namespace given")
+	}
+	selector := k.selector()
 	factory := informers.NewSharedInformerFactoryWithOptions(k.client, 0,
-		informers.WithNamespace(k.opts.Namespace),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = v1alpha1.PolicyLabel }),
+		informers.WithNamespace(k.opts.ConfigMapNamespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }),
 		informers.WithTransform(stripManagedFields),
 	)
 	informer := factory.Core().V1().ConfigMaps().Informer()
 	if err := informer.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
-		k.opts.Logger.Warn("policy ConfigMap watch failed", "namespace", k.opts.Namespace, "error", err)
+		k.opts.Logger.Warn("policy ConfigMap watch failed", "namespace", k.opts.ConfigMapNamespace, "error", err)
 	}); err != nil {
 		return fmt.Errorf("watch policy ConfigMaps: %w", err)
 	}
@@ -115,13 +133,13 @@ func (k *Kube) Run(ctx context.Context) error {
 	}
 	defer factory.Shutdown()
 	factory.Start(ctx.Done())
-	k.opts.Logger.Info("policy ConfigMaps watched", "namespace", k.opts.Namespace, "selector", v1alpha1.PolicyLabel)
+	k.opts.Logger.Info("policy ConfigMaps watched", "namespace", k.opts.ConfigMapNamespace, "selector", selector)
 	if !cache.WaitForCacheSync(ctx.Done(), reg.HasSynced) {
 		return nil // ctx is done
 	}
 	k.pipeline.Synced()
 	k.synced.Store(true)
-	k.opts.Logger.Info("policy ConfigMaps synced", "namespace", k.opts.Namespace)
+	k.opts.Logger.Info("policy ConfigMaps synced", "namespace", k.opts.ConfigMapNamespace)
 	<-ctx.Done()
 	return nil
 }
@@ -147,6 +165,14 @@ func (k *Kube) Rejections() []Rejection {
 	}
 	slices.SortFunc(out, func(a, b Rejection) int { return strings.Compare(a.ConfigMap, b.ConfigMap) })
 	return out
+}
+
+// ConfigMapOf returns the ConfigMap ("<namespace>/<name>") the policy of ID id is served from,
+// "" when no ConfigMap serves it.
+func (k *Kube) ConfigMapOf(id string) string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.sources[id]
 }
 
 func (k *Kube) onAdd(obj any) {
@@ -177,7 +203,7 @@ func (k *Kube) onDelete(obj any) {
 func (k *Kube) upsert(cm *corev1.ConfigMap) {
 	key := cm.Namespace + "/" + cm.Name
 	origin := ConfigMapOriginPrefix + key
-	p, err := parseConfigMap(cm)
+	p, err := k.parseConfigMap(cm)
 	if err != nil {
 		err = fmt.Errorf("ConfigMap %s: %w", key, err)
 		k.reject(cm, origin, err)
@@ -192,17 +218,30 @@ func (k *Kube) upsert(cm *corev1.ConfigMap) {
 	}
 	k.mu.Lock()
 	delete(k.rejected, origin)
+	k.forgetLocked(key)
+	k.sources[p.ID().String()] = key
 	k.mu.Unlock()
 	k.changed()
 }
 
 func (k *Kube) remove(namespace, name string) {
-	origin := ConfigMapOriginPrefix + namespace + "/" + name
+	key := namespace + "/" + name
+	origin := ConfigMapOriginPrefix + key
 	k.mu.Lock()
 	delete(k.rejected, origin)
+	k.forgetLocked(key)
 	k.mu.Unlock()
 	k.pipeline.Remove(origin)
 	k.changed()
+}
+
+// forgetLocked drops the policies served from the ConfigMap key from k.sources.
+func (k *Kube) forgetLocked(key string) {
+	for id, cm := range k.sources {
+		if cm == key {
+			delete(k.sources, id)
+		}
+	}
 }
 
 func (k *Kube) reject(cm *corev1.ConfigMap, origin string, err error) {
@@ -222,8 +261,9 @@ func (k *Kube) changed() {
 	}
 }
 
-// parseConfigMap reads the policy of a policy ConfigMap.
-func parseConfigMap(cm *corev1.ConfigMap) (*v1alpha1.RateLimitPolicy, error) {
+// parseConfigMap reads the policy of a policy ConfigMap: one whose name is its ConfigMapName, of
+// the namespace served.
+func (k *Kube) parseConfigMap(cm *corev1.ConfigMap) (*v1alpha1.RateLimitPolicy, error) {
 	if len(cm.BinaryData) > 0 {
 		keys := make([]string, 0, len(cm.BinaryData))
 		for k := range cm.BinaryData {
@@ -232,44 +272,43 @@ func parseConfigMap(cm *corev1.ConfigMap) (*v1alpha1.RateLimitPolicy, error) {
 		slices.Sort(keys)
 		return nil, fmt.Errorf("parse ConfigMap data: unknown binaryData keys %s", strings.Join(keys, ", "))
 	}
-	p, err := v1alpha1.ParseConfigMapData(cm.Namespace, cm.Data)
+	p, err := v1alpha1.ParseConfigMapData(cm.Name, cm.Data)
 	if err != nil {
 		return nil, err
 	}
-	if want := v1alpha1.ConfigMapName(p.Name); cm.Name != want {
-		return nil, fmt.Errorf("policy %s/%s belongs in ConfigMap %s, not %s", p.Namespace, p.Name, want, cm.Name)
+	if ns := k.opts.PolicyNamespace; ns != "" && p.Namespace != ns {
+		return nil, fmt.Errorf("policy %s is not of namespace %s, the one served", p.ID(), ns)
 	}
 	return p, nil
 }
 
 // claimedPolicy tells, as well as it can, which policy and generation a ConfigMap that could not
-// be parsed was meant to carry: the policy name from the document's metadata when it names a
-// policy of this ConfigMap's name, else from the ConfigMap's name; the generation from the
-// "generation" key, else from the document.
+// be parsed was meant to carry: the policy of the document's metadata when the ConfigMap bears
+// its name, else the policy of the ConfigMap's v1alpha1.PolicyIDAnnotation when the ConfigMap
+// bears its name; the generation from the "generation" key, else from the document.
 func claimedPolicy(cm *corev1.ConfigMap) (id string, generation int64) {
 	var doc struct {
 		Metadata struct {
 			Name       string `json:"name"`
+			Namespace  string `json:"namespace"`
 			Generation int64  `json:"generation"`
 		} `json:"metadata"`
 	}
 	decoded := yaml.Unmarshal([]byte(cm.Data[v1alpha1.ConfigMapDataKey]), &doc) == nil
-	name := ""
+	annotated, annotErr := v1alpha1.ParsePolicyID(cm.Annotations[v1alpha1.PolicyIDAnnotation])
 	switch {
-	case decoded && doc.Metadata.Name != "" && v1alpha1.ConfigMapName(doc.Metadata.Name) == cm.Name:
-		name = doc.Metadata.Name
-	case strings.HasPrefix(cm.Name, configMapPrefix) && v1alpha1.ConfigMapName(strings.TrimPrefix(cm.Name, configMapPrefix)) == cm.Name:
-		name = strings.TrimPrefix(cm.Name, configMapPrefix)
+	case decoded && doc.Metadata.Name != "" &&
+		v1alpha1.ConfigMapName(v1alpha1.NewPolicyID(doc.Metadata.Namespace, doc.Metadata.Name)) == cm.Name:
+		id = v1alpha1.NewPolicyID(doc.Metadata.Namespace, doc.Metadata.Name).String()
+	case annotErr == nil && v1alpha1.ConfigMapName(annotated) == cm.Name:
+		id = annotated.String()
 	}
 	if g, err := strconv.ParseInt(cm.Data[v1alpha1.ConfigMapGenerationKey], 10, 64); err == nil && g > 0 {
 		generation = g
 	} else if decoded && doc.Metadata.Generation > 0 {
 		generation = doc.Metadata.Generation
 	}
-	if name == "" {
-		return "", generation
-	}
-	return cm.Namespace + "/" + name, generation
+	return id, generation
 }
 
 // stripManagedFields drops what limiterd never reads from cached ConfigMaps.

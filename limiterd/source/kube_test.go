@@ -46,8 +46,9 @@ type kubeRig struct {
 	changes   chan struct{}
 }
 
-// startKube runs a Kube source watching namespace until t ends.
-func startKube(t *testing.T, env *testenv.Env, namespace string) *kubeRig {
+// startKube runs a Kube source watching the ConfigMaps of namespace until t ends, serving the
+// policies of policyNamespace ("": of every namespace).
+func startKube(t *testing.T, env *testenv.Env, namespace, policyNamespace string) *kubeRig {
 	t.Helper()
 	clientset, err := kubernetes.NewForConfig(env.Config)
 	if err != nil {
@@ -58,7 +59,7 @@ func startKube(t *testing.T, env *testenv.Env, namespace string) *kubeRig {
 	e := engine.New(engine.Options{Observer: m})
 	r := &kubeRig{env: env, namespace: namespace, engine: e, metrics: m, changes: make(chan struct{}, 1000)}
 	p := NewPipeline(e, PipelineOptions{Logger: log, Observer: m})
-	r.kube = NewKube(clientset, p, KubeOptions{Namespace: namespace, Logger: log, OnChange: func() {
+	r.kube = NewKube(clientset, p, KubeOptions{ConfigMapNamespace: namespace, PolicyNamespace: policyNamespace, Logger: log, OnChange: func() {
 		select {
 		case r.changes <- struct{}{}:
 		default:
@@ -120,11 +121,11 @@ func (r *kubeRig) reloads(t *testing.T, result string) int {
 	return n
 }
 
-// policyConfigMap returns the ConfigMap the operator renders for a policy with the capacity at
-// generation.
-func policyConfigMap(t *testing.T, namespace, name string, capacity, generation int64) *corev1.ConfigMap {
+// policyConfigMap returns the ConfigMap the operator renders into namespace for policy
+// "<policyNamespace>/<name>" with the capacity at generation.
+func policyConfigMap(t *testing.T, namespace, policyNamespace, name string, capacity, generation int64) *corev1.ConfigMap {
 	t.Helper()
-	p := rlp(namespace, name, capacity)
+	p := rlp(policyNamespace, name, capacity)
 	p.Generation = generation
 	data, err := v1alpha1.RenderConfigMapData(p)
 	if err != nil {
@@ -133,8 +134,12 @@ func policyConfigMap(t *testing.T, namespace, name string, capacity, generation 
 	return &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: namespace,
-			Name:      v1alpha1.ConfigMapName(name),
-			Labels:    map[string]string{v1alpha1.PolicyLabel: v1alpha1.PolicyLabelValue(name)},
+			Name:      v1alpha1.ConfigMapName(p.ID()),
+			Labels: map[string]string{
+				v1alpha1.PolicyLabel:          v1alpha1.PolicyLabelValue(name),
+				v1alpha1.PolicyNamespaceLabel: policyNamespace,
+			},
+			Annotations: map[string]string{v1alpha1.PolicyIDAnnotation: p.ID().String()},
 		},
 		Data: data,
 	}
@@ -170,30 +175,41 @@ func (r *kubeRig) waitServed(t *testing.T, id string, generation int64, within t
 
 func TestKubeFollowsConfigMaps(t *testing.T) {
 	env := testenv.Shared(t)
-	ns := env.Namespace(t)
-	api, other := ns+"/api", ns+"/other"
-	// Present before the watch starts: two policies and a ConfigMap without the label.
-	put(t, env.Client, policyConfigMap(t, ns, "api", 10, 1))
-	put(t, env.Client, policyConfigMap(t, ns, "other", 5, 7))
-	unlabelled := policyConfigMap(t, ns, "unlabelled", 5, 1)
+	ns := env.Namespace(t)   // limiterd's, where the operator renders every policy
+	shop := env.Namespace(t) // the policies'
+	api, other := shop+"/api", shop+"/other"
+	// Present before the watch starts: two policies, a ConfigMap without the label, and one of
+	// the earlier layout, in the policy's namespace, which limiterd no longer reads.
+	put(t, env.Client, policyConfigMap(t, ns, shop, "api", 10, 1))
+	put(t, env.Client, policyConfigMap(t, ns, shop, "other", 5, 7))
+	unlabelled := policyConfigMap(t, ns, shop, "unlabelled", 5, 1)
 	unlabelled.Labels = nil
 	put(t, env.Client, unlabelled)
+	legacy := policyConfigMap(t, shop, shop, "legacy", 5, 1)
+	legacy.Name = v1alpha1.LegacyConfigMapName("legacy")
+	put(t, env.Client, legacy)
 
-	r := startKube(t, env, ns)
+	r := startKube(t, env, ns, "")
 	r.waitSynced(t)
 	if g, o := r.generation(api), r.generation(other); g != 1 || o != 7 {
 		t.Fatalf("after sync: serving %s at %d and %s at %d, want 1 and 7", api, g, other, o)
 	}
-	if got := r.generation(ns + "/unlabelled"); got != -1 {
+	if got := r.generation(shop + "/unlabelled"); got != -1 {
 		t.Errorf("an unlabelled ConfigMap is served (generation %d)", got)
+	}
+	if got := r.generation(shop + "/legacy"); got != -1 {
+		t.Errorf("a ConfigMap of another namespace is served (generation %d)", got)
 	}
 	if code := r.status(api); code != http.StatusOK {
 		t.Errorf("decision for %s: %d, want 200", api, code)
 	}
+	if got, want := r.kube.ConfigMapOf(api), ns+"/rlp-"+shop+".api"; got != want {
+		t.Errorf("ConfigMapOf(%s) = %q, want %q", api, got, want)
+	}
 
 	t.Run("a new generation serves within 1s", func(t *testing.T) {
 		for gen := int64(2); gen <= 4; gen++ {
-			put(t, env.Client, policyConfigMap(t, ns, "api", 10+gen, gen))
+			put(t, env.Client, policyConfigMap(t, ns, shop, "api", 10+gen, gen))
 			r.waitServed(t, api, gen, swapDeadline)
 			if got := r.engine.Policies(); got != nil {
 				if p, _ := got.Get(api); p.Default.Limiter.Limit() != 10+gen {
@@ -208,7 +224,7 @@ func TestKubeFollowsConfigMaps(t *testing.T) {
 		for len(r.changes) > 0 {
 			<-r.changes
 		}
-		bad := policyConfigMap(t, ns, "api", 10, 5)
+		bad := policyConfigMap(t, ns, shop, "api", 10, 5)
 		bad.Data[v1alpha1.ConfigMapDataKey] = "spec: {tiers: [" // cut short
 		put(t, env.Client, bad)
 		testenv.Eventually(t, waitTimeout, func() error {
@@ -224,7 +240,7 @@ func TestKubeFollowsConfigMaps(t *testing.T) {
 			t.Errorf("decision for %s: %d, want 200", api, code)
 		}
 		rej := r.kube.Rejections()
-		if len(rej) != 1 || rej[0].PolicyID != api || rej[0].Generation != 5 || rej[0].ConfigMap != ns+"/rlp-api" ||
+		if len(rej) != 1 || rej[0].PolicyID != api || rej[0].Generation != 5 || rej[0].ConfigMap != ns+"/rlp-"+shop+".api" ||
 			!strings.Contains(rej[0].Err.Error(), "policy.yaml") {
 			t.Errorf("rejections %+v, want %s at generation 5 naming key policy.yaml", rej, api)
 		}
@@ -233,7 +249,7 @@ func TestKubeFollowsConfigMaps(t *testing.T) {
 		}
 
 		// A good version again clears the rejection.
-		put(t, env.Client, policyConfigMap(t, ns, "api", 10, 6))
+		put(t, env.Client, policyConfigMap(t, ns, shop, "api", 10, 6))
 		r.waitServed(t, api, 6, swapDeadline)
 		testenv.Eventually(t, waitTimeout, func() error {
 			if rej := r.kube.Rejections(); len(rej) != 0 {
@@ -246,14 +262,15 @@ func TestKubeFollowsConfigMaps(t *testing.T) {
 	t.Run("malformed ConfigMaps are rejected", func(t *testing.T) {
 		for name, mutate := range map[string]func(cm *corev1.ConfigMap){
 			"binary data":   func(cm *corev1.ConfigMap) { cm.BinaryData = map[string][]byte{"x": {1}} },
-			"another name":  func(cm *corev1.ConfigMap) { cm.Name = "rlp-impostor" },
+			"another name":  func(cm *corev1.ConfigMap) { cm.Name = "rlp-" + shop + ".impostor" },
+			"legacy name":   func(cm *corev1.ConfigMap) { cm.Name = v1alpha1.LegacyConfigMapName("m-legacy-name") },
 			"unknown key":   func(cm *corev1.ConfigMap) { cm.Data["extra"] = "x" },
 			"no generation": func(cm *corev1.ConfigMap) { delete(cm.Data, v1alpha1.ConfigMapGenerationKey) },
 		} {
 			t.Run(name, func(t *testing.T) {
 				failures := r.reloads(t, metrics.ReloadFailure)
 				policy := "m-" + strings.ReplaceAll(name, " ", "-")
-				cm := policyConfigMap(t, ns, policy, 3, 1)
+				cm := policyConfigMap(t, ns, shop, policy, 3, 1)
 				mutate(cm)
 				put(t, env.Client, cm)
 				testenv.Eventually(t, waitTimeout, func() error {
@@ -262,7 +279,7 @@ func TestKubeFollowsConfigMaps(t *testing.T) {
 					}
 					return nil
 				})
-				if g := r.generation(ns + "/" + policy); g != -1 {
+				if g := r.generation(shop + "/" + policy); g != -1 {
 					t.Errorf("malformed ConfigMap served at generation %d", g)
 				}
 			})
@@ -270,10 +287,13 @@ func TestKubeFollowsConfigMaps(t *testing.T) {
 	})
 
 	t.Run("a deleted ConfigMap's policy answers 404", func(t *testing.T) {
-		if err := env.Client.Delete(context.Background(), policyConfigMap(t, ns, "api", 10, 6)); err != nil {
+		if err := env.Client.Delete(context.Background(), policyConfigMap(t, ns, shop, "api", 10, 6)); err != nil {
 			t.Fatal(err)
 		}
 		eventually(t, waitTimeout, "policy removed", func() bool { return r.generation(api) == -1 })
+		if got := r.kube.ConfigMapOf(api); got != "" {
+			t.Errorf("ConfigMapOf(%s) = %q after its ConfigMap was deleted", api, got)
+		}
 		if code := r.status(api); code != http.StatusNotFound {
 			t.Errorf("decision for a removed policy: %d, want 404", code)
 		}
@@ -283,7 +303,7 @@ func TestKubeFollowsConfigMaps(t *testing.T) {
 	})
 
 	t.Run("removing the label removes the policy", func(t *testing.T) {
-		cm := policyConfigMap(t, ns, "other", 5, 7)
+		cm := policyConfigMap(t, ns, shop, "other", 5, 7)
 		cm.Labels = map[string]string{"app": "unrelated"}
 		put(t, env.Client, cm)
 		eventually(t, waitTimeout, "policy removed", func() bool { return r.generation(other) == -1 })
@@ -293,7 +313,7 @@ func TestKubeFollowsConfigMaps(t *testing.T) {
 func TestKubeSyncedWithoutPoliciesIsReady(t *testing.T) {
 	env := testenv.Shared(t)
 	ns := env.Namespace(t)
-	r := startKube(t, env, ns)
+	r := startKube(t, env, ns, "")
 	r.waitSynced(t)
 	if !r.engine.Ready() {
 		t.Fatal("engine not ready after a sync with no policy")
@@ -302,8 +322,36 @@ func TestKubeSyncedWithoutPoliciesIsReady(t *testing.T) {
 		t.Errorf("decision for an unknown policy after sync: %d, want 404", code)
 	}
 	// The first policy then serves as usual.
-	put(t, env.Client, policyConfigMap(t, ns, "late", 1, 1))
-	r.waitServed(t, ns+"/late", 1, swapDeadline+waitTimeout)
+	put(t, env.Client, policyConfigMap(t, ns, "shop", "late", 1, 1))
+	r.waitServed(t, "shop/late", 1, swapDeadline+waitTimeout)
+}
+
+// TestKubeServesOnePolicyNamespace checks KubeOptions.PolicyNamespace: of the ConfigMaps of
+// limiterd's namespace, only those of policies of that namespace are served, even one labelled
+// with it by mistake.
+func TestKubeServesOnePolicyNamespace(t *testing.T) {
+	env := testenv.Shared(t)
+	ns := env.Namespace(t)
+	put(t, env.Client, policyConfigMap(t, ns, "team-a", "api", 1, 1))
+	put(t, env.Client, policyConfigMap(t, ns, "shop", "api", 1, 1))
+	mislabelled := policyConfigMap(t, ns, "shop", "sneaky", 1, 1)
+	mislabelled.Labels[v1alpha1.PolicyNamespaceLabel] = "team-a"
+	put(t, env.Client, mislabelled)
+
+	r := startKube(t, env, ns, "team-a")
+	r.waitSynced(t)
+	if g := r.generation("team-a/api"); g != 1 {
+		t.Errorf("team-a/api served at %d, want 1", g)
+	}
+	for _, id := range []string{"shop/api", "shop/sneaky"} {
+		if g := r.generation(id); g != -1 {
+			t.Errorf("%s of another namespace served at %d", id, g)
+		}
+	}
+	rej := r.kube.Rejections()
+	if len(rej) != 1 || rej[0].PolicyID != "shop/sneaky" || !strings.Contains(rej[0].Err.Error(), "not of namespace team-a") {
+		t.Errorf("rejections %+v, want shop/sneaky as not of namespace team-a", rej)
+	}
 }
 
 func TestKubeNotReadyBeforeSync(t *testing.T) {
@@ -331,7 +379,7 @@ func TestKubeHandlesTombstonesAndResyncs(t *testing.T) {
 	p, target, _, _ := newTestPipeline(t)
 	changes := 0
 	k := NewKube(nil, p, KubeOptions{OnChange: func() { changes++ }})
-	cm := policyConfigMap(t, "ns", "api", 3, 1)
+	cm := policyConfigMap(t, "ns", "ns", "api", 3, 1)
 	cm.ResourceVersion = "10"
 	k.onAdd(cm)
 	if got := target.loaded(); len(got) != 1 || got[0] != "ns/api" {
@@ -341,7 +389,7 @@ func TestKubeHandlesTombstonesAndResyncs(t *testing.T) {
 	if changes != 1 || target.swaps() != 1 {
 		t.Errorf("a resync made %d changes and %d swaps, want 1 and 1 (the add's)", changes, target.swaps())
 	}
-	k.onDelete(cache.DeletedFinalStateUnknown{Key: "ns/rlp-api", Obj: cm})
+	k.onDelete(cache.DeletedFinalStateUnknown{Key: "ns/rlp-ns.api", Obj: cm})
 	if got := target.loaded(); len(got) != 0 || changes != 2 {
 		t.Errorf("loaded %v and %d changes after a tombstone, want none and 2", got, changes)
 	}
@@ -358,8 +406,8 @@ func TestKubeSurvivesAPIServerRestart(t *testing.T) {
 	env := testenv.New(t)
 	ns := env.Namespace(t)
 	id := ns + "/api"
-	put(t, env.Client, policyConfigMap(t, ns, "api", 2, 1))
-	r := startKube(t, env, ns)
+	put(t, env.Client, policyConfigMap(t, ns, ns, "api", 2, 1))
+	r := startKube(t, env, ns, "")
 	r.waitSynced(t)
 	r.waitServed(t, id, 1, waitTimeout)
 
@@ -371,7 +419,7 @@ func TestKubeSurvivesAPIServerRestart(t *testing.T) {
 	}
 	short, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if err := env.Client.Get(short, client.ObjectKey{Namespace: ns, Name: "rlp-api"}, &corev1.ConfigMap{}); err == nil {
+	if err := env.Client.Get(short, client.ObjectKey{Namespace: ns, Name: "rlp-" + ns + ".api"}, &corev1.ConfigMap{}); err == nil {
 		t.Fatal("the API server still answers after StopAPIServer")
 	}
 	// Outage: the source keeps what it has, and keeps deciding (capacity 2, refill 1/s).
@@ -398,7 +446,7 @@ func TestKubeSurvivesAPIServerRestart(t *testing.T) {
 	if err := env.StartAPIServer(); err != nil {
 		t.Fatal(err)
 	}
-	put(t, env.Client, policyConfigMap(t, ns, "api", 5, 2))
+	put(t, env.Client, policyConfigMap(t, ns, ns, "api", 5, 2))
 	// The reflector retries with a backoff of up to 30s.
 	r.waitServed(t, id, 2, waitTimeout)
 }

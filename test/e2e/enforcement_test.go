@@ -267,7 +267,7 @@ func TestEnforcementStatus(t *testing.T) {
 		}
 		data[v1alpha1.ConfigMapDataKey] = strings.Replace(data[v1alpha1.ConfigMapDataKey], "capacity:", "capacty:", 1)
 		cm := &corev1.ConfigMap{}
-		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: v1alpha1.ConfigMapName("api")}, cm); err != nil {
+		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: statusNamespace, Name: v1alpha1.ConfigMapName(v1alpha1.NewPolicyID(ns, "api"))}, cm); err != nil {
 			t.Fatal(err)
 		}
 		cm.Data = data

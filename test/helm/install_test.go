@@ -28,6 +28,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
@@ -310,6 +311,72 @@ func ns(name string) *corev1.Namespace {
 	return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
 }
 
+// checkOperatorDeletes checks, as the API server enforces the chart's operator admission policy,
+// that the operator's ServiceAccount (sa) can delete a ConfigMap outside the release namespace
+// only when an earlier version rendered it (labelled limiterd.dev/policy, controlled by a
+// RateLimitPolicy), and can neither read nor write any other.
+func (s *apiServer) checkOperatorDeletes(t *testing.T, sa string) {
+	t.Helper()
+	ctx := context.Background()
+	op := s.asServiceAccount(t, namespace, sa, sa+"-7d4f9-x2x8q")
+	if err := s.client.Create(ctx, ns("tenant")); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	secret := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "tenant", Name: "app-config",
+		Labels: map[string]string{v1alpha1.PolicyLabel: "forged"}}, Data: map[string]string{"password": "hunter2"}}
+	if err := s.client.Create(ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+	// The admission policy takes effect once the API server has loaded it.
+	testenv.Eventually(t, 30*time.Second, func() error {
+		err := op.Delete(ctx, secret.DeepCopy())
+		if err == nil {
+			t.Fatalf("the operator deleted ConfigMap tenant/app-config, which no policy controls")
+		}
+		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "only a policy ConfigMap an earlier") {
+			return fmt.Errorf("delete another's ConfigMap: %w", err)
+		}
+		return nil
+	})
+	forbidden := func(what string, err error) {
+		t.Helper()
+		if !apierrors.IsForbidden(err) {
+			t.Errorf("the operator may %s: %v, want Forbidden", what, err)
+		}
+	}
+	forbidden("get a ConfigMap of another namespace", op.Get(ctx, client.ObjectKeyFromObject(secret), &corev1.ConfigMap{}))
+	forbidden("list ConfigMaps of another namespace", op.List(ctx, &corev1.ConfigMapList{}, client.InNamespace("tenant")))
+	changed := secret.DeepCopy()
+	changed.Data = map[string]string{"password": "owned"}
+	forbidden("update a ConfigMap of another namespace", op.Update(ctx, changed))
+	forbidden("create a ConfigMap in another namespace", op.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "tenant", Name: "planted"}}))
+	forbidden("delete every ConfigMap of another namespace", op.DeleteAllOf(ctx, &corev1.ConfigMap{}, client.InNamespace("tenant")))
+
+	// A ConfigMap an earlier version rendered: labelled and controlled by its policy.
+	policy := &unstructured.Unstructured{}
+	policy.SetGroupVersionKind(schema.GroupVersionKind{Group: "limiterd.dev", Version: "v1alpha1", Kind: "RateLimitPolicy"})
+	policy.SetNamespace("tenant")
+	policy.SetName("old")
+	policy.Object["spec"] = map[string]any{"defaultTier": "free", "tiers": []any{map[string]any{
+		"name": "free", "algorithm": "TokenBucket", "tokenBucket": map[string]any{"capacity": int64(1), "refillRate": int64(1)}}}}
+	if err := s.client.Create(ctx, policy); err != nil {
+		t.Fatal(err)
+	}
+	legacy := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "tenant", Name: v1alpha1.LegacyConfigMapName("old"),
+		Labels: map[string]string{v1alpha1.PolicyLabel: "old"},
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "limiterd.dev/v1alpha1", Kind: "RateLimitPolicy", Name: "old",
+			UID: policy.GetUID(), Controller: ptr.To(true)}}}}
+	if err := s.client.Create(ctx, legacy); err != nil {
+		t.Fatal(err)
+	}
+	if err := op.Delete(ctx, legacy); err != nil {
+		t.Errorf("the operator deletes a legacy policy ConfigMap: %v", err)
+	}
+	if err := s.client.Get(ctx, client.ObjectKeyFromObject(secret), &corev1.ConfigMap{}); err != nil {
+		t.Errorf("ConfigMap tenant/app-config after the operator's attempts: %v", err)
+	}
+}
+
 // TestInstall installs the chart into a real API server, which validates every object, then
 // upgrades and uninstalls it: the CRD and the policies are kept unless crds.keep=false; the
 // ServiceAccounts get exactly their permissions, and the status admission policy keeps limiterd
@@ -402,12 +469,16 @@ func TestInstall(t *testing.T) {
 			&networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: limiterdName}},
 			&networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: operatorName}},
 			&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: limiterdName + "-dashboard"}},
-			&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: limiterdName}},
+			&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: limiterdName}},
 			&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: operatorName}},
+			&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: operatorName}},
 			&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: operatorName + "-leader-election"}},
 			&admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: statusPolicyName}},
 			&admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: statusPolicyName}},
+			&admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: operatorPolicyName}},
+			&admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: operatorPolicyName}},
 		)
+		s.mustNotExist(t, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: limiterdName}})
 		var sms unstructured.UnstructuredList
 		sms.SetGroupVersionKind(schema.GroupVersionKind{Group: "monitoring.coreos.com", Version: "v1", Kind: "ServiceMonitorList"})
 		if err := s.client.List(ctx, &sms, client.InNamespace(namespace)); err != nil || len(sms.Items) != 2 {
@@ -434,9 +505,14 @@ func TestInstall(t *testing.T) {
 
 		// Least privilege, as the API server's RBAC authorizer decides it.
 		s.checkPermissions(t, namespace, limiterdName, []permission{
-			{"list", "", "configmaps", "", "shop", true},
-			{"watch", "", "configmaps", "", "", true},
-			{"get", "", "configmaps", "", "team-a", true},
+			{"list", "", "configmaps", "", namespace, true},
+			{"watch", "", "configmaps", "", namespace, true},
+			{"get", "", "configmaps", "", namespace, true},
+			{"list", "", "configmaps", "", "shop", false},
+			{"watch", "", "configmaps", "", "", false},
+			{"get", "", "configmaps", "", "team-a", false},
+			{"create", "", "configmaps", "", namespace, false},
+			{"delete", "", "configmaps", "", namespace, false},
 			{"create", "", "configmaps", "", "shop", false},
 			{"update", "", "configmaps", "", "shop", false},
 			{"delete", "", "configmaps", "", "shop", false},
@@ -452,8 +528,18 @@ func TestInstall(t *testing.T) {
 			{"patch", "limiterd.dev", "ratelimitpolicies", "status", "shop", true},
 			{"update", "limiterd.dev", "ratelimitpolicies", "", "shop", false},
 			{"delete", "limiterd.dev", "ratelimitpolicies", "", "shop", false},
-			{"create", "", "configmaps", "", "shop", true},
-			{"delete", "", "configmaps", "", "shop", true},
+			{"create", "", "configmaps", "", namespace, true},
+			{"update", "", "configmaps", "", namespace, true},
+			{"delete", "", "configmaps", "", namespace, true},
+			{"watch", "", "configmaps", "", namespace, true},
+			{"get", "", "configmaps", "", "shop", false},
+			{"list", "", "configmaps", "", "", false},
+			{"create", "", "configmaps", "", "shop", false},
+			{"update", "", "configmaps", "", "shop", false},
+			{"patch", "", "configmaps", "", "shop", false},
+			{"deletecollection", "", "configmaps", "", "shop", false},
+			{"delete", "", "configmaps", "", "shop", true}, // legacy ConfigMaps only: see checkOperatorDeletes
+			{"list", "coordination.k8s.io", "leases", "", namespace, true},
 			{"create", "events.k8s.io", "events", "", "shop", true},
 			{"create", "", "events", "", "shop", true},
 			{"create", "coordination.k8s.io", "leases", "", namespace, true},
@@ -468,6 +554,12 @@ func TestInstall(t *testing.T) {
 	// it: limiterd's ServiceAccount writes only the Lease of its own pod.
 	t.Run("limiterd writes only its own status Lease", func(t *testing.T) {
 		s.checkStatusAdmission(t, limiterdName, operatorName)
+	})
+
+	// 2c. The operator may delete, outside its namespace, only the ConfigMaps earlier versions
+	// rendered there.
+	t.Run("the operator deletes only legacy ConfigMaps elsewhere", func(t *testing.T) {
+		s.checkOperatorDeletes(t, operatorName)
 	})
 
 	// 3. Upgrade to the Redis scenario: the CRD is upgraded in place, the HPA removed.
@@ -523,7 +615,8 @@ func TestInstall(t *testing.T) {
 		s.helm(t, "uninstall", release, "--namespace", namespace, "--wait=false")
 	})
 
-	// 6. Namespaced: limiterd reads ConfigMaps of team-a only; the CRD is left to others.
+	// 6. Namespaced: limiterd serves the policies of team-a only, reading the ConfigMaps that
+	// another release's operator renders into limiterd-system; the CRD is left to others.
 	t.Run("namespaced", func(t *testing.T) {
 		const rel = "team-a"
 		if s.getCRD(t) == nil {
@@ -534,7 +627,7 @@ func TestInstall(t *testing.T) {
 		sa := rel + "-limiterd"
 		s.mustExist(t,
 			&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a-system", Name: sa}},
-			&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: sa}},
+			&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: "limiterd-system", Name: sa}},
 			// Named after its release namespace, so it does not collide with another release's.
 			&admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: sa + "-replica-status.team-a-system"}},
 		)
@@ -543,11 +636,12 @@ func TestInstall(t *testing.T) {
 			&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a-system", Name: sa + "-operator"}},
 		)
 		s.checkPermissions(t, "team-a-system", sa, []permission{
-			{"list", "", "configmaps", "", "team-a", true},
-			{"watch", "", "configmaps", "", "team-a", true},
-			{"list", "", "configmaps", "", "shop", false},
+			{"list", "", "configmaps", "", "limiterd-system", true},
+			{"watch", "", "configmaps", "", "limiterd-system", true},
+			{"list", "", "configmaps", "", "team-a", false},
+			{"list", "", "configmaps", "", "team-a-system", false},
 			{"list", "", "configmaps", "", "", false},
-			{"create", "", "configmaps", "", "team-a", false},
+			{"create", "", "configmaps", "", "limiterd-system", false},
 		})
 		s.helm(t, "uninstall", rel, "--namespace", "team-a-system", "--wait=false")
 		if s.getCRD(t) == nil {

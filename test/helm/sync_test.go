@@ -93,9 +93,9 @@ func TestCRDMatchesConfig(t *testing.T) {
 	}
 }
 
-// TestOperatorRBACMatchesConfig checks that the operator's ClusterRole and leader election Role
-// grant exactly what config/rbac/role.yaml (generated from the controllers' +kubebuilder:rbac
-// markers) grants: no more, no less.
+// TestOperatorRBACMatchesConfig checks that the operator's ClusterRole, and its Roles of the
+// release namespace together, grant exactly what config/rbac/role.yaml (generated from the
+// controllers' +kubebuilder:rbac markers) grants: no more, no less.
 func TestOperatorRBACMatchesConfig(t *testing.T) {
 	t.Parallel()
 	b, err := os.ReadFile(filepath.Join(repoRoot(t), "config", "rbac", "role.yaml"))
@@ -124,7 +124,10 @@ func TestOperatorRBACMatchesConfig(t *testing.T) {
 	}
 	m := render(t)
 	gotCluster := ruleSet(typed[rbacv1.ClusterRole](t, m.get(t, "ClusterRole", operatorName)).Rules)
-	gotNS := ruleSet(typed[rbacv1.Role](t, m.get(t, "Role", operatorName+"-leader-election")).Rules)
+	gotNS := ruleSet(typed[rbacv1.Role](t, m.get(t, "Role", operatorName)).Rules)
+	for k := range ruleSet(typed[rbacv1.Role](t, m.get(t, "Role", operatorName+"-leader-election")).Rules) {
+		gotNS[k] = true
+	}
 	diff := func(what string, got, want map[string]bool) {
 		for k := range got {
 			if !want[k] {
@@ -138,11 +141,55 @@ func TestOperatorRBACMatchesConfig(t *testing.T) {
 		}
 	}
 	diff("operator ClusterRole", gotCluster, wantCluster)
-	diff("operator leader election Role", gotNS, wantNS)
+	diff("operator Roles", gotNS, wantNS)
 	for k := range gotCluster {
 		if strings.Contains(k, "*") || strings.HasPrefix(k, "secrets") || strings.HasPrefix(k, "/secrets") {
 			t.Errorf("operator ClusterRole grants %s", k)
 		}
+		// Cluster-wide, ConfigMaps may only be deleted (the legacy ones, narrowed by admission).
+		if strings.Contains(k, "configmaps") && k != "configmaps:delete" {
+			t.Errorf("operator ClusterRole grants %s; ConfigMaps are written in the release namespace only", k)
+		}
+	}
+}
+
+// TestOperatorAdmissionMatchesConfig checks that the chart's admission policy narrowing the
+// operator's ConfigMap deletions, and its binding, are config/manager/configmap_admission.yaml's:
+// the same spec, since release "limiterd" in limiterd-system runs the operator as ServiceAccount
+// limiterd-system/limiterd-operator, as config/ does.
+func TestOperatorAdmissionMatchesConfig(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), "config", "manager", "configmap_admission.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs, err := parseManifest(string(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := render(t)
+	var n int
+	for _, d := range docs {
+		switch d.GetKind() {
+		case "ValidatingAdmissionPolicy":
+			n++
+			want := typed[admissionregistrationv1.ValidatingAdmissionPolicy](t, d)
+			got := typed[admissionregistrationv1.ValidatingAdmissionPolicy](t, m.get(t, d.GetKind(), operatorPolicyName))
+			if !reflect.DeepEqual(got.Spec, want.Spec) {
+				t.Errorf("the chart's ValidatingAdmissionPolicy differs from config/manager/configmap_admission.yaml's:\n%+v\nwant\n%+v", got.Spec, want.Spec)
+			}
+		case "ValidatingAdmissionPolicyBinding":
+			n++
+			want := typed[admissionregistrationv1.ValidatingAdmissionPolicyBinding](t, d)
+			got := typed[admissionregistrationv1.ValidatingAdmissionPolicyBinding](t, m.get(t, d.GetKind(), operatorPolicyName))
+			want.Spec.PolicyName = operatorPolicyName
+			if !reflect.DeepEqual(got.Spec, want.Spec) {
+				t.Errorf("the chart's ValidatingAdmissionPolicyBinding %+v differs from config's %+v", got.Spec, want.Spec)
+			}
+		}
+	}
+	if n != 2 {
+		t.Fatalf("config/manager/configmap_admission.yaml: %d policies and bindings, want 2", n)
 	}
 }
 

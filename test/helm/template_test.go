@@ -28,6 +28,8 @@ const (
 	operatorName = release + "-operator"
 	// statusPolicyName names the status admission policy and its binding (cluster-scoped).
 	statusPolicyName = limiterdName + "-replica-status." + namespace
+	// operatorPolicyName names the admission policy narrowing the operator's ConfigMap deletions.
+	operatorPolicyName = limiterdName + "-operator-configmaps." + namespace
 )
 
 // TestLintStrict runs helm lint --strict with the defaults and with each ci/*-values.yaml.
@@ -68,9 +70,9 @@ func TestTemplateDefaults(t *testing.T) {
 	_, appVersion := chartMeta(t)
 
 	want := map[string]int{
-		"CustomResourceDefinition": 1, "ServiceAccount": 2, "ClusterRole": 4, "ClusterRoleBinding": 3,
-		"Role": 2, "RoleBinding": 2, "Service": 3, "Deployment": 2, "NetworkPolicy": 2,
-		"ValidatingAdmissionPolicy": 1, "ValidatingAdmissionPolicyBinding": 1,
+		"CustomResourceDefinition": 1, "ServiceAccount": 2, "ClusterRole": 3, "ClusterRoleBinding": 2,
+		"Role": 4, "RoleBinding": 4, "Service": 3, "Deployment": 2, "NetworkPolicy": 2,
+		"ValidatingAdmissionPolicy": 2, "ValidatingAdmissionPolicyBinding": 2,
 	}
 	if got := m.kinds(); !mapsEqual(got, want) {
 		t.Errorf("kinds = %v, want %v", got, want)
@@ -99,7 +101,7 @@ func TestTemplateDefaults(t *testing.T) {
 	if want := "ghcr.io/limiterd/limiterd:" + appVersion; c.Image != want {
 		t.Errorf("limiterd image = %q, want %q", c.Image, want)
 	}
-	checkArgs(t, c.Args, []string{"--addr=:8080", "--admin-addr=:9090", "--store=memory", "--max-clients=1000000", "--log-level=info", "--shutdown-timeout=15s",
+	checkArgs(t, c.Args, []string{"--addr=:8080", "--admin-addr=:9090", "--configmap-namespace=" + namespace, "--store=memory", "--max-clients=1000000", "--log-level=info", "--shutdown-timeout=15s",
 		"--replica-name=$(POD_NAME)", "--status-namespace=" + namespace, "--status-interval=5s"},
 		[]string{"--namespace", "--store-timeout", "--redis-addr", "--redis-tls", "--redis-password-file", "--kubeconfig", "--policy-file", "--grpc-addr"})
 	if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {
@@ -123,7 +125,8 @@ func TestTemplateDefaults(t *testing.T) {
 	if want := "ghcr.io/limiterd/manager:" + appVersion; oc.Image != want {
 		t.Errorf("operator image = %q, want %q", oc.Image, want)
 	}
-	checkArgs(t, oc.Args, []string{"--leader-elect", "--leader-election-namespace=" + namespace, "--metrics-bind-address=:8080", "--health-probe-bind-address=:8081"}, nil)
+	checkArgs(t, oc.Args, []string{"--leader-elect", "--leader-election-namespace=" + namespace, "--configmap-namespace=" + namespace,
+		"--metrics-bind-address=:8080", "--health-probe-bind-address=:8081"}, nil)
 	checkPorts(t, oc, map[string]int32{"metrics": 8080, "probes": 8081})
 	checkProbes(t, oc, "probes")
 	if op.Spec.Template.Spec.ServiceAccountName != operatorName {
@@ -139,17 +142,16 @@ func TestTemplateDefaults(t *testing.T) {
 	opSvc := typed[corev1.Service](t, m.get(t, "Service", operatorName+"-metrics"))
 	checkService(t, opSvc, op, dep, corev1.ServiceTypeClusterIP, map[string]int32{"metrics": 8080})
 
-	// limiterd's RBAC: read-only ConfigMaps, cluster-wide, bound to its ServiceAccount.
-	cr := typed[rbacv1.ClusterRole](t, m.get(t, "ClusterRole", limiterdName))
-	if got, want := ruleSet(cr.Rules), ruleSet([]rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch"}}}); !mapsEqual(got, want) {
-		t.Errorf("limiterd ClusterRole grants %v, want only %v", keys(got), keys(want))
-	}
-	crb := typed[rbacv1.ClusterRoleBinding](t, m.get(t, "ClusterRoleBinding", limiterdName))
-	checkBinding(t, crb.RoleRef, crb.Subjects, "ClusterRole", limiterdName, limiterdName)
+	// limiterd's RBAC: read-only ConfigMaps of the release namespace alone, bound to its
+	// ServiceAccount; no ClusterRole.
+	checkConfigMapRole(t, m, namespace)
 	checkStatusRole(t, m)
 	checkStatusAdmission(t, m, limiterdName)
+	checkOperatorAdmission(t, m, operatorName)
 	opcrb := typed[rbacv1.ClusterRoleBinding](t, m.get(t, "ClusterRoleBinding", operatorName))
 	checkBinding(t, opcrb.RoleRef, opcrb.Subjects, "ClusterRole", operatorName, operatorName)
+	oprb := typed[rbacv1.RoleBinding](t, m.get(t, "RoleBinding", operatorName))
+	checkBinding(t, oprb.RoleRef, oprb.Subjects, "Role", operatorName, operatorName)
 	rb := typed[rbacv1.RoleBinding](t, m.get(t, "RoleBinding", operatorName+"-leader-election"))
 	checkBinding(t, rb.RoleRef, rb.Subjects, "Role", operatorName+"-leader-election", operatorName)
 
@@ -165,10 +167,10 @@ func TestTemplateAllFeatures(t *testing.T) {
 	t.Parallel()
 	m := render(t, "--values", chartRel+"/ci/all-features-values.yaml")
 	want := map[string]int{
-		"CustomResourceDefinition": 1, "ServiceAccount": 2, "ClusterRole": 4, "ClusterRoleBinding": 3,
-		"Role": 2, "RoleBinding": 2, "Service": 3, "Deployment": 2,
+		"CustomResourceDefinition": 1, "ServiceAccount": 2, "ClusterRole": 3, "ClusterRoleBinding": 2,
+		"Role": 4, "RoleBinding": 4, "Service": 3, "Deployment": 2,
 		"HorizontalPodAutoscaler": 1, "PodDisruptionBudget": 1, "ServiceMonitor": 2, "NetworkPolicy": 2, "ConfigMap": 1,
-		"ValidatingAdmissionPolicy": 1, "ValidatingAdmissionPolicyBinding": 1,
+		"ValidatingAdmissionPolicy": 2, "ValidatingAdmissionPolicyBinding": 2,
 	}
 	if got := m.kinds(); !mapsEqual(got, want) {
 		t.Errorf("kinds = %v, want %v", got, want)
@@ -327,33 +329,78 @@ func TestTemplateRedisCluster(t *testing.T) {
 }
 
 // TestTemplateNamespaced checks ci/namespaced-values.yaml: limiterd reads one namespace through
-// a Role there; no operator, no CRD, no ClusterRole.
+// a Role where another release's operator renders the ConfigMaps; no operator, no CRD, no
+// ClusterRole for ConfigMaps.
 func TestTemplateNamespaced(t *testing.T) {
 	t.Parallel()
-	m := render(t, "--values", chartRel+"/ci/namespaced-values.yaml")
+	m := render(t, "--values", chartRel+"/ci/namespaced-values.yaml", "--namespace", "team-a-system")
 	want := map[string]int{
 		"ServiceAccount": 1, "Role": 2, "RoleBinding": 2, "Service": 2, "Deployment": 1, "NetworkPolicy": 1,
+		"ClusterRole": 2, "ClusterRoleBinding": 1, // the admin API's (limiterd-auth-rbac.yaml), none for ConfigMaps
 		"ValidatingAdmissionPolicy": 1, "ValidatingAdmissionPolicyBinding": 1,
 	}
 	if got := m.kinds(); !mapsEqual(got, want) {
 		t.Errorf("kinds = %v, want %v", got, want)
 	}
 	role := typed[rbacv1.Role](t, m.get(t, "Role", limiterdName))
-	if role.Namespace != "team-a" {
-		t.Errorf("Role namespace = %q, want team-a", role.Namespace)
+	if role.Namespace != "limiterd-system" {
+		t.Errorf("Role namespace = %q, want limiterd-system, where the other release's operator renders", role.Namespace)
 	}
 	if got, want := ruleSet(role.Rules), ruleSet([]rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch"}}}); !mapsEqual(got, want) {
 		t.Errorf("Role grants %v", keys(got))
 	}
 	rb := typed[rbacv1.RoleBinding](t, m.get(t, "RoleBinding", limiterdName))
-	if rb.Namespace != "team-a" {
-		t.Errorf("RoleBinding namespace = %q, want team-a", rb.Namespace)
+	if rb.Namespace != "limiterd-system" || len(rb.Subjects) != 1 || rb.Subjects[0].Namespace != "team-a-system" || rb.Subjects[0].Name != limiterdName {
+		t.Errorf("RoleBinding %s/%s binds %+v, want ServiceAccount team-a-system/%s", rb.Namespace, rb.Name, rb.Subjects, limiterdName)
+	}
+	dep := typed[appsv1.Deployment](t, m.get(t, "Deployment", limiterdName))
+	checkArgs(t, container(t, dep, "limiterd").Args, []string{"--namespace=team-a", "--configmap-namespace=limiterd-system",
+		"--store=memory", "--status-namespace=team-a-system"}, nil)
+	if out := renderErr(t, "--set", "limiterd.configMapNamespace=elsewhere"); !strings.Contains(out, "limiterd.configMapNamespace is for a release whose operator is another release's") {
+		t.Errorf("configMapNamespace with this release's operator: %s", out)
+	}
+}
+
+// checkConfigMapRole checks limiterd's Role for the policy ConfigMaps: in namespace, only get,
+// list and watch of ConfigMaps, bound to limiterd's ServiceAccount of the release namespace.
+func checkConfigMapRole(t testing.TB, m manifest, namespace string) {
+	t.Helper()
+	role := typed[rbacv1.Role](t, m.get(t, "Role", limiterdName))
+	want := ruleSet([]rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch"}}})
+	if got := ruleSet(role.Rules); role.Namespace != namespace || !mapsEqual(got, want) {
+		t.Errorf("limiterd Role %s/%s grants %v, want %v in %s", role.Namespace, role.Name, keys(got), keys(want), namespace)
+	}
+	rb := typed[rbacv1.RoleBinding](t, m.get(t, "RoleBinding", limiterdName))
+	if rb.Namespace != namespace {
+		t.Errorf("limiterd RoleBinding namespace %q, want %q", rb.Namespace, namespace)
 	}
 	checkBinding(t, rb.RoleRef, rb.Subjects, "Role", limiterdName, limiterdName)
-	checkStatusRole(t, m)
-	checkStatusAdmission(t, m, limiterdName)
-	dep := typed[appsv1.Deployment](t, m.get(t, "Deployment", limiterdName))
-	checkArgs(t, container(t, dep, "limiterd").Args, []string{"--namespace=team-a", "--store=memory", "--status-namespace=" + namespace}, nil)
+}
+
+// checkOperatorAdmission checks the admission policy narrowing the operator's ConfigMap
+// deletions: deletes of ConfigMaps by ServiceAccount sa outside the release namespace, admitted
+// for a policy ConfigMap of an earlier version only.
+func checkOperatorAdmission(t testing.TB, m manifest, sa string) {
+	t.Helper()
+	vap := typed[admissionregistrationv1.ValidatingAdmissionPolicy](t, m.get(t, "ValidatingAdmissionPolicy", operatorPolicyName))
+	if fp := vap.Spec.FailurePolicy; fp == nil || *fp != admissionregistrationv1.Fail {
+		t.Errorf("operator admission failurePolicy %v, want Fail", fp)
+	}
+	rules := vap.Spec.MatchConstraints.ResourceRules
+	if len(rules) != 1 || !slices.Equal(rules[0].APIGroups, []string{""}) || !slices.Equal(rules[0].Resources, []string{"configmaps"}) ||
+		!slices.Equal(rules[0].Operations, []admissionregistrationv1.OperationType{"DELETE"}) {
+		t.Errorf("operator admission matches %+v, want ConfigMap deletes", rules)
+	}
+	mc := vap.Spec.MatchConditions
+	if len(mc) != 2 || mc[0].Expression != "request.userInfo.username == 'system:serviceaccount:"+namespace+":"+sa+"'" ||
+		mc[1].Expression != "request.namespace != '"+namespace+"'" {
+		t.Errorf("operator admission match conditions %+v, want ServiceAccount %s outside %s", mc, sa, namespace)
+	}
+	b := typed[admissionregistrationv1.ValidatingAdmissionPolicyBinding](t, m.get(t, "ValidatingAdmissionPolicyBinding", operatorPolicyName))
+	if b.Spec.PolicyName != operatorPolicyName || b.Spec.MatchResources != nil ||
+		!slices.Equal(b.Spec.ValidationActions, []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}) {
+		t.Errorf("operator admission binding %+v", b.Spec)
+	}
 }
 
 // TestTemplateCRDOptions checks crds.keep and crds.install.
@@ -397,8 +444,8 @@ func TestTemplateOptionalOff(t *testing.T) {
 		}
 	}
 	for _, k := range []string{"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} {
-		if n := len(m.ofKind(k)); n != 0 {
-			t.Errorf("replicaStatus.enabled=false renders %d %s", n, k)
+		if n := len(m.ofKind(k)); n != 1 || m.ofKind(k)[0].GetName() != operatorPolicyName {
+			t.Errorf("replicaStatus.enabled=false renders %d %s, want the operator's alone", n, k)
 		}
 	}
 	dep := typed[appsv1.Deployment](t, m.get(t, "Deployment", limiterdName))
@@ -407,11 +454,19 @@ func TestTemplateOptionalOff(t *testing.T) {
 	// restrictToOwnLease=false drops the admission policy only.
 	m = render(t, "--set", "limiterd.replicaStatus.restrictToOwnLease=false")
 	for _, k := range []string{"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} {
-		if n := len(m.ofKind(k)); n != 0 {
-			t.Errorf("restrictToOwnLease=false renders %d %s", n, k)
+		if n := len(m.ofKind(k)); n != 1 || m.ofKind(k)[0].GetName() != operatorPolicyName {
+			t.Errorf("restrictToOwnLease=false renders %d %s, want the operator's alone", n, k)
 		}
 	}
 	checkStatusRole(t, m)
+
+	// restrictConfigMapDeletes=false drops the operator's admission policy only.
+	m = render(t, "--set", "operator.restrictConfigMapDeletes=false")
+	for _, k := range []string{"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} {
+		if n := len(m.ofKind(k)); n != 1 || m.ofKind(k)[0].GetName() != statusPolicyName {
+			t.Errorf("restrictConfigMapDeletes=false renders %d %s, want the status policy alone", n, k)
+		}
+	}
 }
 
 // TestTemplateStatusAdmissionNames checks that the status admission policy follows the release:

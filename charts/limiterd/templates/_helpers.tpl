@@ -175,6 +175,9 @@ across keys; included by the limiterd Deployment.
 {{- if and $rs.enabled $rs.restrictToOwnLease $op.enabled $op.leaderElection.enabled (eq (include "limiterd.limiterdServiceAccountName" .) (include "limiterd.operatorServiceAccountName" .)) }}
 {{- fail (printf "limiterd.replicaStatus.restrictToOwnLease would refuse the operator's leader election Lease: limiterd and the operator both run as ServiceAccount %q; give them ServiceAccounts of their own, or set restrictToOwnLease to false" (include "limiterd.limiterdServiceAccountName" .)) }}
 {{- end }}
+{{- if and $op.enabled .Values.limiterd.configMapNamespace (ne .Values.limiterd.configMapNamespace .Release.Namespace) }}
+{{- fail "limiterd.configMapNamespace is for a release whose operator is another release's (operator.enabled=false): this release's operator renders the policies into the release namespace" }}
+{{- end }}
 {{- $hpa := .Values.limiterd.autoscaling }}
 {{- if and $hpa.enabled (gt (int $hpa.minReplicas) (int $hpa.maxReplicas)) }}
 {{- fail "limiterd.autoscaling.minReplicas must not exceed maxReplicas" }}
@@ -220,4 +223,22 @@ matchExpressions:
     operator: In
     values:
       {{- toYaml . | nindent 6 }}
+{{- end }}
+
+{{/*
+limiterd.operatorConfigMapsPolicyName: the name of the ValidatingAdmissionPolicy, and of its
+binding, that narrow the operator's ConfigMap deletions outside the release namespace:
+"<full name>-operator-configmaps.<release namespace>" (cluster-scoped, see
+limiterd.replicaStatusPolicyName).
+*/}}
+{{- define "limiterd.operatorConfigMapsPolicyName" -}}
+{{- printf "%s-operator-configmaps.%s" (include "limiterd.fullname" .) .Release.Namespace }}
+{{- end }}
+
+{{/*
+limiterd.configMapNamespace: the namespace of the policy ConfigMaps: where this release's operator
+renders them and limiterd reads them. limiterd.configMapNamespace, else the release namespace.
+*/}}
+{{- define "limiterd.configMapNamespace" -}}
+{{- default .Release.Namespace .Values.limiterd.configMapNamespace }}
 {{- end }}

@@ -1,0 +1,239 @@
+package helm_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/limiterd/limiterd/api/v1alpha1"
+	"github.com/limiterd/limiterd/internal/testenv"
+	"github.com/limiterd/limiterd/internal/testsupport"
+)
+
+// TestBinariesRunWithChartRBAC installs the chart into a test API server (which enforces RBAC and
+// the chart's admission policies) and runs bin/manager and bin/limiterd, built from this
+// checkout, with the arguments of the chart's Deployments and as their ServiceAccounts (an
+// administrator's credentials impersonating them; limiterd as its pod's bound token would): with
+// exactly the chart's RBAC, a policy of another namespace is rendered, served and deleted again,
+// and neither identity can read or write a ConfigMap of that namespace.
+func TestBinariesRunWithChartRBAC(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an API server and builds both binaries")
+	}
+	s := startAPIServer(t)
+	ctx := context.Background()
+	manager, limiterdBin := buildBinaries(t)
+	if err := s.client.Create(ctx, ns("shop")); err != nil {
+		t.Fatal(err)
+	}
+	s.helm(t, "install", release, chartRel, "--namespace", namespace, "--create-namespace", "--wait=false")
+	s.waitEstablished(t, crdName)
+
+	deployment := func(name string) *appsv1.Deployment {
+		d := &appsv1.Deployment{}
+		if err := s.client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, d); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	// The chart's arguments, but for the addresses (loopback, free ports) and the pod name.
+	const pod = limiterdName + "-5d8c7b9f4-abcde"
+	args := func(d *appsv1.Deployment, override map[string]string) []string {
+		var out []string
+		for _, a := range d.Spec.Template.Spec.Containers[0].Args {
+			name, _, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+			if v, ok := override[name]; ok {
+				a = "--" + name + "=" + v
+				delete(override, name)
+			}
+			out = append(out, strings.ReplaceAll(a, "$(POD_NAME)", pod))
+		}
+		for name, v := range override {
+			out = append(out, "--"+name+"="+v)
+		}
+		return out
+	}
+	opProbes := freeLoopback(t)
+	startBinary(t, "manager", manager, s.impersonatingKubeconfig(t, namespace, operatorName, operatorName+"-7d4f9-x2x8q"),
+		args(deployment(operatorName), map[string]string{"metrics-bind-address": "0", "health-probe-bind-address": opProbes}), nil)
+	decisions, admin := freeLoopback(t), freeLoopback(t)
+	kubeconfig := s.impersonatingKubeconfig(t, namespace, limiterdName, pod)
+	startBinary(t, "limiterd", limiterdBin, kubeconfig,
+		args(deployment(limiterdName), map[string]string{"addr": decisions, "admin-addr": admin, "kubeconfig": kubeconfig, "status-interval": "1s"}),
+		[]string{"POD_NAME=" + pod})
+	for _, url := range []string{"http://" + opProbes + "/readyz", "http://" + admin + "/readyz"} {
+		testenv.Eventually(t, 2*time.Minute, func() error { return httpStatus(url, http.StatusOK) })
+	}
+
+	// A policy of namespace shop is rendered into the release namespace and served.
+	policy := &unstructured.Unstructured{}
+	policy.SetGroupVersionKind(schema.GroupVersionKind{Group: "limiterd.dev", Version: "v1alpha1", Kind: "RateLimitPolicy"})
+	policy.SetNamespace("shop")
+	policy.SetName("api")
+	policy.Object["spec"] = map[string]any{"defaultTier": "free", "tiers": []any{map[string]any{
+		"name": "free", "algorithm": "TokenBucket", "tokenBucket": map[string]any{"capacity": int64(5), "refillRate": int64(1)}}}}
+	if err := s.client.Create(ctx, policy); err != nil {
+		t.Fatal(err)
+	}
+	allow := "http://" + decisions + "/v1/allow?policy=shop/api&key=k"
+	testenv.Eventually(t, time.Minute, func() error { return httpStatus(allow, http.StatusOK) })
+	cmKey := client.ObjectKey{Namespace: namespace, Name: v1alpha1.ConfigMapName(v1alpha1.NewPolicyID("shop", "api"))}
+	if err := s.client.Get(ctx, cmKey, &corev1.ConfigMap{}); err != nil {
+		t.Errorf("the policy's ConfigMap %s: %v", cmKey, err)
+	}
+	// The operator reports every replica enforcing it, from limiterd's status Lease.
+	testenv.Eventually(t, time.Minute, func() error {
+		if err := s.client.Get(ctx, client.ObjectKeyFromObject(policy), policy); err != nil {
+			return err
+		}
+		if got, _, _ := unstructured.NestedString(policy.Object, "status", "enforced"); got != "1/1" {
+			return fmt.Errorf("status.enforced %q, want 1/1", got)
+		}
+		return nil
+	})
+
+	// Neither identity reaches a ConfigMap of namespace shop.
+	tenant := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "app-config"}, Data: map[string]string{"password": "hunter2"}}
+	if err := s.client.Create(ctx, tenant); err != nil {
+		t.Fatal(err)
+	}
+	for _, who := range []struct{ sa, pod string }{{limiterdName, pod}, {operatorName, operatorName + "-7d4f9-x2x8q"}} {
+		c := s.asServiceAccount(t, namespace, who.sa, who.pod)
+		for what, err := range map[string]error{
+			"get":                    c.Get(ctx, client.ObjectKeyFromObject(tenant), &corev1.ConfigMap{}),
+			"list":                   c.List(ctx, &corev1.ConfigMapList{}, client.InNamespace("shop")),
+			"list every namespace's": c.List(ctx, &corev1.ConfigMapList{}),
+			"create":                 c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "planted"}}),
+			"update":                 c.Update(ctx, tenant.DeepCopy()),
+			"delete":                 c.Delete(ctx, tenant.DeepCopy()),
+		} {
+			if !apierrors.IsForbidden(err) {
+				t.Errorf("%s may %s ConfigMaps of namespace shop: %v, want Forbidden", who.sa, what, err)
+			}
+		}
+	}
+
+	// Deleting the policy deletes its ConfigMap (no owner reference crosses namespaces), and
+	// limiterd stops serving it.
+	if err := s.client.Delete(ctx, policy); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, time.Minute, func() error {
+		err := s.client.Get(ctx, cmKey, &corev1.ConfigMap{})
+		if !apierrors.IsNotFound(err) {
+			return fmt.Errorf("ConfigMap of the deleted policy: %v, want NotFound", err)
+		}
+		return httpStatus(allow, http.StatusNotFound)
+	})
+}
+
+// buildBinaries builds bin/manager and bin/limiterd from this checkout into a directory of t.
+func buildBinaries(t *testing.T) (manager, limiterd string) {
+	t.Helper()
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute) // a cold build cache compiles both from scratch
+	defer cancel()
+	for name, pkg := range map[string]string{"manager": ".", "limiterd": "./cmd/limiterd"} {
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(dir, name), pkg)
+		cmd.Dir = repoRoot(t)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("go build %s: %v\n%s", pkg, err, out)
+		}
+	}
+	return filepath.Join(dir, "manager"), filepath.Join(dir, "limiterd")
+}
+
+// impersonatingKubeconfig writes a kubeconfig with the API server's administrator credentials
+// impersonating the ServiceAccount sa of saNamespace in a pod named pod, and returns its path.
+func (s *apiServer) impersonatingKubeconfig(t *testing.T, saNamespace, sa, pod string) string {
+	t.Helper()
+	cfg, err := clientcmd.LoadFromFile(s.kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, auth := range cfg.AuthInfos {
+		auth.Impersonate = "system:serviceaccount:" + saNamespace + ":" + sa
+		auth.ImpersonateGroups = []string{"system:serviceaccounts", "system:serviceaccounts:" + saNamespace, "system:authenticated"}
+		auth.ImpersonateUserExtra = map[string][]string{"authentication.kubernetes.io/pod-name": {pod}}
+	}
+	path := filepath.Join(t.TempDir(), "kubeconfig-"+sa)
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// startBinary runs binary with args, KUBECONFIG=kubeconfig and env until t ends (SIGTERM, then
+// SIGKILL after 30s); its output is printed if t failed.
+func startBinary(t *testing.T, name, binary, kubeconfig string, args, env []string) {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	cmd.Env = append(append(os.Environ(), "KUBECONFIG="+kubeconfig), env...)
+	logs := &testsupport.SyncBuffer{}
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case err := <-exited:
+			if err != nil {
+				t.Errorf("%s exited after SIGTERM: %v", name, err)
+			}
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			t.Errorf("%s did not exit within 30s of SIGTERM", name)
+		}
+		if t.Failed() {
+			t.Logf("%s %s\n%s", name, strings.Join(args, " "), logs.String())
+		}
+	})
+}
+
+// freeLoopback returns a loopback address with a port free at the time of the call.
+func freeLoopback(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return "127.0.0.1:" + strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+}
+
+// httpStatus fails unless GET url answers want.
+func httpStatus(url string, want int) error {
+	resp, err := http.Get(url) //nolint:gosec,noctx // a test's loopback URL
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != want {
+		var body json.RawMessage
+		_ = json.NewDecoder(resp.Body).Decode(&body)
+		return fmt.Errorf("GET %s: %s %s, want %d", url, resp.Status, body, want)
+	}
+	return nil
+}
