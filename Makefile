@@ -42,6 +42,13 @@ bench: ## Run the core benchmarks side by side with their baselines (x/time/rate
 	$(GO) test -run '^$$' -bench 'Parallel' -benchmem -cpu 1,2 ./limiterd/limiter
 	$(GO) test -run '^$$' -bench . -benchmem ./limiterd/engine ./limiterd/policy ./limiterd/server
 
+SOAK_DURATION ?= 5m
+SOAK_TIMEOUT ?= 2h
+
+.PHONY: soak
+soak: build-limiterd ## Soak test, not part of make test: floods, policy churn, Redis kill/pause, SIGTERM under load against bin/limiterd for SOAK_DURATION (default 5m).
+	LIMITERD_BIN=$(BIN)/limiterd SOAK_DURATION=$(SOAK_DURATION) $(GO) test -tags soak -count=1 -v -timeout $(SOAK_TIMEOUT) -run '^TestSoak$$' ./test/soak/
+
 .PHONY: bench-http
 bench-http: ## Load-test the decision handler against a trivial handler over loopback HTTP.
 	$(GO) run ./cmd/loadgen --duration 2s --rounds 8 --workers 16
