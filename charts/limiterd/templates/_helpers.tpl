@@ -242,3 +242,16 @@ renders them and limiterd reads them. limiterd.configMapNamespace, else the rele
 {{- define "limiterd.configMapNamespace" -}}
 {{- default .Release.Namespace .Values.limiterd.configMapNamespace }}
 {{- end }}
+
+{{/*
+limiterd.tlsDir: where limiterd's serving TLS Secret is mounted in its container.
+*/}}
+{{- define "limiterd.tlsDir" -}}/etc/limiterd/tls{{- end }}
+
+{{/*
+limiterd.tlsSecretName: the Secret of limiterd's serving certificate: limiterd.tls.secretName,
+or <fullname>-tls, the Secret of the chart's cert-manager Certificate.
+*/}}
+{{- define "limiterd.tlsSecretName" -}}
+{{- default (printf "%s-tls" (include "limiterd.fullname" .)) .Values.limiterd.tls.secretName }}
+{{- end }}
