@@ -1,40 +1,177 @@
-# limiterd — see README.md. `make help` lists the targets.
+# limiterd — see README.md. `make help` lists the targets by section.
 SHELL := /usr/bin/env bash
 .SHELLFLAGS := -eu -o pipefail -c
 
 GO ?= go
 BIN := $(CURDIR)/bin
-# Pinned tools, installed into the user's cache directory by version and linked from bin/.
+
+# Pinned tools. Each is installed once per version into the user's cache directory, so that every
+# checkout on the machine reuses it, and linked from bin/ (see the Tools part of the develop
+# section).
 TOOLS_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/limiterd/tools
 CONTROLLER_TOOLS_VERSION := v0.23.0
-CONTROLLER_GEN := $(TOOLS_CACHE)/controller-gen-$(CONTROLLER_TOOLS_VERSION)
 HELM_VERSION := v3.22.0
+GOLANGCI_LINT_VERSION := v2.15.0
+CONTROLLER_GEN := $(TOOLS_CACHE)/controller-gen-$(CONTROLLER_TOOLS_VERSION)
 HELM := $(TOOLS_CACHE)/helm-$(HELM_VERSION)
+GOLANGCI_LINT := $(TOOLS_CACHE)/golangci-lint-$(GOLANGCI_LINT_VERSION)
+# The test control plane (kube-apiserver, etcd), pinned by hack/tools/{kube,etcd}/go.mod and built
+# by hack/envtest-assets.sh, which links bin/k8s/current to it.
+ENVTEST_ASSETS := $(BIN)/k8s/current
+
+# What the tests are told (internal/testbin): where the control plane, helm and the project's
+# binaries are. No test builds or installs anything.
+TEST_ENV := KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) HELM=$(HELM) LIMITERD_BIN_DIR=$(BIN)
+# The packages that run the project's binaries as processes against a control plane or Redis.
+E2E_PACKAGES := ./test/e2e/... ./test/redis/...
 
 .PHONY: help
 help: ## List the targets.
-	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+	@awk 'BEGIN {FS = ":.*## "} \
+		/^##@ / {printf "\n%s\n", substr($$0, 5)} \
+		/^[a-zA-Z0-9_-]+:.*## / {printf "  %-20s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-##@ Build and run
+##@ Develop
 
 .PHONY: build
 build: build-limiterd ## Build bin/limiterd, bin/manager (the operator) and bin/loadgen.
-	$(GO) build -trimpath -o $(BIN)/loadgen ./cmd/loadgen
 	$(GO) build -trimpath -o $(BIN)/manager .
+	$(GO) build -trimpath -o $(BIN)/loadgen ./cmd/loadgen
 
-.PHONY: run
 .PHONY: build-limiterd
 build-limiterd: ## Build bin/limiterd only.
 	$(GO) build -trimpath -o $(BIN)/limiterd ./cmd/limiterd
 
+.PHONY: run
 run: build-limiterd ## Run limiterd locally: in-memory store, the sample policy, decisions on :8080, admin on :9090.
 	$(BIN)/limiterd --policy-file config/samples/ratelimitpolicy.yaml
+
+.PHONY: fmt
+fmt: golangci-lint ## Format the code with the formatters of .golangci.yml (gofmt, goimports).
+	$(GOLANGCI_LINT) fmt ./...
+
+.PHONY: vet
+vet: ## Run go vet.
+	$(GO) vet ./...
+
+.PHONY: lint
+lint: golangci-lint ## Run golangci-lint with the repository's .golangci.yml.
+	$(GOLANGCI_LINT) run ./...
+
+# Tools. `make tools` installs every pinned tool; each target below installs one and links it from
+# bin/ (a no-op once its version is in the cache).
+
+.PHONY: tools
+tools: test-tools golangci-lint ## Install every pinned tool: the test control plane, helm, controller-gen, golangci-lint.
+
+.PHONY: test-tools
+test-tools: envtest helm controller-gen ## Install the tools `make test` needs: the test control plane, helm, controller-gen.
+
+.PHONY: envtest
+envtest: ## Build the test control plane (kube-apiserver, etcd) into the cache; bin/k8s/current links to it.
+	hack/envtest-assets.sh >/dev/null
+
+.PHONY: helm
+helm: $(HELM) ## Install the pinned helm; bin/helm links to it.
+	@mkdir -p $(BIN) && ln -sfn $(HELM) $(BIN)/helm
+
+.PHONY: controller-gen
+controller-gen: $(CONTROLLER_GEN) ## Install the pinned controller-gen; bin/controller-gen links to it.
+	@mkdir -p $(BIN) && ln -sfn $(CONTROLLER_GEN) $(BIN)/controller-gen
+
+.PHONY: golangci-lint
+golangci-lint: $(GOLANGCI_LINT) ## Install the pinned golangci-lint; bin/golangci-lint links to it.
+	@mkdir -p $(BIN) && ln -sfn $(GOLANGCI_LINT) $(BIN)/golangci-lint
+
+# go-install <output> <package@version>: go install into a private directory, then move the binary
+# to its versioned name in the cache (atomic, so concurrent checkouts never see half a binary).
+define go-install
+	mkdir -p $(TOOLS_CACHE)
+	gobin=$$(mktemp -d $(TOOLS_CACHE)/gobin-XXXXXX) && \
+	GOBIN=$$gobin $(GO) install $(2) && \
+	mv $$gobin/$$(basename $$(echo $(2) | cut -d@ -f1)) $(1) && rmdir $$gobin
+endef
+
+$(CONTROLLER_GEN):
+	$(call go-install,$@,sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_TOOLS_VERSION))
+
+$(HELM):
+	$(call go-install,$@,helm.sh/helm/v3/cmd/helm@$(HELM_VERSION))
+
+$(GOLANGCI_LINT):
+	$(call go-install,$@,github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION))
 
 ##@ Test
 
 .PHONY: test
-test: verify-generated ## Check generated files, then run every test (unit, fuzz seeds, integration, end-to-end) with -race.
-	$(GO) test -race -count=1 -timeout 30m ./...
+test: test-tools build verify-generated ## CI: install the tools, build the binaries, check generated files, then run every test with -race.
+	$(TEST_ENV) $(GO) test -race -count=1 -timeout 30m ./...
+
+.PHONY: test-unit
+test-unit: ## The fast loop: every test that needs only Go (-short skips those needing a control plane, Redis, helm or bin/).
+	$(GO) test -short -race ./...
+
+.PHONY: test-integration
+test-integration: test-tools build ## Every package but the end-to-end ones, with the control plane, Redis and helm.
+	$(TEST_ENV) $(GO) test -race -count=1 -timeout 30m $$($(GO) list ./... | grep -v -e /test/e2e -e /test/redis)
+
+.PHONY: test-e2e
+test-e2e: envtest build ## The end-to-end packages: bin/manager and bin/limiterd as processes against a control plane and Redis.
+	$(TEST_ENV) $(GO) test -race -count=1 -timeout 30m $(E2E_PACKAGES)
+
+.PHONY: helm-test
+helm-test: envtest helm ## The chart's tests: lint, template, schema, docs, install into a test API server.
+	$(TEST_ENV) $(GO) test -race -count=1 ./test/helm/...
+
+SOAK_DURATION ?= 5m
+SOAK_TIMEOUT ?= 2h
+
+.PHONY: soak
+soak: build-limiterd ## Soak test, not part of make test: floods, policy churn, Redis kill/pause, SIGTERM under load against bin/limiterd for SOAK_DURATION (default 5m).
+	LIMITERD_BIN=$(BIN)/limiterd SOAK_DURATION=$(SOAK_DURATION) $(GO) test -tags soak -count=1 -v -timeout $(SOAK_TIMEOUT) -run '^TestSoak$$' ./test/soak/
+
+##@ Generate
+
+# Files written by controller-gen from the markers in api/ and controllers/; `make verify` checks
+# they are current.
+GENERATED_PATHS := api/v1alpha1/zz_generated.deepcopy.go config/crd/bases config/rbac/role.yaml
+
+.PHONY: generate
+generate: controller-gen ## Generate the API's deep-copy functions (api/v1alpha1/zz_generated.deepcopy.go).
+	$(CONTROLLER_GEN) object paths=./api/...
+
+.PHONY: manifests
+manifests: manifests-crd manifests-rbac ## Generate the CRD and the operator's RBAC from the markers.
+
+.PHONY: manifests-crd
+manifests-crd: controller-gen ## Generate the RateLimitPolicy CRD into config/crd/bases from the API's markers.
+	rm -f config/crd/bases/*.yaml
+	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
+
+.PHONY: manifests-rbac
+manifests-rbac: controller-gen ## Generate the operator's RBAC (config/rbac/role.yaml) from the markers in controllers/.
+	$(CONTROLLER_GEN) rbac:roleName=limiterd-operator paths=./controllers/... output:rbac:artifacts:config=config/rbac
+
+.PHONY: helm-docs
+helm-docs: ## Regenerate the chart's README.md and its copies of the CRD and the Grafana dashboard.
+	hack/helm-docs.sh
+
+.PHONY: verify
+verify: verify-generated lint ## Everything a reviewer checks: generated files are current, and golangci-lint passes.
+
+.PHONY: verify-generated
+verify-generated: generate manifests ## Regenerate, then fail if generated files differ from the committed ones (or are untracked).
+	git diff --exit-code -- $(GENERATED_PATHS)
+	@changed=$$(git status --porcelain --untracked-files=all -- $(GENERATED_PATHS)); \
+	if [ -n "$$changed" ]; then \
+		printf 'generated files are not committed or out of date (run make generate manifests):\n%s\n' "$$changed" >&2; \
+		exit 1; \
+	fi
+
+##@ Benchmark
+
+BENCH_WORKERS ?= 16
+BENCH_TIME ?= 5s
 
 .PHONY: bench
 bench: ## Run the core benchmarks side by side with their baselines (x/time/rate, a trivial handler); figures go to stdout.
@@ -53,74 +190,19 @@ soak: build-limiterd ## Soak test, not part of make test: floods, policy churn, 
 bench-http: ## Load-test the decision handler against a trivial handler over loopback HTTP.
 	$(GO) run ./cmd/loadgen --duration 2s --rounds 8 --workers 16
 
-##@ Tools
+.PHONY: bench-grpc
+bench-grpc: ## Decisions/s and p50/p99 latency of the gRPC (Envoy) API against the HTTP API, same load, one run.
+	$(GO) test -run '^$$' -bench 'GRPCvsHTTP' -benchtime $(BENCH_TIME) -count 1 ./limiterd/envoyrls -args -bench-workers=$(BENCH_WORKERS)
 
-$(CONTROLLER_GEN):
-	mkdir -p $(TOOLS_CACHE)
-	GOBIN=$(TOOLS_CACHE)/gobin-controller-gen $(GO) install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_TOOLS_VERSION)
-	mv $(TOOLS_CACHE)/gobin-controller-gen/controller-gen $@
+.PHONY: bench-redis
+bench-redis: ## Decisions/s and p50/p99 on a local redis-server: Store.Decide, the HTTP path, and redis-benchmark running the same script, one run.
+	$(GO) test -run '^$$' -bench 'BenchmarkRedis$$' -benchtime 50000x -count 1 ./limiterd/store/redis/
 
-$(HELM):
-	mkdir -p $(TOOLS_CACHE)
-	GOBIN=$(TOOLS_CACHE)/gobin-helm $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
-	mv $(TOOLS_CACHE)/gobin-helm/helm $@
+.PHONY: bench-redis-clients
+bench-redis-clients: ## Compare Redis clients (rueidis, go-redis pool, go-redis autopipeline) running the token-bucket script (a module of its own).
+	cd limiterd/store/redis/clientbench && $(GO) test -run '^$$' -bench . -benchtime 50000x -count 1
 
-GOLANGCI_LINT_VERSION := v2.15.0
-GOLANGCI_LINT := $(TOOLS_CACHE)/golangci-lint-$(GOLANGCI_LINT_VERSION)
-
-$(GOLANGCI_LINT):
-	mkdir -p $(TOOLS_CACHE)
-	GOBIN=$(TOOLS_CACHE)/gobin-golangci-lint $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
-	mv $(TOOLS_CACHE)/gobin-golangci-lint/golangci-lint $@
-
-.PHONY: lint
-lint: $(GOLANGCI_LINT) ## Run golangci-lint with the repository's .golangci.yml.
-	$(GOLANGCI_LINT) run ./...
-
-.PHONY: tools
-tools: $(CONTROLLER_GEN) $(HELM) ## Install the pinned tools (controller-gen, helm) into the cache.
-
-##@ Generate
-
-# Files written by controller-gen from the markers in api/; `make verify` checks they are current.
-GENERATED_PATHS := api/v1alpha1/zz_generated.deepcopy.go config/crd/bases
-
-.PHONY: generate
-generate: $(CONTROLLER_GEN) ## Generate the API's deep-copy functions (api/v1alpha1/zz_generated.deepcopy.go).
-	$(CONTROLLER_GEN) object paths=./api/...
-
-.PHONY: manifests
-manifests: $(CONTROLLER_GEN) ## Generate the RateLimitPolicy CRD into config/crd/bases from the API's markers.
-	rm -f config/crd/bases/*.yaml
-	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
-
-.PHONY: verify verify-generated
-verify: verify-generated lint ## Everything a reviewer checks: generated files are current, and golangci-lint passes.
-
-verify-generated: generate manifests ## Regenerate, then fail if generated files differ from the committed ones (or are untracked).
-	git diff --exit-code -- $(GENERATED_PATHS)
-	@changed=$$(git status --porcelain --untracked-files=all -- $(GENERATED_PATHS)); \
-	if [ -n "$$changed" ]; then \
-		printf 'generated files are not committed or out of date (run make generate manifests):\n%s\n' "$$changed" >&2; \
-		exit 1; \
-	fi
-
-##@ Operator
-
-# The operator's RBAC comes from the +kubebuilder:rbac markers in controllers/.
-GENERATED_PATHS += config/rbac/role.yaml
-
-.PHONY: manifests-rbac
-manifests-rbac: $(CONTROLLER_GEN) ## Generate the operator's RBAC (config/rbac/role.yaml) from the markers in controllers/.
-	$(CONTROLLER_GEN) rbac:roleName=limiterd-operator paths=./controllers/... output:rbac:artifacts:config=config/rbac
-
-manifests: manifests-rbac
-
-.PHONY: envtest
-envtest: ## Build the test control plane (kube-apiserver, etcd) into the cache if missing; prints KUBEBUILDER_ASSETS.
-	hack/envtest-assets.sh
-
-##@ Helm chart and images
+##@ Release
 
 CHART := charts/limiterd
 # The release version: the chart's appVersion, which is also the images' default tag in the chart.
@@ -130,39 +212,10 @@ IMG_LIMITERD ?= $(IMAGE_REGISTRY)/limiterd:$(VERSION)
 IMG_MANAGER ?= $(IMAGE_REGISTRY)/manager:$(VERSION)
 CONTAINER_TOOL ?= docker
 
-.PHONY: helm-path
-helm-path: $(HELM) ## Install the pinned helm into the cache if missing; print its path.
-	@echo $(HELM)
-
 .PHONY: helm-lint
-helm-lint: $(HELM) ## helm lint --strict the chart with its defaults and with each ci/*-values.yaml.
+helm-lint: helm ## helm lint --strict the chart with its defaults and with each ci/*-values.yaml.
 	$(HELM) lint --strict $(CHART)
 	for f in $(CHART)/ci/*-values.yaml; do $(HELM) lint --strict $(CHART) --values "$$f"; done
-
-.PHONY: helm-docs
-helm-docs: ## Regenerate the chart's README.md and its copies of the CRD and the Grafana dashboard.
-	hack/helm-docs.sh
-
-.PHONY: helm-test
-helm-test: $(HELM) ## Run the chart's tests: lint, template, schema, docs, install into a test API server.
-	HELM=$(HELM) $(GO) test -race -count=1 ./test/helm/...
-
-.PHONY: docker-images
-docker-images: ## Print the image names docker-build tags (VERSION defaults to the chart's appVersion).
-	@echo $(IMG_LIMITERD)
-	@echo $(IMG_MANAGER)
-
-.PHONY: docker-build
-docker-build: ## Build the limiterd and operator images (CONTAINER_TOOL, IMAGE_REGISTRY, VERSION).
-	$(CONTAINER_TOOL) build --build-arg VERSION=$(VERSION) -f Dockerfile.limiterd -t $(IMG_LIMITERD) .
-	$(CONTAINER_TOOL) build --build-arg VERSION=$(VERSION) -f Dockerfile.manager -t $(IMG_MANAGER) .
-
-.PHONY: docker-push
-docker-push: ## Push the images docker-build tagged.
-	$(CONTAINER_TOOL) push $(IMG_LIMITERD)
-	$(CONTAINER_TOOL) push $(IMG_MANAGER)
-
-##@ Images without a daemon
 
 # Static binaries built like the Dockerfiles' builder stage (CGO_ENABLED=0, -trimpath, -s -w; no VCS
 # stamp, which the Dockerfile build cannot see either), then put into the image the Dockerfile's
@@ -183,6 +236,21 @@ images: ## Build the limiterd and operator images without a daemon: bin/images/{
 		-build-arg VERSION=$(VERSION) -build-arg REVISION=$(REVISION) -o $(IMAGES_DIR)/limiterd.tar
 	$(OCIIMAGE) -dockerfile Dockerfile.manager -ref $(IMG_MANAGER) -stage-file /out/manager=$(BIN)/image/manager \
 		-build-arg VERSION=$(VERSION) -build-arg REVISION=$(REVISION) -o $(IMAGES_DIR)/manager.tar
+
+.PHONY: docker-images
+docker-images: ## Print the image names docker-build tags (VERSION defaults to the chart's appVersion).
+	@echo $(IMG_LIMITERD)
+	@echo $(IMG_MANAGER)
+
+.PHONY: docker-build
+docker-build: ## Build the limiterd and operator images (CONTAINER_TOOL, IMAGE_REGISTRY, VERSION).
+	$(CONTAINER_TOOL) build --build-arg VERSION=$(VERSION) -f Dockerfile.limiterd -t $(IMG_LIMITERD) .
+	$(CONTAINER_TOOL) build --build-arg VERSION=$(VERSION) -f Dockerfile.manager -t $(IMG_MANAGER) .
+
+.PHONY: docker-push
+docker-push: ## Push the images docker-build tagged.
+	$(CONTAINER_TOOL) push $(IMG_LIMITERD)
+	$(CONTAINER_TOOL) push $(IMG_MANAGER)
 
 ##@ Test node (a real single-node cluster on this machine; hack/node/node.sh)
 
@@ -221,22 +289,3 @@ node-down: ## Stop the test node and undo everything it changed on this machine.
 .PHONY: test-cluster
 test-cluster: node-deps ## End-to-end on the test node: helm install the chart with the built images, traffic, rollout, Redis, uninstall, metrics.
 	$(NODE_ENV) LIMITERD_TEST_CLUSTER=1 $(GO) test -count=1 -v -timeout 20m ./test/cluster/...
-
-##@ Envoy rate-limit service
-
-BENCH_WORKERS ?= 16
-BENCH_TIME ?= 5s
-
-.PHONY: bench-grpc
-bench-grpc: ## Decisions/s and p50/p99 latency of the gRPC (Envoy) API against the HTTP API, same load, one run.
-	$(GO) test -run '^$$' -bench 'GRPCvsHTTP' -benchtime $(BENCH_TIME) -count 1 ./limiterd/envoyrls -args -bench-workers=$(BENCH_WORKERS)
-
-##@ Redis store
-
-.PHONY: bench-redis
-bench-redis: ## Decisions/s and p50/p99 on a local redis-server: Store.Decide, the HTTP path, and redis-benchmark running the same script, one run.
-	$(GO) test -run '^$$' -bench 'BenchmarkRedis$$' -benchtime 50000x -count 1 ./limiterd/store/redis/
-
-.PHONY: bench-redis-clients
-bench-redis-clients: ## Compare Redis clients (rueidis, go-redis pool, go-redis autopipeline) running the token-bucket script (a module of its own).
-	cd limiterd/store/redis/clientbench && $(GO) test -run '^$$' -bench . -benchtime 50000x -count 1

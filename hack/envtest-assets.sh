@@ -3,7 +3,9 @@
 # hack/tools/{kube,etcd}/go.mod, and prints the directory to use as KUBEBUILDER_ASSETS.
 #
 # Binaries are cached by version in the user's cache directory (${XDG_CACHE_HOME:-~/.cache}/limiterd)
-# so that a fresh clone on the same machine reuses them; bin/k8s/<version> links to that cache.
+# so that a fresh clone on the same machine reuses them; bin/k8s/<version> links to that cache,
+# and bin/k8s/current to bin/k8s/<version> (the tests' default KUBEBUILDER_ASSETS). `make envtest`
+# runs this script.
 # A cold build takes about 7 minutes on 2 cores. kube-apiserver is built by hack/kube-build.sh with the
 # release's version stamp; the cache key says so ("-stamped"), so that an older unstamped build
 # (which reports v0.0.0-master) is not reused.
@@ -19,6 +21,10 @@ version="kube-${kube_version}-stamped_etcd-${etcd_version}"
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/limiterd/envtest/${version}"
 mkdir -p "$cache"
 
+# One build at a time on the machine: checkouts share the cache.
+exec 9>"$cache/../build.lock"
+flock 9
+
 build() { # build <dir> <package> <output>
 	if [ ! -x "$cache/$3" ]; then
 		echo "building $3 ($version) into $cache" >&2
@@ -31,4 +37,5 @@ build etcd . etcd
 
 mkdir -p "$root/bin/k8s"
 ln -sfn "$cache" "$root/bin/k8s/$version"
+ln -sfn "$version" "$root/bin/k8s/current"
 echo "$root/bin/k8s/$version"
