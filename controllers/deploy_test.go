@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/limiterd/limiterd/internal/testbin"
 	"github.com/limiterd/limiterd/internal/testenv"
 	"github.com/limiterd/limiterd/internal/testsupport"
 )
@@ -31,16 +32,17 @@ const systemNamespace = "limiterd-system"
 
 // TestDeployConfigDefault applies `kubectl kustomize config/default` to the API server with
 // server-side apply, checks the secure defaults of what it created, then runs bin/manager (built
-// from this checkout) with the permissions of the operator's service account only, to show the
+// from this checkout by `make build`) with the permissions of the operator's service account only, to show the
 // RBAC generated from the markers is enough. It does not run in parallel: the operator it starts
 // watches every namespace.
 func TestDeployConfigDefault(t *testing.T) {
+	manager := testbin.Need(t, testbin.Manager)
 	env := testenv.Shared(t)
 	root, err := testenv.Root()
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute) // a cold build cache compiles the operator from scratch
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 
 	rendered := run(t, env.Command(ctx, "kubectl", "kustomize", filepath.Join(root, "config", "default")), nil)
@@ -86,7 +88,7 @@ func TestDeployConfigDefault(t *testing.T) {
 	})
 
 	t.Run("operator with its service account", func(t *testing.T) {
-		runManagerAsServiceAccount(t, env, root)
+		runManagerAsServiceAccount(t, env, manager)
 	})
 }
 
@@ -113,14 +115,9 @@ func checkPodSecurity(t *testing.T, name string, spec *corev1.PodSpec) {
 // runManagerAsServiceAccount runs bin/manager as the operator's service account would, with
 // leader election, and checks it renders a policy, restores a deleted ConfigMap (an event) and
 // answers its probes.
-func runManagerAsServiceAccount(t *testing.T, env *testenv.Env, root string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute) // a cold build cache compiles the operator from scratch
+func runManagerAsServiceAccount(t *testing.T, env *testenv.Env, manager string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-
-	manager := filepath.Join(t.TempDir(), "manager")
-	build := exec.CommandContext(ctx, "go", "build", "-o", manager, ".")
-	build.Dir = root
-	run(t, build, nil)
 
 	kubeconfig, err := env.UserKubeconfig(envtest.User{
 		Name:   "system:serviceaccount:" + systemNamespace + ":limiterd-operator",

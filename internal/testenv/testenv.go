@@ -2,11 +2,10 @@
 // controller-runtime's envtest) for integration tests, with the RateLimitPolicy CRDs of
 // config/crd/bases installed.
 //
-// The control plane binaries come from the directory named by KUBEBUILDER_ASSETS or, when it is
-// unset, from hack/envtest-assets.sh, which builds them from the Go module proxy when missing
-// (about 7 minutes on 2 cores the first time; run `make envtest` beforehand to keep it out of
-// test timeouts). When they cannot be had, tests fail under CI (CI=true) and are skipped, loudly,
-// elsewhere.
+// The control plane binaries (kube-apiserver, etcd) come from the directory named by
+// KUBEBUILDER_ASSETS, by default bin/k8s/current; `make envtest` builds them, and every test
+// target of the Makefile runs it first (see internal/testbin). Under `go test -short` the tests
+// that need a control plane are skipped.
 //
 // Typical use, one control plane per test binary:
 //
@@ -22,18 +21,13 @@
 package testenv
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -48,13 +42,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	limiterdv1alpha1 "github.com/limiterd/limiterd/api/v1alpha1"
+	"github.com/limiterd/limiterd/internal/testbin"
 )
-
-// ErrAssetsUnavailable reports that the control plane binaries could neither be found nor built.
-var ErrAssetsUnavailable = errors.New("envtest control plane binaries unavailable")
-
-// modulePath is the module whose root holds hack/ and config/.
-const modulePath = "github.com/limiterd/limiterd"
 
 // Env is a running control plane.
 type Env struct {
@@ -85,110 +74,34 @@ func NewScheme() *runtime.Scheme {
 }
 
 // Root returns the root directory of the limiterd module, found from the working directory up.
-func Root() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", fmt.Errorf("find module root: %w", err)
-	}
-	for {
-		mod, err := os.ReadFile(filepath.Join(dir, "go.mod"))
-		if err == nil && moduleLine(mod) == modulePath {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("find module root: no go.mod of module %s above the working directory", modulePath)
-		}
-		dir = parent
-	}
-}
+func Root() (string, error) { return testbin.Root() }
 
-func moduleLine(gomod []byte) string {
-	for line := range bytes.Lines(gomod) {
-		if rest, ok := bytes.CutPrefix(bytes.TrimSpace(line), []byte("module ")); ok {
-			return strings.Trim(string(bytes.TrimSpace(rest)), `"`)
+// AssetsDir returns the directory holding kube-apiserver and etcd: KUBEBUILDER_ASSETS, by default
+// bin/k8s/current. It errs, naming `make envtest`, when either is missing.
+func AssetsDir() (string, error) {
+	var dir string
+	for _, p := range []testbin.Program{testbin.KubeAPIServer, testbin.Etcd} {
+		path, err := p.Path()
+		if err != nil {
+			return "", err
 		}
-	}
-	return ""
-}
-
-// AssetsDir returns the directory holding kube-apiserver and etcd: KUBEBUILDER_ASSETS when set,
-// otherwise the directory printed by hack/envtest-assets.sh, which builds missing binaries.
-// Concurrent callers (go test runs packages in parallel) build one at a time. Errors wrap
-// ErrAssetsUnavailable.
-func AssetsDir(ctx context.Context) (string, error) {
-	if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
-		if err := checkAssets(dir); err != nil {
-			return "", fmt.Errorf("%w: KUBEBUILDER_ASSETS=%s: %w", ErrAssetsUnavailable, dir, err)
-		}
-		return dir, nil
-	}
-	root, err := Root()
-	if err != nil {
-		return "", fmt.Errorf("%w: %w", ErrAssetsUnavailable, err)
-	}
-	unlock, err := lockAssetsBuild()
-	if err != nil {
-		return "", fmt.Errorf("%w: %w", ErrAssetsUnavailable, err)
-	}
-	defer unlock()
-	script := filepath.Join(root, "hack", "envtest-assets.sh")
-	cmd := exec.CommandContext(ctx, script)
-	cmd.Dir = root
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout = &stdout
-	cmd.Stderr = &stderr
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("%w: %s: %w: %s", ErrAssetsUnavailable, script, err, strings.TrimSpace(stderr.String()))
-	}
-	dir := strings.TrimSpace(stdout.String())
-	if err := checkAssets(dir); err != nil {
-		return "", fmt.Errorf("%w: %s printed %q: %w", ErrAssetsUnavailable, script, dir, err)
+		dir = filepath.Dir(path)
 	}
 	return dir, nil
 }
 
-func checkAssets(dir string) error {
-	for _, name := range []string{"kube-apiserver", "etcd"} {
-		info, err := os.Stat(filepath.Join(dir, name))
-		if err != nil {
-			return fmt.Errorf("find %s: %w", name, err)
-		}
-		if info.IsDir() || info.Mode()&0o111 == 0 {
-			return fmt.Errorf("%s is not an executable file", filepath.Join(dir, name))
-		}
-	}
-	return nil
-}
-
-// lockAssetsBuild takes an exclusive lock shared by every checkout on this machine, so that
-// test binaries of several packages do not build the same binaries at once.
-func lockAssetsBuild() (unlock func(), err error) {
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		return nil, fmt.Errorf("lock envtest assets build: %w", err)
-	}
-	dir := filepath.Join(cache, "limiterd")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("lock envtest assets build: %w", err)
-	}
-	f, err := os.OpenFile(filepath.Join(dir, "envtest.lock"), os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("lock envtest assets build: %w", err)
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
-		_ = f.Close()
-		return nil, fmt.Errorf("lock envtest assets build: %w", err)
-	}
-	return func() {
-		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-		_ = f.Close()
-	}, nil
+// NeedAssets returns AssetsDir, or ends t when the control plane binaries are missing: skipped
+// under -short, failed (once per test binary, naming `make envtest`) otherwise. New and Shared
+// call it; a test that starts an envtest.Environment of its own calls it first.
+func NeedAssets(t testing.TB) string {
+	t.Helper()
+	testbin.Need(t, testbin.Etcd)
+	return filepath.Dir(testbin.Need(t, testbin.KubeAPIServer))
 }
 
 // Start starts a control plane and installs the CRDs of config/crd/bases. Stop it with Stop.
-func Start(ctx context.Context) (_ *Env, err error) {
-	assets, err := AssetsDir(ctx)
+func Start() (_ *Env, err error) {
+	assets, err := AssetsDir()
 	if err != nil {
 		return nil, err
 	}
@@ -352,11 +265,10 @@ func (e *Env) Namespace(t testing.TB) string {
 // restarts the API server; otherwise share one with Shared.
 func New(t testing.TB) *Env {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	e, err := Start(ctx)
+	NeedAssets(t)
+	e, err := Start()
 	if err != nil {
-		unavailable(t, err)
+		t.Fatalf("test control plane: %v", err)
 	}
 	t.Cleanup(func() {
 		if err := e.Stop(); err != nil {
@@ -379,6 +291,7 @@ var shared struct {
 // themselves by namespace (see Namespace) and must not stop or restart it.
 func Shared(t testing.TB) *Env {
 	t.Helper()
+	NeedAssets(t)
 	shared.once.Do(func() {
 		shared.mu.Lock()
 		defer shared.mu.Unlock()
@@ -386,10 +299,10 @@ func Shared(t testing.TB) *Env {
 			shared.err = errors.New("shared control plane used after StopShared")
 			return
 		}
-		shared.env, shared.err = Start(context.Background())
+		shared.env, shared.err = Start()
 	})
 	if shared.err != nil {
-		unavailable(t, shared.err)
+		t.Fatalf("shared test control plane: %v", shared.err)
 	}
 	return shared.env
 }
@@ -415,36 +328,6 @@ func Main(m *testing.M) {
 		}
 	}
 	os.Exit(code)
-}
-
-var (
-	warnOnce sync.Once
-	warnTo   io.Writer = os.Stderr // where the banner of skipped tests goes
-)
-
-// unavailable ends t because the control plane could not start: it skips, loudly, when the
-// binaries are unavailable outside CI, and fails otherwise.
-func unavailable(t testing.TB, err error) {
-	t.Helper()
-	if errors.Is(err, ErrAssetsUnavailable) && !inCI() {
-		warnOnce.Do(func() {
-			fmt.Fprintf(warnTo, "\n%[1]s\n!!! testenv: SKIPPING every test that needs a control plane:\n!!! %[2]v\n"+
-				"!!! Run `make envtest` or set KUBEBUILDER_ASSETS. Under CI=true these tests FAIL instead.\n%[1]s\n\n",
-				strings.Repeat("!", 100), err)
-		})
-		t.Skipf("SKIPPED, no control plane (outside CI): %v", err)
-		return
-	}
-	t.Fatalf("test control plane: %v", err)
-}
-
-func inCI() bool {
-	v := os.Getenv("CI")
-	if v == "" {
-		return false
-	}
-	b, err := strconv.ParseBool(v)
-	return err != nil || b // anything but an explicit false counts
 }
 
 // Eventually calls condition every 100ms until it returns nil, and fails t with the last error

@@ -2,11 +2,6 @@ package testenv
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"io"
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -72,47 +67,8 @@ func TestRestartAPIServer(t *testing.T) {
 
 func TestAssetsDirFromEnvironment(t *testing.T) {
 	t.Setenv("KUBEBUILDER_ASSETS", t.TempDir())
-	_, err := AssetsDir(context.Background())
-	if !errors.Is(err, ErrAssetsUnavailable) || !strings.Contains(err.Error(), "KUBEBUILDER_ASSETS") {
-		t.Errorf("AssetsDir with an empty KUBEBUILDER_ASSETS: %v, want ErrAssetsUnavailable naming the variable", err)
-	}
-}
-
-// recorder is a testing.TB that records how a test would have ended.
-type recorder struct {
-	testing.TB
-	skipped, failed string
-}
-
-func (r *recorder) Helper()                           {}
-func (r *recorder) Skipf(format string, args ...any)  { r.skipped = fmt.Sprintf(format, args...) }
-func (r *recorder) Fatalf(format string, args ...any) { r.failed = fmt.Sprintf(format, args...) }
-func (r *recorder) outcome() (skipped, failed bool)   { return r.skipped != "", r.failed != "" }
-
-func TestUnavailableFailsInCI(t *testing.T) {
-	warnTo = io.Discard
-	t.Cleanup(func() { warnTo = os.Stderr })
-	missing := fmt.Errorf("%w: no binaries", ErrAssetsUnavailable)
-	for _, tc := range []struct {
-		ci         string
-		err        error
-		skip, fail bool
-	}{
-		{ci: "", err: missing, skip: true},
-		{ci: "false", err: missing, skip: true},
-		{ci: "true", err: missing, fail: true},
-		{ci: "1", err: missing, fail: true},
-		{ci: "yes", err: missing, fail: true},
-		{ci: "", err: exec.ErrNotFound, fail: true}, // any other failure to start fails everywhere
-	} {
-		t.Run("CI="+tc.ci+"/"+tc.err.Error(), func(t *testing.T) {
-			t.Setenv("CI", tc.ci)
-			r := &recorder{TB: t}
-			unavailable(r, tc.err)
-			if skipped, failed := r.outcome(); skipped != tc.skip || failed != tc.fail {
-				t.Errorf("skipped %v (%s), failed %v (%s); want skipped %v, failed %v",
-					skipped, r.skipped, failed, r.failed, tc.skip, tc.fail)
-			}
-		})
+	_, err := AssetsDir()
+	if err == nil || !strings.Contains(err.Error(), "KUBEBUILDER_ASSETS") || !strings.Contains(err.Error(), "make envtest") {
+		t.Errorf("AssetsDir with an empty KUBEBUILDER_ASSETS: %v, want an error naming the variable and `make envtest`", err)
 	}
 }

@@ -1,5 +1,5 @@
 // Package e2e runs the operator (bin/manager) and limiterd (bin/limiterd), built from this
-// checkout, as processes against a real control plane (internal/testenv), and drives them with
+// checkout by `make build` (see internal/testbin), as processes against a real control plane (internal/testenv), and drives them with
 // kubectl as a user would.
 package e2e
 
@@ -17,7 +17,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -27,6 +26,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/limiterd/limiterd/internal/testbin"
 	"github.com/limiterd/limiterd/internal/testenv"
 	"github.com/limiterd/limiterd/internal/testsupport"
 )
@@ -38,51 +38,18 @@ const waitTimeout = 60 * time.Second
 // default.
 const statusNamespace = "limiterd-system"
 
-var binDir string // holds manager and limiterd, built once
-
 func TestMain(m *testing.M) {
 	// The tests talk to loopback servers only; make sure no proxy setting sends them elsewhere.
 	for _, v := range []string{"HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy"} {
 		os.Unsetenv(v)
 	}
-	dir, err := os.MkdirTemp("", "limiterd-e2e-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binDir = dir
-	defer os.RemoveAll(dir)
 	testenv.Main(m) // exits
 }
 
-var (
-	buildOnce sync.Once
-	buildErr  error
-)
-
-// binaries builds bin/manager and bin/limiterd from this checkout once per test binary and
-// returns their paths.
+// binaries returns the paths of bin/manager and bin/limiterd.
 func binaries(t *testing.T) (manager, limiterd string) {
 	t.Helper()
-	buildOnce.Do(func() {
-		root, err := testenv.Root()
-		if err != nil {
-			buildErr = err
-			return
-		}
-		for name, pkg := range map[string]string{"manager": ".", "limiterd": "./cmd/limiterd"} {
-			cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, name), pkg)
-			cmd.Dir = root
-			if out, err := cmd.CombinedOutput(); err != nil {
-				buildErr = fmt.Errorf("go build %s: %w\n%s", pkg, err, out)
-				return
-			}
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return filepath.Join(binDir, "manager"), filepath.Join(binDir, "limiterd")
+	return testbin.Need(t, testbin.Manager), testbin.Need(t, testbin.Limiterd)
 }
 
 // process is a subprocess of the test.

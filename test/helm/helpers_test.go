@@ -3,10 +3,9 @@
 // checked), the values schema, the generated files, the images and Dockerfiles, and helm
 // install/upgrade/uninstall into a real API server (envtest).
 //
-// helm is the pinned binary of the Makefile: $HELM when set (make helm-test sets it), otherwise
-// the path printed by `make -s helm-path`, which installs it when missing. Tests that need helm
-// or the API server fail when they cannot be had under CI=true, and are skipped, loudly,
-// elsewhere.
+// helm is the pinned binary of the Makefile: $HELM, by default bin/helm (`make helm` installs
+// it; the test targets of the Makefile do first). Tests that need helm or the API server are
+// skipped under -short (see internal/testbin).
 package helm_test
 
 import (
@@ -19,7 +18,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -30,6 +28,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
+	"github.com/limiterd/limiterd/internal/testbin"
 	"github.com/limiterd/limiterd/internal/testenv"
 )
 
@@ -52,78 +51,10 @@ func repoRoot(t testing.TB) string {
 
 func chartDir(t testing.TB) string { return filepath.Join(repoRoot(t), chartRel) }
 
-func inCI() bool {
-	v := os.Getenv("CI")
-	if v == "" {
-		return false
-	}
-	b, err := strconv.ParseBool(v)
-	return err != nil || b
-}
-
-var warned sync.Map
-
-// unavailable ends t because a tool it needs is missing: it fails under CI and skips, with a
-// banner on stderr, elsewhere.
-func unavailable(t testing.TB, what string, err error) {
-	t.Helper()
-	if inCI() {
-		t.Fatalf("%s unavailable (CI=true): %v", what, err)
-	}
-	if _, done := warned.LoadOrStore(what, true); !done {
-		fmt.Fprintf(os.Stderr, "\n%[1]s\n!!! test/helm: SKIPPING the tests that need %[2]s:\n!!! %[3]v\n!!! Under CI=true they FAIL instead.\n%[1]s\n\n",
-			strings.Repeat("!", 100), what, err)
-	}
-	t.Skipf("SKIPPED, %s unavailable (outside CI): %v", what, err)
-}
-
-var helmOnce struct {
-	sync.Once
-	path string
-	err  error
-}
-
 // helmBin returns the path of the pinned helm binary.
 func helmBin(t testing.TB) string {
 	t.Helper()
-	helmOnce.Do(func() {
-		if p := os.Getenv("HELM"); p != "" {
-			helmOnce.path, helmOnce.err = p, checkExecutable(p)
-			return
-		}
-		root, err := testenv.Root()
-		if err != nil {
-			helmOnce.err = err
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, "make", "-s", "--no-print-directory", "-C", root, "helm-path")
-		var stdout, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		if err := cmd.Run(); err != nil {
-			helmOnce.err = fmt.Errorf("make helm-path: %w: %s", err, strings.TrimSpace(stderr.String()))
-			return
-		}
-		lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
-		helmOnce.path = strings.TrimSpace(lines[len(lines)-1])
-		helmOnce.err = checkExecutable(helmOnce.path)
-	})
-	if helmOnce.err != nil {
-		unavailable(t, "helm", helmOnce.err)
-	}
-	return helmOnce.path
-}
-
-func checkExecutable(p string) error {
-	info, err := os.Stat(p)
-	if err != nil {
-		return err
-	}
-	if info.IsDir() || info.Mode()&0o111 == 0 {
-		return fmt.Errorf("%s is not an executable file", p)
-	}
-	return nil
+	return testbin.Need(t, testbin.Helm)
 }
 
 var helmHome struct {

@@ -20,7 +20,7 @@ import (
 func makeOutput(t testing.TB, args ...string) string {
 	t.Helper()
 	if _, err := exec.LookPath("make"); err != nil {
-		unavailable(t, "make", err)
+		t.Fatalf("make: %v", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -50,12 +50,7 @@ type apiServer struct {
 // startAPIServer starts an API server for t, stopped when t ends.
 func startAPIServer(t *testing.T) *apiServer {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
-	assets, err := testenv.AssetsDir(ctx)
-	if err != nil {
-		unavailable(t, "the envtest API server", err)
-	}
+	assets := testenv.NeedAssets(t)
 	scheme := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(apiextensionsv1.AddToScheme(scheme))

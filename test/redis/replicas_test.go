@@ -1,4 +1,5 @@
-// Package redis_test runs limiterd as separate processes (built from this checkout) against
+// Package redis_test runs limiterd as separate processes (bin/limiterd, built from this checkout
+// by `make build`; see internal/testbin) against
 // real redis-server processes: a single server, and a 3-master Redis Cluster made on loopback.
 // It checks what only a shared store gives: several replicas admit a client's limit once in
 // total.
@@ -20,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/limiterd/limiterd/internal/testbin"
 	"github.com/limiterd/limiterd/limiterd/limiter"
 	"github.com/limiterd/limiterd/limiterd/limiter/limitertest"
 	redisstore "github.com/limiterd/limiterd/limiterd/store/redis"
@@ -58,39 +60,10 @@ spec:
 `, capacity, capacity)
 }
 
-var (
-	buildOnce sync.Once
-	binary    string
-	buildErr  error
-)
-
-// limiterdBinary builds bin/limiterd from this checkout once for the test binary.
+// limiterdBinary returns the path of bin/limiterd.
 func limiterdBinary(t *testing.T) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "limiterd-bin")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binary = filepath.Join(dir, "limiterd")
-		out, err := exec.Command("go", "build", "-o", binary, "github.com/limiterd/limiterd/cmd/limiterd").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build limiterd: %w\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binary
-}
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if binary != "" {
-		_ = os.RemoveAll(filepath.Dir(binary))
-	}
-	os.Exit(code)
+	return testbin.Need(t, testbin.Limiterd)
 }
 
 // replica is a limiterd process.
@@ -225,6 +198,7 @@ func writePolicies(t *testing.T, path, content string) {
 // startReplicas runs n limiterd processes on one policy file with extra args.
 func startReplicas(t *testing.T, n int, policyFile string, extra ...string) []*replica {
 	t.Helper()
+	limiterdBinary(t) // ends the test here, not in one of the goroutines, when bin/limiterd is missing
 	out := make([]*replica, n)
 	var wg sync.WaitGroup
 	for i := range out {

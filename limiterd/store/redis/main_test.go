@@ -3,25 +3,24 @@ package redis
 import (
 	"fmt"
 	"os"
+	"sync"
 	"testing"
 
 	"github.com/limiterd/limiterd/limiterd/store/redis/redistest"
 )
 
-// server is the redis-server most tests share, each with policy IDs of its own; tests that stop
-// or pause a server start their own.
-var (
-	server    *redistest.Server
-	serverErr error
-)
+// server is the redis-server most tests share, each with policy IDs of its own, started by the
+// first test that needs it; tests that stop or pause a server start their own.
+var server struct {
+	once sync.Once
+	srv  *redistest.Server
+	err  error
+}
 
 func TestMain(m *testing.M) {
-	if serverErr = redistest.Available(); serverErr == nil {
-		server, serverErr = redistest.New()
-	}
 	code := m.Run()
-	if server != nil {
-		server.Close()
+	if server.srv != nil {
+		server.srv.Close()
 	}
 	os.Exit(code)
 }
@@ -30,8 +29,9 @@ func TestMain(m *testing.M) {
 func shared(t *testing.T) *redistest.Server {
 	t.Helper()
 	redistest.Require(t)
-	if server == nil {
-		t.Fatal(fmt.Errorf("shared redis-server: %w", serverErr))
+	server.once.Do(func() { server.srv, server.err = redistest.New() })
+	if server.err != nil {
+		t.Fatal(fmt.Errorf("shared redis-server: %w", server.err))
 	}
-	return server
+	return server.srv
 }

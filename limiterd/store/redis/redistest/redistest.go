@@ -1,8 +1,9 @@
 // Package redistest runs real redis-server processes for tests: a single server or a Redis
 // Cluster, on free loopback ports, in temporary directories, killed when the test ends.
 //
-// When redis-server (Debian: redis-server, redis-tools) is missing, tests fail under CI
-// (CI=true) and are skipped, loudly, elsewhere.
+// redis-server and redis-cli come from Debian's redis-server and redis-tools (.ci/run installs
+// them). A test that needs them fails when they are missing, and is skipped under -short (see
+// internal/testbin).
 package redistest
 
 import (
@@ -20,6 +21,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/limiterd/limiterd/internal/testbin"
 )
 
 // startDeadline bounds how long a server may take to accept connections.
@@ -27,23 +30,20 @@ const startDeadline = 15 * time.Second
 
 // Available reports whether redis-server and redis-cli are installed.
 func Available() error {
-	for _, bin := range []string{"redis-server", "redis-cli"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			return fmt.Errorf("%s not found (apt-get install -y redis-server redis-tools): Redis tests need it", bin)
+	for _, p := range []testbin.Program{testbin.RedisServer, testbin.RedisCLI} {
+		if _, err := p.Path(); err != nil {
+			return err
 		}
 	}
 	return nil
 }
 
-// Require skips the test, or fails it under CI, when redis-server or redis-cli is missing.
+// Require ends the test unless redis-server and redis-cli are installed: skipped under -short,
+// failed otherwise.
 func Require(t testing.TB) {
 	t.Helper()
-	if err := Available(); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal(err)
-		}
-		t.Skip("SKIPPING: " + err.Error())
-	}
+	testbin.Need(t, testbin.RedisServer)
+	testbin.Need(t, testbin.RedisCLI)
 }
 
 // Server is a redis-server process.
