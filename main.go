@@ -46,6 +46,7 @@ func run(args []string) error {
 		leaderElect             bool
 		leaderElectionNamespace string
 		configMapNamespace      string
+		shutdownTimeout         time.Duration
 	)
 	fs.StringVar(&metricsAddr, "metrics-bind-address", ":8080", `The address the metrics endpoint binds to; "0" disables it.`)
 	fs.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "The address the health probe endpoints (/healthz, /readyz) bind to.")
@@ -54,6 +55,8 @@ func run(args []string) error {
 		"The namespace of the leader election Lease; defaults to the operator's own namespace in a cluster. Required with --leader-elect outside a cluster.")
 	fs.StringVar(&configMapNamespace, "configmap-namespace", controllers.DefaultStatusNamespace(),
 		"The namespace the policies' ConfigMaps are written to, which limiterd reads: limiterd's namespace. The operator writes ConfigMaps there only. Defaults to the operator's own namespace in a cluster, else "+limiterdv1alpha1.DefaultReplicaStatusNamespace+".")
+	fs.DurationVar(&shutdownTimeout, "shutdown-timeout", 8*time.Second,
+		"How long reconciles in flight may take to finish after SIGTERM; keep it below the pod's terminationGracePeriodSeconds.")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -61,6 +64,9 @@ func run(args []string) error {
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if shutdownTimeout <= 0 {
+		return errors.New("--shutdown-timeout must be positive")
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	log := ctrl.Log.WithName("setup")
@@ -83,6 +89,7 @@ func run(args []string) error {
 		// Stepping down on shutdown lets the next leader start at once; safe because the
 		// process exits right after the manager stops.
 		LeaderElectionReleaseOnCancel: true,
+		GracefulShutdownTimeout:       &shutdownTimeout,
 		Cache:                         cache.Options{ByObject: controllers.CacheByObject(configMapNamespace)},
 	})
 	if err != nil {
@@ -93,6 +100,17 @@ func run(args []string) error {
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return fmt.Errorf("add health check: %w", err)
+	}
+	ctx := ctrl.SetupSignalHandler()
+	// Not ready as soon as shutdown starts (SIGTERM), while the manager stops its controllers
+	// and releases leadership.
+	if err := mgr.AddReadyzCheck("shutdown", func(*http.Request) error {
+		if ctx.Err() != nil {
+			return errors.New("shutting down")
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("add readiness check: %w", err)
 	}
 	// Ready once the informer caches have synced (they run on every replica, leader or not).
 	if err := mgr.AddReadyzCheck("readyz", func(req *http.Request) error {
@@ -107,7 +125,7 @@ func run(args []string) error {
 	}
 
 	log.Info("starting operator", "configMapNamespace", configMapNamespace, "metricsBindAddress", metricsAddr, "healthProbeBindAddress", probeAddr, "leaderElect", leaderElect)
-	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("run manager: %w", err)
 	}
 	return nil

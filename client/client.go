@@ -45,7 +45,8 @@ type Decision struct {
 	// ResetAfter is how long until the quota is whole again, in whole seconds.
 	ResetAfter time.Duration
 	// RetryAfter is, for a rejected request, how long to wait before the same cost could be
-	// admitted, in whole seconds (at least 1); 0 when allowed.
+	// admitted, in whole seconds (at least 1); 0 when allowed, and 0 for a rejection that no
+	// wait cures: a cost above the tier's limit (Limit).
 	RetryAfter time.Duration
 	// RateLimitPolicy and RateLimit are the values of the header fields of the same names that
 	// limiterd answered (draft-ietf-httpapi-ratelimit-headers-10), "" when absent, for a

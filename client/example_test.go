@@ -58,10 +58,11 @@ func ExampleClient_AllowN() {
 		fmt.Println(err)
 		return
 	}
-	// A batch of 3 costs 3 units: more than the bucket holds.
+	// A batch of 3 costs 3 units: more than the bucket holds, so no wait admits it, and the
+	// rejection has no retry time.
 	d, err := c.AllowN(context.Background(), "bob", 3)
-	fmt.Println(d.Allowed, d.RetryAfter, err)
-	// Output: false 2s <nil>
+	fmt.Println(d.Allowed, d.Limit, d.RetryAfter, err)
+	// Output: false 2 0s <nil>
 }
 
 func ExampleError() {

@@ -24,22 +24,23 @@ func (d *daemon) addGRPC(cfg config) {
 	if cfg.grpcAddr == "" {
 		return
 	}
-	d.background = append(d.background, func(ctx context.Context) error {
+	d.servers = append(d.servers, func(ctx context.Context) error {
 		var opts []grpc.ServerOption
 		if creds := d.tls.grpcCredentials(); creds != nil {
 			opts = append(opts, grpc.Creds(creds))
 		}
-		return serveGRPC(ctx, cfg.grpcAddr, cfg.shutdownTimeout, d.engine, d.log, nil, opts...)
+		return serveGRPC(ctx, d.draining, cfg.grpcAddr, cfg.shutdownTimeout, d.engine, d.log, nil, opts...)
 	})
 }
 
 // serveGRPC serves envoy.service.ratelimit.v3.RateLimitService and grpc.health.v1.Health on
-// addr until ctx is done, then stops gracefully: health turns NOT_SERVING, new calls are
-// refused, and calls in flight finish, for at most timeout, after which their connections are
-// closed and their contexts cancelled.
+// addr until ctx is done, then stops gracefully: new calls are refused, and calls in flight
+// finish, for at most timeout, after which their connections are closed and their contexts
+// cancelled. Health turns NOT_SERVING as soon as draining is closed (nil: when ctx is done),
+// while calls are still served, so that clients that check health move away first.
 // listening, if not nil, is called with the bound address once calls are accepted. opts are
 // added to the server's (grpc.Creds for TLS).
-func serveGRPC(ctx context.Context, addr string, timeout time.Duration, e *engine.Engine, log *slog.Logger,
+func serveGRPC(ctx context.Context, draining <-chan struct{}, addr string, timeout time.Duration, e *engine.Engine, log *slog.Logger,
 	listening func(net.Addr), opts ...grpc.ServerOption,
 ) error {
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
@@ -64,6 +65,13 @@ func serveGRPC(ctx context.Context, addr string, timeout time.Duration, e *engin
 	select {
 	case err := <-served:
 		return fmt.Errorf("serve grpc %s: %w", ln.Addr(), err)
+	case <-draining:
+		healthSrv.Shutdown()
+		select {
+		case err := <-served:
+			return fmt.Errorf("serve grpc %s: %w", ln.Addr(), err)
+		case <-ctx.Done():
+		}
 	case <-ctx.Done():
 	}
 	healthSrv.Shutdown()

@@ -33,12 +33,12 @@ func TestGRPCAddrFlag(t *testing.T) {
 	}
 	d := &daemon{}
 	d.addGRPC(config{})
-	if len(d.background) != 0 {
-		t.Errorf("an empty --grpc-addr added %d loops", len(d.background))
+	if len(d.servers) != 0 {
+		t.Errorf("an empty --grpc-addr added %d servers", len(d.servers))
 	}
 	d.addGRPC(config{grpcAddr: "127.0.0.1:0"})
-	if len(d.background) != 1 {
-		t.Errorf("--grpc-addr added %d loops, want 1", len(d.background))
+	if len(d.servers) != 1 || len(d.background) != 0 {
+		t.Errorf("--grpc-addr added %d servers and %d loops, want 1 server", len(d.servers), len(d.background))
 	}
 }
 
@@ -92,7 +92,7 @@ func startGRPC(t *testing.T, clock func() time.Time, timeout time.Duration) *grp
 	g := &grpcUnderTest{stop: cancel, done: make(chan error, 1), engine: e}
 	addrs := make(chan net.Addr, 1)
 	log := slog.New(slog.DiscardHandler)
-	go func() { g.done <- serveGRPC(ctx, "127.0.0.1:0", timeout, e, log, func(a net.Addr) { addrs <- a }) }()
+	go func() { g.done <- serveGRPC(ctx, nil, "127.0.0.1:0", timeout, e, log, func(a net.Addr) { addrs <- a }) }()
 	select {
 	case a := <-addrs:
 		g.addr = a.String()
@@ -212,7 +212,7 @@ func TestServeGRPCListenError(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	err = serveGRPC(context.Background(), ln.Addr().String(), time.Second, engine.New(engine.Options{}), slog.Default(), nil)
+	err = serveGRPC(context.Background(), nil, ln.Addr().String(), time.Second, engine.New(engine.Options{}), slog.Default(), nil)
 	if err == nil || !strings.Contains(err.Error(), "listen for grpc") {
 		t.Fatalf("serveGRPC on a busy port: %v", err)
 	}

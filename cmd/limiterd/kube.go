@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -32,6 +33,7 @@ type kubeConfig struct {
 	replicaName        string
 	statusNamespace    string
 	statusInterval     time.Duration
+	podUID             string
 
 	enabled bool         // policies come from ConfigMaps
 	rest    *rest.Config // the in-cluster configuration, when used
@@ -52,6 +54,8 @@ func (c *kubeConfig) register(fs *flag.FlagSet) {
 		"`namespace` of the replicas' status Leases (default: the pod's namespace, else "+replicastatus.DefaultNamespace+")")
 	fs.DurationVar(&c.statusInterval, "status-interval", replicastatus.DefaultInterval,
 		"how often this replica renews its status Lease, which expires after 3 intervals (0: publish no status)")
+	fs.StringVar(&c.podUID, "pod-uid", "",
+		"`UID` of this replica's pod, named --replica-name: its status Lease is owned by the pod and deleted with it (default: none)")
 }
 
 // check resolves the Kubernetes flags after parsing. Policies come from ConfigMaps with
@@ -75,7 +79,7 @@ func (c *kubeConfig) check(fs *flag.FlagSet, policyFiles bool) error {
 		var kubeFlags []string
 		fs.Visit(func(f *flag.Flag) {
 			switch f.Name {
-			case "configmap-namespace", "namespace", "replica-name", "status-namespace", "status-interval":
+			case "configmap-namespace", "namespace", "replica-name", "status-namespace", "status-interval", "pod-uid":
 				kubeFlags = append(kubeFlags, "--"+f.Name)
 			}
 		})
@@ -172,6 +176,7 @@ func (d *daemon) addKube(c kubeConfig, tally *replicastatus.Tally) error {
 			Namespace: c.statusNamespace,
 			Name:      c.replicaName,
 			Interval:  c.statusInterval,
+			PodUID:    types.UID(c.podUID),
 			Logger:    d.log,
 		})
 		if err != nil {

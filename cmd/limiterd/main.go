@@ -7,8 +7,10 @@
 //	limiterd --policy-file policies.yaml [--policy-file more.yaml] [flags]
 //	limiterd --kubeconfig kubeconfig [--namespace ns] [flags]   (in a pod: neither flag needed)
 //
-// Run limiterd --help for the flags. It stops gracefully on SIGTERM or SIGINT: it stops
-// accepting connections and lets in-flight requests finish, for at most --shutdown-timeout.
+// Run limiterd --help for the flags. It stops gracefully on SIGTERM or SIGINT: /readyz fails at
+// once while every API keeps serving for --shutdown-delay; then it stops accepting connections
+// and lets in-flight requests finish, for at most --shutdown-timeout. A second signal during
+// shutdown kills it.
 package main
 
 import (
@@ -24,6 +26,7 @@ import (
 	"os/signal"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -45,6 +48,7 @@ func main() {
 func runMain() int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
+	context.AfterFunc(ctx, stop) // the first signal starts a graceful shutdown; a second one kills
 	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -66,6 +70,8 @@ type config struct {
 	sweepInterval   time.Duration
 	logLevel        slog.Level
 	shutdownTimeout time.Duration
+	shutdownDelay   time.Duration
+	http            httpConfig
 	store           storeConfig
 	kube            kubeConfig
 	adminAuth       adminAuthConfig
@@ -102,13 +108,19 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&cfg.sweepInterval, "sweep-interval", 10*time.Second, "how often idle client state is dropped")
 	fs.TextVar(&cfg.logLevel, "log-level", slog.LevelInfo, "log `level`: debug, info, warn or error")
 	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 15*time.Second,
-		"how long in-flight requests may take to finish after SIGTERM")
+		"how long in-flight requests may take to finish once the listeners close, after --shutdown-delay")
+	fs.DurationVar(&cfg.shutdownDelay, "shutdown-delay", defaultShutdownDelay,
+		"how long every API keeps serving after SIGTERM, with /readyz failing, before the listeners close (0: close at once)")
+	cfg.http.register(fs)
 	cfg.store.register(fs)
 	cfg.kube.register(fs)
 	cfg.adminAuth.register(fs)
 	cfg.tls.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return config{}, fmt.Errorf("parse flags: %w", err) // still flag.ErrHelp for errors.Is after --help
+	}
+	if err := cfg.http.check(); err != nil {
+		return config{}, err
 	}
 	if err := cfg.store.check(fs); err != nil {
 		return config{}, err
@@ -134,6 +146,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return config{}, errors.New("--sweep-interval must be positive")
 	case cfg.shutdownTimeout <= 0:
 		return config{}, errors.New("--shutdown-timeout must be positive")
+	case cfg.shutdownDelay < 0:
+		return config{}, errors.New("--shutdown-delay must not be negative")
 	}
 	return cfg, nil
 }
@@ -159,14 +173,23 @@ func run(ctx context.Context, args []string, _, stderr io.Writer) error {
 // daemon is limiterd's parts, wired by newDaemon. Sources feed the pipeline; stores plug into
 // the engine's options; each adds its readiness checks and background loops.
 type daemon struct {
-	log        *slog.Logger
-	metrics    *metrics.Metrics
-	engine     *engine.Engine
-	pipeline   *source.Pipeline
-	adminAuth  *adminauth.Auth
-	tls        serverTLS
-	readiness  []server.ReadinessCheck
-	background []func(ctx context.Context) error // run until ctx is done
+	log       *slog.Logger
+	metrics   *metrics.Metrics
+	engine    *engine.Engine
+	pipeline  *source.Pipeline
+	adminAuth *adminauth.Auth
+	tls       serverTLS
+	readiness []server.ReadinessCheck
+	// status checks are reported by /readyz?verbose without failing readiness.
+	status []server.ReadinessCheck
+	// servers serve requests until ctx is done (at the end of the shutdown delay), then stop
+	// gracefully within the shutdown timeout, alongside the HTTP servers.
+	servers []func(ctx context.Context) error
+	// background loops run until ctx is done, which is once every server has stopped.
+	background []func(ctx context.Context) error
+	// draining is closed, and isDraining set, when shutdown starts.
+	draining   chan struct{}
+	isDraining atomic.Bool
 }
 
 // newDaemon wires limiterd's parts and loads the policies. A policy file that cannot be
@@ -187,11 +210,14 @@ func newDaemon(cfg config, log *slog.Logger) (*daemon, error) {
 		metrics:  m,
 		engine:   e,
 		pipeline: source.NewPipeline(tally.Track(e), source.PipelineOptions{Logger: log, Observer: m}),
+		draining: make(chan struct{}),
 	}
+	d.readiness = append(d.readiness, server.ReadinessCheck{Name: "shutdown", Check: d.shuttingDown})
 	var loadErrs []error
 	seen := make(map[string]bool)
+	onWatch := d.fileWatchMetrics()
 	for _, path := range cfg.policyFiles {
-		f, err := source.NewFile(path, d.pipeline, source.FileOptions{Logger: log})
+		f, err := source.NewFile(path, d.pipeline, source.FileOptions{Logger: log, OnWatch: onWatch})
 		if err != nil {
 			return nil, err
 		}
@@ -257,6 +283,7 @@ func serve(ctx context.Context, cfg config, stderr io.Writer, h hooks) error {
 		Metrics:         d.metrics.Handler(),
 		Auth:            d.adminAuth,
 		ReadinessChecks: d.readiness,
+		StatusChecks:    d.status,
 		Logger:          log,
 	})
 	decisionsLn, err := listen(ctx, cfg.addr, d.tls.decisions)
@@ -274,24 +301,33 @@ func serve(ctx context.Context, cfg config, stderr io.Writer, h hooks) error {
 
 	errorLog := slog.NewLogLogger(log.Handler(), slog.LevelWarn)
 	servers := []*http.Server{
-		{Handler: decisions, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: errorLog},
-		{Handler: admin, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: errorLog},
+		cfg.http.server(d.closeWhenDraining(decisions), errorLog),
+		cfg.http.server(d.closeWhenDraining(admin), errorLog),
 	}
 	listeners := []net.Listener{decisionsLn, adminLn}
 
 	bgCtx, stopBackground := context.WithCancel(context.Background())
 	defer stopBackground()
-	var wg sync.WaitGroup
-	failed := make(chan error, len(servers)+len(d.background))
+	serveCtx, stopServing := context.WithCancel(context.Background())
+	defer stopServing()
+	var background, serving sync.WaitGroup
+	failed := make(chan error, len(servers)+len(d.servers)+len(d.background))
 	for _, loop := range d.background {
-		wg.Go(func() {
+		background.Go(func() {
 			if err := loop(bgCtx); err != nil {
 				failed <- err
 			}
 		})
 	}
+	for _, srv := range d.servers {
+		serving.Go(func() {
+			if err := srv(serveCtx); err != nil {
+				failed <- err
+			}
+		})
+	}
 	for i, srv := range servers {
-		wg.Go(func() {
+		serving.Go(func() {
 			if err := srv.Serve(listeners[i]); !errors.Is(err, http.ErrServerClosed) {
 				failed <- fmt.Errorf("serve %s: %w", listeners[i].Addr(), err)
 			}
@@ -310,28 +346,44 @@ func serve(ctx context.Context, cfg config, stderr io.Writer, h hooks) error {
 	var runErr error
 	select {
 	case <-ctx.Done():
-		log.Info("limiterd shutting down", "timeout", cfg.shutdownTimeout.String())
+		runErr = d.drain(cfg.shutdownDelay, failed)
 	case runErr = <-failed:
 		log.Error("limiterd failed", "error", runErr)
 	}
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.shutdownTimeout)
-	defer cancel()
-	shutdownErrs := make([]error, len(servers))
-	var shutdowns sync.WaitGroup
-	for i, srv := range servers {
-		shutdowns.Go(func() {
-			if err := srv.Shutdown(shutdownCtx); err != nil {
-				shutdownErrs[i] = fmt.Errorf("shut down %s: %w", listeners[i].Addr(), err)
-				_ = srv.Close()
-			}
-		})
-	}
-	shutdowns.Wait()
+	log.Info("limiterd shutting down", "timeout", cfg.shutdownTimeout.String())
+	// Every server stops at once, within one timeout; the background loops (the status
+	// Lease, the policy sources, the store) stop after them.
+	stopServing()
+	shutdownErrs := shutdownHTTP(servers, listeners, cfg.shutdownTimeout)
+	serving.Wait()
 	stopBackground()
-	wg.Wait()
+	background.Wait()
+	close(failed)
+	for err := range failed { // servers and loops that failed while stopping
+		shutdownErrs = append(shutdownErrs, err)
+	}
 	if err := errors.Join(append([]error{runErr}, shutdownErrs...)...); err != nil {
 		return err
 	}
 	log.Info("limiterd stopped")
 	return nil
+}
+
+// shutdownHTTP closes the servers' listeners and waits for their requests in flight to finish,
+// for at most timeout, after which their connections are closed.
+func shutdownHTTP(servers []*http.Server, listeners []net.Listener, timeout time.Duration) []error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	errs := make([]error, len(servers))
+	var shutdowns sync.WaitGroup
+	for i, srv := range servers {
+		shutdowns.Go(func() {
+			if err := srv.Shutdown(ctx); err != nil {
+				errs[i] = fmt.Errorf("shut down %s: %w", listeners[i].Addr(), err)
+				_ = srv.Close()
+			}
+		})
+	}
+	shutdowns.Wait()
+	return errs
 }

@@ -33,7 +33,7 @@ type daemonUnderTest struct {
 // start runs limiterd with args (plus loopback ports) until the test ends.
 func start(t *testing.T, h hooks, args ...string) *daemonUnderTest {
 	t.Helper()
-	args = append([]string{"--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--shutdown-timeout", "30s"}, args...)
+	args = append([]string{"--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--shutdown-timeout", "30s", "--shutdown-delay", "0s"}, args...)
 	d := &daemonUnderTest{logs: &testsupport.SyncBuffer{}, done: make(chan error, 1)}
 	cfg, err := parseFlags(args, d.logs)
 	if err != nil {
@@ -379,6 +379,9 @@ func TestGracefulShutdown(t *testing.T) {
 }
 
 func TestMain(m *testing.M) {
+	if os.Getenv(runMainEnv) != "" { // the test binary as limiterd itself (see startProcess)
+		os.Exit(runMain())
+	}
 	// Tests talk to loopback servers only; make sure no proxy setting sends them elsewhere.
 	for _, v := range []string{"HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy"} {
 		os.Unsetenv(v)

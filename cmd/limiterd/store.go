@@ -109,12 +109,16 @@ func (c *storeConfig) check(fs *flag.FlagSet) error {
 // openedStore is the store limiterd decides on, ready to plug into the engine and the daemon.
 type openedStore struct {
 	// newStore returns a policy's store (nil: the engine's memory stores).
-	newStore  func(policyID string) limiter.Store
-	readiness []server.ReadinessCheck
-	metrics   []prometheus.Collector
-	close     func()
-	adopted   bool
+	newStore func(policyID string) limiter.Store
+	// redis is the Redis client, nil for the memory store.
+	redis   *redisstore.Client
+	metrics []prometheus.Collector
+	close   func()
+	adopted bool
 }
+
+// storeHealthInterval is how often limiterd pings a shared store for limiterd_store_up.
+const storeHealthInterval = 5 * time.Second
 
 // openStore connects the configured store. Redis is connected in the background when it
 // cannot be reached yet: limiterd starts, reports not ready, and applies the failure modes.
@@ -147,10 +151,10 @@ func openStore(c storeConfig, log *slog.Logger) (*openedStore, error) {
 	log.Info("store", "kind", "redis", "addrs", c.redisAddrs, "clock", opts.Clock.String(),
 		"timeout", c.timeout.String(), "tls", opts.TLS != nil, "reject_cache", c.rejectCache)
 	return &openedStore{
-		newStore:  func(policyID string) limiter.Store { return client.Store(policyID) },
-		readiness: []server.ReadinessCheck{{Name: "store", Check: client.Ping}},
-		metrics:   rejectCacheMetrics(client),
-		close:     client.Close,
+		newStore: func(policyID string) limiter.Store { return client.Store(policyID) },
+		redis:    client,
+		metrics:  rejectCacheMetrics(client),
+		close:    client.Close,
 	}, nil
 }
 
@@ -176,17 +180,74 @@ func (s *openedStore) closeIfUnused() {
 	}
 }
 
-// addStore gives the daemon the store's readiness checks, and closes the store when the
-// daemon's background loops stop.
+// addStore reports the store's health, and closes the store when the daemon's background loops
+// stop. A shared store's health is a status check of /readyz?verbose and metrics, never a
+// readiness check: during an outage the replica still answers every decision as its policies'
+// failure modes say, so it must stay in its Services for them to apply.
 func (d *daemon) addStore(s *openedStore) {
 	s.adopted = true
-	d.readiness = append(d.readiness, s.readiness...)
 	d.metrics.Registry().MustRegister(s.metrics...)
+	if c := s.redis; c != nil {
+		d.status = append(d.status, server.ReadinessCheck{Name: "store", Check: c.Ping})
+		up := prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "limiterd_store_up",
+			Help: "1 when every node of the shared store answered the last ping (every " + storeHealthInterval.String() + "), else 0.",
+		})
+		d.metrics.Registry().MustRegister(up,
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "limiterd_store_breaker_open",
+				Help: "1 while the shared store's circuit breaker is open: decisions follow the failure modes without calling the store.",
+			}, func() float64 { return boolGauge(c.BreakerOpen()) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "limiterd_store_breaker_trips_total",
+				Help: "Times the shared store's circuit breaker opened after consecutive failures.",
+			}, func() float64 { return float64(c.BreakerTrips()) }),
+		)
+		d.background = append(d.background, func(ctx context.Context) error {
+			pingLoop(ctx, c.Ping, up, d.log)
+			return nil
+		})
+	}
 	d.background = append(d.background, func(ctx context.Context) error {
 		<-ctx.Done()
 		s.close()
 		return nil
 	})
+}
+
+// pingLoop sets up from ping every storeHealthInterval until ctx is done, logging changes.
+func pingLoop(ctx context.Context, ping func(context.Context) error, up prometheus.Gauge, log *slog.Logger) {
+	ticker := time.NewTicker(storeHealthInterval)
+	defer ticker.Stop()
+	wasUp := true
+	for {
+		pingCtx, cancel := context.WithTimeout(ctx, server.DefaultReadinessTimeout)
+		err := ping(pingCtx)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		up.Set(boolGauge(err == nil))
+		switch {
+		case err != nil && wasUp:
+			log.Warn("store unreachable: policies' failure modes apply", "error", err)
+		case err == nil && !wasUp:
+			log.Info("store reachable again")
+		}
+		wasUp = err == nil
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+	}
+}
+
+func boolGauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // redisPassword reads the password from path, or from the environment when path is empty.

@@ -205,12 +205,13 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 }
 
 // moreRestrictive reports whether res should replace pick (valid when picked) as the decision
-// the headers describe: a rejection beats an admission and the longer wait beats the shorter;
+// the headers describe: a rejection beats an admission and the longer wait beats the shorter,
+// a rejection that no wait cures (RetryAfter 0: a cost above the limit) being the longest;
 // among admissions, the smaller remaining quota of a limited tier wins. Ties keep pick.
 func moreRestrictive(res, pick *engine.Result, picked, pickRejected bool) bool {
 	switch {
 	case !res.Allowed:
-		return !pickRejected || res.RetryAfter > pick.RetryAfter
+		return !pickRejected || (pick.RetryAfter > 0 && (res.RetryAfter == 0 || res.RetryAfter > pick.RetryAfter))
 	case pickRejected || res.Tier.Limiter.Limit() == 0:
 		return false
 	case !picked || pick.Tier.Limiter.Limit() == 0:
@@ -366,7 +367,7 @@ func headers(res *engine.Result) []*corev3.HeaderValue {
 			&corev3.HeaderValue{Key: ratelimitheaders.RateLimitPolicy, Value: all[:policyEnd]},
 			&corev3.HeaderValue{Key: ratelimitheaders.RateLimit, Value: all[policyEnd:]})
 	}
-	if !res.Allowed {
+	if !res.Allowed && res.RetryAfter > 0 { // none when no wait admits the cost
 		out = append(out, &corev3.HeaderValue{
 			Key:   ratelimitheaders.RetryAfter,
 			Value: string(ratelimitheaders.AppendRetryAfter(buf[:0], res.RetryAfter)),

@@ -301,11 +301,46 @@ func TestHitsAddendIsTheCost(t *testing.T) {
 			t.Errorf("%s: engine says %d left, want %d", tc.name, got, tc.want)
 		}
 	}
-	// A cost above the capacity is over limit, and never admitted.
+	// A cost above the capacity is over limit, never admitted, and so has no Retry-After;
+	// its headers win over a rejection that a wait cures.
 	req := request("api", entries("k", "g"))
 	req.HitsAddend = 101
-	if resp, err := c.ShouldRateLimit(context.Background(), req); err != nil || resp.GetOverallCode() != overLimit {
+	resp, err := c.ShouldRateLimit(context.Background(), req)
+	if err != nil || resp.GetOverallCode() != overLimit {
 		t.Fatalf("cost above capacity: %v %v, want OVER_LIMIT", resp, err)
+	}
+	if h := headerMap(t, resp); h["Ratelimit"] != `"standard";r=100;t=0` || h["Retry-After"] != "" {
+		t.Errorf("cost above capacity: headers %q, want the fresh state and no Retry-After", h)
+	}
+}
+
+// TestNeverAdmittedBeatsAWait checks that among rejected descriptors, one whose cost no wait
+// admits describes the answer (no Retry-After), whichever comes first.
+func TestNeverAdmittedBeatsAWait(t *testing.T) {
+	clock := testsupport.NewClock()
+	c := dial(t, newEngine(t, clock, newPolicy("default", "api", testsupport.TokenBucketTier("standard", 2, 1, time.Second))))
+	for _, order := range [][2]string{{"never", "wait"}, {"wait", "never"}} {
+		var descriptors []*ratelimitv3.RateLimitDescriptor
+		for _, which := range order {
+			d := entries("k", which+"-"+order[0])
+			if which == "never" {
+				d.HitsAddend = wrapperspb.UInt64(3)
+			} else {
+				d.HitsAddend = wrapperspb.UInt64(2)
+			}
+			descriptors = append(descriptors, d)
+		}
+		// Exhaust the "wait" client first, so that its second request waits a second.
+		if _, err := c.ShouldRateLimit(context.Background(), request("api", entries("k", "wait-"+order[0]))); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := c.ShouldRateLimit(context.Background(), request("api", descriptors...))
+		if err != nil || resp.GetOverallCode() != overLimit {
+			t.Fatalf("%v: %v %v, want OVER_LIMIT", order, resp, err)
+		}
+		if h := headerMap(t, resp); h["Retry-After"] != "" || h["Ratelimit"] != `"standard";r=2;t=0` {
+			t.Errorf("%v: headers %q, want the never-admitted descriptor's, without Retry-After", order, h)
+		}
 	}
 }
 

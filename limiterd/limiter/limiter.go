@@ -18,7 +18,8 @@ type Decision struct {
 	// ResetAfter is how long until the client's state is fresh again (bucket full, window empty).
 	ResetAfter time.Duration
 	// RetryAfter is, for a rejected request, how long until the same cost could be admitted.
-	// For a cost the strategy can never admit (above its capacity) it equals ResetAfter.
+	// It is 0 for a cost the strategy can never admit, one above its capacity or limit: no wait
+	// admits it (a rejection that a wait cures always has a positive RetryAfter).
 	RetryAfter time.Duration
 }
 

@@ -138,8 +138,7 @@ func (w *SlidingWindow) decision(l *windowLog, t, used, cost int64, allowed bool
 		return d
 	}
 	if cost > w.limit {
-		d.RetryAfter = d.ResetAfter
-		return d
+		return d // never admitted: no retry time
 	}
 	// The request fits once the oldest entries holding (used+cost-limit) units have expired:
 	// find the first entry whose running total reaches that.

@@ -138,7 +138,7 @@ func (b *TokenBucket) Decide(s *State, now time.Time, cost int64) Decision {
 	adopt(b, s, t)
 	debt := b.debt(s, t)
 	if cost > b.capacity {
-		return b.reject(debt, b.tau)
+		return b.reject(debt, instant{}) // never admitted: no retry time
 	}
 	next := b.add(debt, mulDiv(uint64(cost), b.period, b.rate))
 	if less(b.tau, next) {

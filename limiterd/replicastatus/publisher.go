@@ -10,6 +10,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 
@@ -34,6 +35,10 @@ type PublisherOptions struct {
 	Logger *slog.Logger
 	// Clock returns the current time (nil: time.Now).
 	Clock func() time.Time
+	// PodUID is the UID of the Pod the replica runs in, named Name (empty: the replica is no
+	// Pod). The Lease is then owned by the Pod, so that the garbage collector deletes it with
+	// the Pod even when the replica cannot (its Role was deleted first, or it was killed).
+	PodUID types.UID
 }
 
 // Publisher keeps a replica's record in its Lease: it writes the record returned by snapshot
@@ -47,6 +52,7 @@ type Publisher struct {
 	log      *slog.Logger
 	clock    func() time.Time
 	changed  chan struct{}
+	owner    []metav1.OwnerReference // of the Lease: the replica's Pod; nil: none
 
 	lease *coordinationv1.Lease // as last written; owned by Run
 }
@@ -68,7 +74,14 @@ func NewPublisher(leases coordinationv1client.LeasesGetter, snapshot func() v1al
 	if opts.Clock == nil {
 		opts.Clock = time.Now
 	}
+	var owner []metav1.OwnerReference
+	if opts.PodUID != "" {
+		// Not a controller, and blockOwnerDeletion unset: deleting the Pod never waits for the
+		// Lease, and setting the reference needs no permission on the Pod.
+		owner = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: opts.Name, UID: opts.PodUID}}
+	}
 	return &Publisher{
+		owner:    owner,
 		leases:   leases.Leases(opts.Namespace),
 		snapshot: snapshot,
 		name:     opts.Name,
@@ -90,8 +103,8 @@ func (p *Publisher) Changed() {
 }
 
 // Run publishes the record at once, then every interval and after changes, until ctx is done;
-// then it deletes the Lease (unless someone else changed it since), so that the replica stops
-// counting at once. Failures are logged and retried; Run returns nil.
+// then it deletes the Lease, so that the replica stops counting at once. Failures are logged
+// and retried; Run returns nil.
 func (p *Publisher) Run(ctx context.Context) error {
 	gap := min(MaxChangeDelay, p.interval)
 	timer := time.NewTimer(0)
@@ -181,6 +194,9 @@ func (p *Publisher) fill(l *coordinationv1.Lease, encoded string) {
 		l.Labels = map[string]string{}
 	}
 	l.Labels[v1alpha1.ReplicaLabel] = p.name
+	if p.owner != nil {
+		l.OwnerReferences = p.owner
+	}
 	if l.Annotations == nil {
 		l.Annotations = map[string]string{}
 	}
@@ -195,19 +211,22 @@ func (p *Publisher) fill(l *coordinationv1.Lease, encoded string) {
 	}
 }
 
-// withdraw deletes the Lease last written, if it is unchanged since.
+// withdrawTimeout bounds the deletion of the Lease at shutdown.
+const withdrawTimeout = 5 * time.Second
+
+// withdraw deletes the replica's Lease by name, whatever the last write did: a renewal that
+// failed or was cut short by the shutdown may have left no copy of it, or a stale one, yet the
+// Lease (the replica's own, by name) exists and counts the replica until it expires.
 func (p *Publisher) withdraw() {
-	if p.lease == nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), withdrawTimeout)
 	defer cancel()
-	uid, rv := p.lease.UID, p.lease.ResourceVersion
-	err := p.leases.Delete(ctx, p.name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid, ResourceVersion: &rv}})
-	if err != nil && !apierrors.IsNotFound(err) {
+	err := p.leases.Delete(ctx, p.name, metav1.DeleteOptions{})
+	p.lease = nil
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
 		p.log.Warn("replica status not withdrawn", "error", err)
 		return
 	}
-	p.lease = nil
 	p.log.Info("replica status withdrawn")
 }

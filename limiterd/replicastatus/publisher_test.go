@@ -2,15 +2,20 @@ package replicastatus
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/limiterd/limiterd/api/v1alpha1"
@@ -221,5 +226,128 @@ func TestNewPublisherChecksItsOptions(t *testing.T) {
 		if _, err := NewPublisher(nil, func() v1alpha1.ReplicaRecord { return nil }, opts); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
+	}
+}
+
+// interruptedRenewals is a Lease client whose next Update, once armed, first cancels the
+// publisher's context: the SIGTERM that lands during a renewal.
+type interruptedRenewals struct {
+	coordinationv1client.LeasesGetter
+	armed  atomic.Bool
+	cancel context.CancelFunc
+	hit    chan struct{}
+}
+
+func (r *interruptedRenewals) Leases(namespace string) coordinationv1client.LeaseInterface {
+	return interruptedLeases{LeaseInterface: r.LeasesGetter.Leases(namespace), r: r}
+}
+
+type interruptedLeases struct {
+	coordinationv1client.LeaseInterface
+	r *interruptedRenewals
+}
+
+func (l interruptedLeases) Update(ctx context.Context, lease *coordinationv1.Lease, opts metav1.UpdateOptions) (*coordinationv1.Lease, error) {
+	if l.r.armed.CompareAndSwap(true, false) {
+		l.r.cancel()
+		<-ctx.Done() // the renewal's context ends with the publisher's
+		defer close(l.r.hit)
+	}
+	return l.LeaseInterface.Update(ctx, lease, opts)
+}
+
+// TestWithdrawAfterAnInterruptedRenewal stops the publisher during a renewal, which then fails:
+// the Lease is withdrawn all the same, so that the replica stops counting at once.
+func TestWithdrawAfterAnInterruptedRenewal(t *testing.T) {
+	env := testenv.Shared(t)
+	ns := env.Namespace(t)
+	clientset, err := kubernetes.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	leases := &interruptedRenewals{LeasesGetter: clientset.CoordinationV1(), cancel: cancel, hit: make(chan struct{})}
+	logs := &testsupport.SyncBuffer{}
+	src := &records{rec: v1alpha1.ReplicaRecord{"ns/a": {Generation: 1, State: v1alpha1.ReplicaServing}}}
+	pub, err := NewPublisher(leases, src.get, PublisherOptions{
+		Namespace: ns, Name: "limiterd-2", Interval: 200 * time.Millisecond,
+		Logger: slog.New(slog.NewJSONHandler(logs, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- pub.Run(ctx) }()
+	testenv.Eventually(t, waitTimeout, func() error {
+		_, _, err := readLease(context.Background(), env.Client, ns, "limiterd-2")
+		return err
+	})
+	leases.armed.Store(true)
+	<-leases.hit
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if _, _, err := readLease(context.Background(), env.Client, ns, "limiterd-2"); !apierrors.IsNotFound(err) {
+		t.Errorf("lease after a renewal interrupted by the shutdown: %v, want not found\nlogs:\n%s", err, logs)
+	}
+}
+
+// TestLeaseOwnedByItsPod checks that with PodUID the Lease is owned by the replica's Pod, also
+// when it existed before without an owner, so that it goes with the Pod.
+func TestLeaseOwnedByItsPod(t *testing.T) {
+	env := testenv.Shared(t)
+	ns := env.Namespace(t)
+	clientset, err := kubernetes.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bg := context.Background()
+	pod, err := clientset.CoreV1().Pods(ns).Create(bg, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "limiterd-3"},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "limiterd", Image: "limiterd"}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID}}
+	// A Lease left by a version that set no owner.
+	if _, err := clientset.CoordinationV1().Leases(ns).Create(bg, &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Labels: map[string]string{v1alpha1.ReplicaLabel: pod.Name}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, existing := range []bool{true, false} {
+		if !existing {
+			// Withdrawn when the first publisher stopped; make sure.
+			if err := clientset.CoordinationV1().Leases(ns).Delete(bg, pod.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				t.Fatal(err)
+			}
+		}
+		src := &records{rec: v1alpha1.ReplicaRecord{"ns/a": {Generation: 1, State: v1alpha1.ReplicaServing}}}
+		pub, err := NewPublisher(clientset.CoordinationV1(), src.get, PublisherOptions{
+			Namespace: ns, Name: pod.Name, PodUID: pod.UID, Interval: time.Hour,
+			Logger: slog.New(slog.NewJSONHandler(&testsupport.SyncBuffer{}, nil)),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(bg)
+		done := make(chan error, 1)
+		go func() { done <- pub.Run(ctx) }()
+		testenv.Eventually(t, waitTimeout, func() error {
+			l, rep, err := readLease(bg, env.Client, ns, pod.Name)
+			switch {
+			case err != nil:
+				return err
+			case len(rep.Record) == 0:
+				return errors.New("no record yet")
+			case fmt.Sprint(l.OwnerReferences) != fmt.Sprint(want):
+				return fmt.Errorf("lease (existing %t) owned by %v, want %v", existing, l.OwnerReferences, want)
+			}
+			return nil
+		})
+		cancel()
+		<-done
 	}
 }

@@ -37,6 +37,10 @@ type AdminOptions struct {
 	// ReadinessChecks are checked by /readyz after the engine's own ("policies": a policy set
 	// is loaded).
 	ReadinessChecks []ReadinessCheck
+	// StatusChecks are reported by /readyz?verbose but never make the replica unready: the
+	// health of a dependency whose failures the replica answers by itself, such as a shared
+	// store whose outage the policies' failure modes cover.
+	StatusChecks []ReadinessCheck
 	// ReadinessTimeout bounds each check (default DefaultReadinessTimeout).
 	ReadinessTimeout time.Duration
 	// Logger receives unexpected failures (nil: slog.Default).
@@ -46,7 +50,8 @@ type AdminOptions struct {
 // Admin serves the admin API of an engine:
 //
 //	GET    /healthz                          200 while the process serves
-//	GET    /readyz                           200 when every readiness check passes, else 503
+//	GET    /readyz[?verbose]                 200 when every readiness check passes, else 503;
+//	                                         verbose: every check's result, status checks too
 //	GET    /metrics                          Prometheus metrics
 //	GET    /v1/policies                      the loaded policies the caller may list
 //	GET    /v1/clients?policy=...&key=...    a client's state, without consuming anything
@@ -71,6 +76,7 @@ type Admin struct {
 	auth    *adminauth.Auth
 	metrics http.Handler
 	checks  []ReadinessCheck
+	status  []ReadinessCheck
 	timeout time.Duration
 	log     *slog.Logger
 }
@@ -94,6 +100,7 @@ func NewAdmin(e *engine.Engine, opts AdminOptions) *Admin {
 		auth:    opts.Auth,
 		metrics: opts.Metrics,
 		checks:  append(checks, opts.ReadinessChecks...),
+		status:  opts.StatusChecks,
 		timeout: opts.ReadinessTimeout,
 		log:     opts.Logger,
 	}
@@ -143,27 +150,55 @@ func (a *Admin) readOnly(w http.ResponseWriter, r *http.Request) bool {
 	return false
 }
 
-// StatusAnswer is the body of /healthz and /readyz: Failed maps each failed check to its error.
+// StatusAnswer is the body of /healthz and /readyz: Failed maps each failed readiness check to
+// its error. With /readyz?verbose, Checks maps every check, readiness and status checks alike,
+// to "ok" or its error.
 type StatusAnswer struct {
 	Status string            `json:"status"`
 	Failed map[string]string `json:"failed,omitempty"`
+	Checks map[string]string `json:"checks,omitempty"`
 }
 
+// checkOK is a passing check in StatusAnswer.Checks.
+const checkOK = "ok"
+
 func (a *Admin) readyz(w http.ResponseWriter, r *http.Request) {
-	failed := make(map[string]string)
-	for _, c := range a.checks {
+	verbose := r.URL.Query().Has("verbose")
+	answer := StatusAnswer{Status: "ready"}
+	if verbose {
+		answer.Checks = make(map[string]string, len(a.checks)+len(a.status))
+	}
+	run := func(c ReadinessCheck) error {
 		ctx, cancel := context.WithTimeout(r.Context(), a.timeout)
+		defer cancel()
 		err := c.Check(ctx)
-		cancel()
-		if err != nil {
-			failed[c.Name] = err.Error()
+		if verbose {
+			answer.Checks[c.Name] = checkOK
+			if err != nil {
+				answer.Checks[c.Name] = err.Error()
+			}
+		}
+		return err
+	}
+	for _, c := range a.checks {
+		if err := run(c); err != nil {
+			if answer.Failed == nil {
+				answer.Failed = make(map[string]string)
+			}
+			answer.Failed[c.Name] = err.Error()
 		}
 	}
-	if len(failed) > 0 {
-		writeJSON(w, http.StatusServiceUnavailable, StatusAnswer{Status: "not ready", Failed: failed}, a.log)
+	if verbose { // a status check never fails readiness, so it runs only when asked for
+		for _, c := range a.status {
+			_ = run(c)
+		}
+	}
+	if len(answer.Failed) > 0 {
+		answer.Status = "not ready"
+		writeJSON(w, http.StatusServiceUnavailable, answer, a.log)
 		return
 	}
-	writeJSON(w, http.StatusOK, StatusAnswer{Status: "ready"}, a.log)
+	writeJSON(w, http.StatusOK, answer, a.log)
 }
 
 // ClientAnswer is the body of GET /v1/clients: what a one-unit decision would answer now.

@@ -19,10 +19,12 @@
 //
 //	RateLimit-Policy: "<tier>";q=<limit>;w=<window seconds>
 //	RateLimit: "<tier>";r=<remaining>;t=<seconds until reset>
-//	Retry-After: <seconds>            (429 only)
+//	Retry-After: <seconds>            (429 only, unless no wait admits the cost)
 //
 // Durations are whole seconds rounded up, so waiting that long is always enough; Retry-After is
-// at least 1. A tier without a limit (Unlimited) answers 200 with "limit" and "remaining" null
+// at least 1. A cost above the tier's limit can never be admitted: it answers 429 with
+// "retryAfterSeconds":0 and no Retry-After, and consumes nothing; the other fields describe the
+// client's state as it is. A tier without a limit (Unlimited) answers 200 with "limit" and "remaining" null
 // and no RateLimit fields, since it has no quota to advertise. A dry-run tier always answers
 // 200; its fields describe the decision that would have been enforced. The answer never says
 // which algorithm decided.
@@ -187,7 +189,10 @@ func writeDecision(w http.ResponseWriter, res *engine.Result) {
 		status = http.StatusTooManyRequests
 	}
 	limited := res.Tier.Limiter.Limit() > 0
-	if limited || status == http.StatusTooManyRequests {
+	// A rejection without a retry time (a cost above the limit) has no Retry-After: no wait
+	// admits it.
+	retry := status == http.StatusTooManyRequests && res.RetryAfter > 0
+	if limited || retry {
 		// Header values: RateLimit-Policy, RateLimit, Retry-After, in one string.
 		var ends [3]int
 		n := 0
@@ -199,7 +204,7 @@ func writeDecision(w http.ResponseWriter, res *engine.Result) {
 			ends[n] = len(b)
 			n++
 		}
-		if status == http.StatusTooManyRequests {
+		if retry {
 			b = ratelimitheaders.AppendRetryAfter(b, res.RetryAfter)
 			ends[n] = len(b)
 			n++
@@ -215,7 +220,7 @@ func writeDecision(w http.ResponseWriter, res *engine.Result) {
 			h[headerRateLimitPolicy] = values[0:1:1]
 			h[headerRateLimit] = values[1:2:2]
 		}
-		if status == http.StatusTooManyRequests {
+		if retry {
 			h[headerRetryAfter] = values[n-1 : n : n]
 		}
 		b = b[:0]
@@ -233,10 +238,10 @@ func writeDecision(w http.ResponseWriter, res *engine.Result) {
 	b = append(b, `,"resetAfterSeconds":`...)
 	b = strconv.AppendInt(b, ratelimitheaders.Seconds(res.ResetAfter), 10)
 	b = append(b, `,"retryAfterSeconds":`...)
-	if res.Allowed {
-		b = append(b, '0')
-	} else {
+	if retry {
 		b = ratelimitheaders.AppendRetryAfter(b, res.RetryAfter)
+	} else {
+		b = append(b, '0')
 	}
 	b = append(b, "}\n"...)
 	buf.b = b

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/limiterd/limiterd/api/v1alpha1"
 	"github.com/limiterd/limiterd/internal/testsupport"
 )
 
@@ -83,10 +84,34 @@ func TestAllowSlidingWindowHeaders(t *testing.T) {
 	if got := a.header.Get("RateLimit"); got != `"hourly";r=2;t=3600` {
 		t.Errorf("RateLimit = %q", got)
 	}
-	// A cost above the limit can never be admitted: retry after the reset.
-	a = serve(t, h, http.MethodPost, "/v1/allow", `{"key":"k","cost":4}`)
-	if a.status != 429 || a.header.Get("Retry-After") != "3600" {
-		t.Fatalf("cost above the limit: %d Retry-After %q %s", a.status, a.header.Get("Retry-After"), a.body)
+}
+
+// TestAllowCostAboveTheLimit checks that a cost no wait can admit answers 429 with no retry
+// time in the body or the header fields, and the client's state as it is.
+func TestAllowCostAboveTheLimit(t *testing.T) {
+	for _, tier := range []v1alpha1.Tier{
+		testsupport.TokenBucketTier("standard", 3, 1, 8*time.Hour/3),
+		testsupport.SlidingWindowTier("standard", 3, 8*time.Hour),
+	} {
+		t.Run(string(tier.Algorithm), func(t *testing.T) {
+			h := NewDecisions(newEngine(t, testsupport.NewClock(), newPolicy("api", tier)), nil)
+			for _, step := range []struct{ body, want, rateLimit string }{
+				{`{"key":"fresh","cost":4}`, `{"allowed":false,"limit":3,"remaining":3,"resetAfterSeconds":0,"retryAfterSeconds":0}`, `"standard";r=3;t=0`},
+				{`{"key":"used","cost":1}`, `{"allowed":true,"limit":3,"remaining":2,"resetAfterSeconds":`, ``},
+				{`{"key":"used","cost":4}`, `{"allowed":false,"limit":3,"remaining":2,"resetAfterSeconds":`, ``},
+			} {
+				a := serve(t, h, http.MethodPost, "/v1/allow", step.body)
+				if !strings.HasPrefix(a.body, step.want) {
+					t.Fatalf("%s: %d %s, want %s...", step.body, a.status, a.body, step.want)
+				}
+				if step.rateLimit != "" && a.header.Get("RateLimit") != step.rateLimit {
+					t.Errorf("%s: RateLimit %q, want %q", step.body, a.header.Get("RateLimit"), step.rateLimit)
+				}
+				if a.status == 429 && (a.header.Get("Retry-After") != "" || !strings.Contains(a.body, `"retryAfterSeconds":0}`)) {
+					t.Errorf("%s: Retry-After %q, body %s: want no retry time", step.body, a.header.Get("Retry-After"), a.body)
+				}
+			}
+		})
 	}
 }
 

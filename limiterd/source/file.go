@@ -24,6 +24,9 @@ const MaxPolicyFileSize = 4 << 20
 // reloads.
 const DefaultDebounce = 50 * time.Millisecond
 
+// rewatchInterval is how often a watch whose directory went away tries to watch it again.
+const rewatchInterval = 100 * time.Millisecond
+
 // ErrNoPolicies is wrapped by the error of a policy file that holds no policy: a file caught
 // half-written (truncated, not yet filled) looks like that, so it keeps the last good policies
 // rather than unloading them.
@@ -36,6 +39,9 @@ type FileOptions struct {
 	// Debounce is the quiet time after the last event before a reload; a reload happens at the
 	// latest 2*Debounce after the first event of a burst.
 	Debounce time.Duration
+	// OnWatch, if set, is called with false when the file's directory is deleted or moved away
+	// (changes are not seen until it is back) and with true when it is watched again.
+	OnWatch func(watched bool)
 }
 
 // File is a policy file: a YAML stream of RateLimitPolicy documents (see
@@ -51,6 +57,7 @@ type File struct {
 	pipeline *Pipeline
 	log      *slog.Logger
 	debounce time.Duration
+	onWatch  func(bool)
 
 	mu      sync.Mutex // serialises loads
 	loaded  bool       // a load was attempted
@@ -79,6 +86,7 @@ func NewFile(path string, pipeline *Pipeline, opts FileOptions) (*File, error) {
 		pipeline: pipeline,
 		log:      opts.Logger,
 		debounce: opts.Debounce,
+		onWatch:  opts.OnWatch,
 		watching: make(chan struct{}),
 	}, nil
 }
@@ -161,9 +169,11 @@ func (f *File) Watching() <-chan struct{} { return f.watching }
 // Watch reloads the file whenever it may have changed, until ctx is done. It watches the
 // file's directory, not the file, so that every way of replacing it is seen: writes in place,
 // renames over it (editors, atomic replaces), and the symlink swaps of a Kubernetes ConfigMap
-// volume; it also watches the directory of the file's symlink target. Events are debounced;
-// content already tried is not tried again. Watch first reloads once, to catch a change made
-// since the last Load. It returns an error only if the watch cannot be set up. Call it once.
+// volume; it also watches the directory of the file's symlink target. A directory that is
+// deleted or moved away is watched again as soon as it is back (tried every 100 ms; logged,
+// and reported to FileOptions.OnWatch), and the file reloaded. Events are debounced; content
+// already tried is not tried again. Watch first reloads once, to catch a change made since
+// the last Load. It returns an error only if the watch cannot be set up. Call it once.
 func (f *File) Watch(ctx context.Context) error {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
@@ -186,7 +196,46 @@ func (f *File) Watch(ctx context.Context) error {
 
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
-	var burstStart time.Time // zero: no reload pending
+	var (
+		burstStart time.Time        // zero: no reload pending
+		rewatch    *time.Ticker     // while dir is not watched
+		retry      <-chan time.Time // rewatch.C, nil while dir is watched
+	)
+	defer func() {
+		if rewatch != nil {
+			rewatch.Stop()
+		}
+	}()
+	lost := func() {
+		if retry != nil {
+			return
+		}
+		f.log.Warn("policy file directory gone: not watched until it is back", "path", f.path, "dir", dir)
+		if f.onWatch != nil {
+			f.onWatch(false)
+		}
+		rewatch = time.NewTicker(rewatchInterval)
+		retry = rewatch.C
+	}
+	// watchDir watches dir again if it is back, and reports whether it is watched.
+	watchDir := func() bool {
+		if watched[dir] {
+			return true
+		}
+		if w.Add(dir) != nil {
+			return false
+		}
+		watched[dir] = true
+		if retry != nil {
+			rewatch.Stop()
+			rewatch, retry = nil, nil
+			f.log.Info("policy file directory watched again", "path", f.path, "dir", dir)
+			if f.onWatch != nil {
+				f.onWatch(true)
+			}
+		}
+		return true
+	}
 	arm := func() {
 		now := time.Now()
 		if burstStart.IsZero() {
@@ -206,8 +255,19 @@ func (f *File) Watch(ctx context.Context) error {
 			}
 			if ev.Has(fsnotify.Remove|fsnotify.Rename) && watched[ev.Name] {
 				delete(watched, ev.Name) // a watched directory went away; rewatched if it returns
+				if ev.Name == dir {
+					// The watch of a deleted directory is gone for good: without one, nothing
+					// tells when it is back.
+					_ = w.Remove(dir)
+					lost()
+				}
 			}
 			arm()
+		case <-retry:
+			if watchDir() {
+				f.reload() // the file may be back already: its events came before the watch
+				f.watchTarget(w, watched)
+			}
 		case err, ok := <-w.Errors:
 			if !ok {
 				return nil
@@ -216,10 +276,8 @@ func (f *File) Watch(ctx context.Context) error {
 			arm() // events may have been lost
 		case <-timer.C:
 			burstStart = time.Time{}
-			if !watched[dir] {
-				if err := w.Add(dir); err == nil {
-					watched[dir] = true
-				}
+			if !watchDir() {
+				lost()
 			}
 			f.reload()
 			f.watchTarget(w, watched)

@@ -53,6 +53,7 @@ type watched struct {
 	reloads  *recorder
 	stopped  chan error
 	pipeline *Pipeline
+	watches  chan bool // FileOptions.OnWatch calls
 }
 
 // watchFile writes content to dir/name (unless it is ""), loads it and watches it.
@@ -62,10 +63,10 @@ func watchFile(t *testing.T, dir, name, content string) *watched {
 	if content != "" {
 		writeFile(t, path, content)
 	}
-	w := &watched{path: path, engine: engine.New(engine.Options{}), reloads: &recorder{}, stopped: make(chan error, 1)}
+	w := &watched{path: path, engine: engine.New(engine.Options{}), reloads: &recorder{}, stopped: make(chan error, 1), watches: make(chan bool, 100)}
 	log := slog.New(slog.NewJSONHandler(testWriter{t}, nil))
 	w.pipeline = NewPipeline(w.engine, PipelineOptions{Logger: log, Observer: w.reloads})
-	f, err := NewFile(path, w.pipeline, FileOptions{Logger: log})
+	f, err := NewFile(path, w.pipeline, FileOptions{Logger: log, OnWatch: func(ok bool) { w.watches <- ok }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,6 +247,43 @@ func TestFileRemovedKeepsItsPoliciesUntilItIsBack(t *testing.T) {
 	}
 	writeFile(t, w.path, policyYAML("api", 12))
 	eventually(t, reloadDeadline, "recreated file served", func() bool { return w.capacity("api") == 12 })
+}
+
+// TestFileWatchSurvivesItsDirectoryRecreated deletes the policy file's directory and makes it
+// again, twice: the watch is lost and reported, then recovers, and each new file, and each
+// later change, is served within reloadDeadline of being written.
+func TestFileWatchSurvivesItsDirectoryRecreated(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "policies")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	w := watchFile(t, dir, "policies.yaml", policyYAML("api", 10))
+	capacity := 10
+	for round := range 2 {
+		if err := os.RemoveAll(dir); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case ok := <-w.watches:
+			if ok {
+				t.Fatalf("round %d: watch reported recovered before the directory came back", round)
+			}
+		case <-time.After(reloadDeadline):
+			t.Fatalf("round %d: the lost watch was not reported", round)
+		}
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		capacity++
+		writeFile(t, w.path, policyYAML("api", capacity))
+		eventually(t, reloadDeadline, "file in the recreated directory served", func() bool { return w.capacity("api") == int64(capacity) })
+		if ok := <-w.watches; !ok {
+			t.Fatalf("round %d: watch reported lost again, want recovered", round)
+		}
+		capacity++
+		writeFile(t, w.path, policyYAML("api", capacity))
+		eventually(t, reloadDeadline, "later change served", func() bool { return w.capacity("api") == int64(capacity) })
+	}
 }
 
 func TestFileLoad(t *testing.T) {

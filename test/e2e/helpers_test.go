@@ -209,7 +209,9 @@ func startLimiterd(t *testing.T, name, kubeconfig, binary string, args ...string
 	t.Helper()
 	decisions, admin := freeAddr(t), freeAddr(t)
 	// Admin authentication has tests of its own (cmd/limiterd); here /metrics is read without.
-	args = append([]string{"--kubeconfig", kubeconfig, "--addr", decisions, "--admin-addr", admin, "--admin-insecure-no-auth"}, args...)
+	// No shutdown delay: nothing routes to these processes, and stops are awaited.
+	args = append([]string{"--kubeconfig", kubeconfig, "--addr", decisions, "--admin-addr", admin, "--admin-insecure-no-auth",
+		"--shutdown-delay", "0s"}, args...)
 	l := &limiterd{process: startProcess(t, name, kubeconfig, binary, args...), decisions: "http://" + decisions, admin: "http://" + admin}
 	testenv.Eventually(t, waitTimeout, func() error {
 		if !l.running() {

@@ -101,13 +101,23 @@ func TestTemplateDefaults(t *testing.T) {
 	if want := "ghcr.io/limiterd/limiterd:" + appVersion; c.Image != want {
 		t.Errorf("limiterd image = %q, want %q", c.Image, want)
 	}
-	checkArgs(t, c.Args, []string{"--addr=:8080", "--admin-addr=:9090", "--configmap-namespace=" + namespace, "--store=memory", "--max-clients=1000000", "--log-level=info", "--shutdown-timeout=15s",
-		"--replica-name=$(POD_NAME)", "--status-namespace=" + namespace, "--status-interval=5s"},
+	checkArgs(t, c.Args, []string{"--addr=:8080", "--admin-addr=:9090", "--configmap-namespace=" + namespace, "--store=memory", "--max-clients=1000000", "--log-level=info",
+		"--shutdown-delay=5s", "--shutdown-timeout=15s",
+		"--replica-name=$(POD_NAME)", "--pod-uid=$(POD_UID)", "--status-namespace=" + namespace, "--status-interval=5s"},
 		[]string{"--namespace", "--store-timeout", "--redis-addr", "--redis-tls", "--redis-password-file", "--kubeconfig", "--policy-file", "--grpc-addr"})
 	if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {
 		return e.Name == "POD_NAME" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name"
 	}) {
 		t.Errorf("limiterd env %+v lacks POD_NAME from metadata.name (its --replica-name)", c.Env)
+	}
+	if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {
+		return e.Name == "POD_UID" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.uid"
+	}) {
+		t.Errorf("limiterd env %+v lacks POD_UID from metadata.uid (its --pod-uid, the owner of its status Lease)", c.Env)
+	}
+	// The shutdown delay, the drain and the Lease's withdrawal fit in the grace period.
+	if g := dep.Spec.Template.Spec.TerminationGracePeriodSeconds; g == nil || *g <= 5+15+5 {
+		t.Errorf("limiterd terminationGracePeriodSeconds = %v, want more than shutdownDelay + shutdownTimeout + 5 s", g)
 	}
 	checkPorts(t, c, map[string]int32{"http": 8080, "admin": 9090})
 	checkProbes(t, c, "admin")

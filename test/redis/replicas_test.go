@@ -77,7 +77,7 @@ type replica struct {
 // startReplica runs limiterd with args on loopback ports until the test ends.
 func startReplica(t *testing.T, args ...string) *replica {
 	t.Helper()
-	cmd := exec.Command(limiterdBinary(t), append([]string{"--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"}, args...)...)
+	cmd := exec.Command(limiterdBinary(t), append([]string{"--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--shutdown-delay", "0s"}, args...)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -296,16 +296,45 @@ func TestReplicasOnCluster(t *testing.T) {
 	limitertest.RunConcurrent(t, c.Store(t.Name()), 16, 20, 50)
 }
 
-// TestReadinessAndFailureMode stops Redis under a running replica: /readyz reports the store,
-// decisions answer by the failure mode (Closed: rejected) within the timeout and are counted as
-// store errors, and all recovers when Redis is back.
+// failureModePolicies has one token-bucket policy of 3 units an hour per failure mode, named
+// after it in lower case.
+const failureModePolicies = `apiVersion: limiterd.dev/v1alpha1
+kind: RateLimitPolicy
+metadata: {name: open}
+spec:
+  defaultTier: standard
+  failureMode: Open
+  tiers: [{name: standard, algorithm: TokenBucket, tokenBucket: {capacity: 3, refillRate: 1, refillPeriod: 1h}}]
+---
+apiVersion: limiterd.dev/v1alpha1
+kind: RateLimitPolicy
+metadata: {name: closed}
+spec:
+  defaultTier: standard
+  failureMode: Closed
+  tiers: [{name: standard, algorithm: TokenBucket, tokenBucket: {capacity: 3, refillRate: 1, refillPeriod: 1h}}]
+---
+apiVersion: limiterd.dev/v1alpha1
+kind: RateLimitPolicy
+metadata: {name: local}
+spec:
+  defaultTier: standard
+  failureMode: Local
+  tiers: [{name: standard, algorithm: TokenBucket, tokenBucket: {capacity: 3, refillRate: 1, refillPeriod: 1h}}]
+`
+
+// TestReadinessAndFailureMode stops Redis under a running replica: the replica stays ready,
+// since it still answers every decision as its policies say; /readyz?verbose and
+// limiterd_store_up report the store; each failure mode decides (Open admits, Closed rejects,
+// Local applies the limit in process) within the timeout, counted as store errors; and all
+// recovers when Redis is back.
 func TestReadinessAndFailureMode(t *testing.T) {
 	srv := redistest.Start(t)
 	file := filepath.Join(t.TempDir(), "policies.yaml")
-	writePolicies(t, file, policies(limit))
+	writePolicies(t, file, failureModePolicies)
 	r := startReplica(t, "--policy-file", file, "--store", "redis", "--redis-addr", srv.Addr(), "--store-timeout", "100ms")
-	readyz := func() (int, string) {
-		resp, err := httpClient.Get(r.admin + "/readyz")
+	get := func(path string) (int, string) {
+		resp, err := httpClient.Get(r.admin + path)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -313,51 +342,70 @@ func TestReadinessAndFailureMode(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
-	storeErrors := func() float64 {
-		resp, err := httpClient.Get(r.admin + "/metrics")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() { _ = resp.Body.Close() }()
-		b, _ := io.ReadAll(resp.Body)
-		for _, line := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(line, `limiterd_store_errors_total{policy="default/bucket"} `); ok {
+	metric := func(sample string) float64 {
+		_, body := get("/metrics")
+		for _, line := range strings.Split(body, "\n") {
+			if v, ok := strings.CutPrefix(line, sample+" "); ok {
 				f, _ := strconv.ParseFloat(v, 64)
 				return f
 			}
 		}
-		return 0
+		return -1
 	}
-	if status, body := readyz(); status != http.StatusOK {
-		t.Fatalf("/readyz with redis up: %d %s", status, body)
+	if status, body := get("/readyz?verbose"); status != http.StatusOK || !strings.Contains(body, `"store":"ok"`) {
+		t.Fatalf("/readyz?verbose with redis up: %d %s", status, body)
 	}
-	if status, _ := allow(t, r, "default/bucket", "k"); status != http.StatusOK {
-		t.Fatalf("decision with redis up: %d", status)
+	for _, p := range []string{"open", "closed", "local"} {
+		if status, _ := allow(t, r, "default/"+p, "k"); status != http.StatusOK {
+			t.Fatalf("%s: decision with redis up: %d", p, status)
+		}
 	}
 
 	srv.Stop()
-	if status, body := readyz(); status != http.StatusServiceUnavailable || !strings.Contains(body, `"store"`) {
-		t.Fatalf("/readyz with redis down: %d %s, want 503 naming the store", status, body)
+	for _, tc := range []struct {
+		policy string
+		want   []int // statuses of successive decisions for a client unknown to the local store
+	}{
+		{"open", []int{200, 200, 200, 200, 200}},
+		{"closed", []int{429, 429, 429, 429, 429}},
+		{"local", []int{200, 200, 200, 429, 429}},
+	} {
+		t.Run(tc.policy, func(t *testing.T) {
+			before := metric(`limiterd_store_errors_total{policy="default/` + tc.policy + `"}`)
+			for i, want := range tc.want {
+				start := time.Now()
+				status, body := allow(t, r, "default/"+tc.policy, "down")
+				if status != want {
+					t.Fatalf("decision %d with redis down under failureMode %s: %d %v, want %d", i, tc.policy, status, body, want)
+				}
+				if took := time.Since(start); took > 5*time.Second {
+					t.Fatalf("decision with redis down took %v", took)
+				}
+			}
+			if n := metric(`limiterd_store_errors_total{policy="default/` + tc.policy + `"}`); n < before+float64(len(tc.want)) {
+				t.Errorf("limiterd_store_errors_total = %v after %d failed decisions (was %v)", n, len(tc.want), before)
+			}
+		})
 	}
-	for range 5 {
-		start := time.Now()
-		status, _ := allow(t, r, "default/bucket", "k")
-		if status != http.StatusTooManyRequests {
-			t.Fatalf("decision with redis down under failureMode Closed: %d, want 429", status)
-		}
-		if took := time.Since(start); took > 5*time.Second {
-			t.Fatalf("decision with redis down took %v", took)
-		}
+	status, body := get("/readyz")
+	if status != http.StatusOK {
+		t.Errorf("/readyz with redis down: %d %s, want 200: the failure modes answer", status, body)
 	}
-	if n := storeErrors(); n < 5 {
-		t.Fatalf("limiterd_store_errors_total = %v after 5 failed decisions", n)
+	if status, body := get("/readyz?verbose"); status != http.StatusOK || !strings.Contains(body, `"store":"ping redis`) {
+		t.Errorf("/readyz?verbose with redis down: %d %s, want 200 with the store's error", status, body)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for metric("limiterd_store_up") != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("limiterd_store_up is not 0 with redis down")
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 
 	srv.Restart(t)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		status, _ := readyz()
-		if decided, _ := allow(t, r, "default/bucket", "k"); status == http.StatusOK && decided == http.StatusOK {
+	deadline = time.Now().Add(30 * time.Second)
+	for i := 0; ; i++ { // a new client each time: a client's allowance is 3
+		if decided, _ := allow(t, r, "default/closed", fmt.Sprint("back-", i)); decided == http.StatusOK && metric("limiterd_store_up") == 1 {
 			break
 		}
 		if time.Now().After(deadline) {

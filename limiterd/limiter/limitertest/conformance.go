@@ -23,7 +23,7 @@ type Step struct {
 	Cost       int64         // default 1
 	Allowed    bool
 	Remaining  int64
-	RetryAfter time.Duration // checked when the request is rejected
+	RetryAfter time.Duration // checked when the request is rejected; 0: no wait admits it
 	ResetAfter time.Duration // -1: not checked
 	// Then switches the strategy for the following steps (a policy swap).
 	Then limiter.RateLimiter
@@ -72,9 +72,10 @@ func Cases() []Case {
 			{At: 0, Cost: 4, Allowed: false, Remaining: 3, RetryAfter: 100 * ms, ResetAfter: 700 * ms},
 			{At: 100 * ms, Cost: 4, Allowed: true, Remaining: 0, ResetAfter: time.Second},
 		}},
-		{Name: "token bucket cost above capacity consumes nothing", Strategy: tb(5, 1, time.Second), Steps: []Step{
-			{At: 0, Cost: 6, Allowed: false, Remaining: 5, RetryAfter: 5 * time.Second, ResetAfter: 0},
+		{Name: "token bucket cost above capacity consumes nothing and has no retry time", Strategy: tb(5, 1, time.Second), Steps: []Step{
+			{At: 0, Cost: 6, Allowed: false, Remaining: 5, RetryAfter: 0, ResetAfter: 0},
 			{At: 0, Cost: 5, Allowed: true, Remaining: 0, ResetAfter: 5 * time.Second},
+			{At: time.Second, Cost: 6, Allowed: false, Remaining: 1, RetryAfter: 0, ResetAfter: 4 * time.Second},
 		}},
 		{Name: "token bucket clock jumps backwards", Strategy: tb(2, 1, time.Second), Steps: []Step{
 			{At: 10 * time.Second, Allowed: true, Remaining: 1, ResetAfter: time.Second},
@@ -112,8 +113,12 @@ func Cases() []Case {
 			{At: 100 * ms, Cost: 3, Allowed: true, Remaining: 3, ResetAfter: time.Second},
 			{At: 200 * ms, Cost: 3, Allowed: true, Remaining: 0, ResetAfter: time.Second},
 			{At: 300 * ms, Cost: 5, Allowed: false, Remaining: 0, RetryAfter: 800 * ms, ResetAfter: 900 * ms},
-			{At: 300 * ms, Cost: 11, Allowed: false, Remaining: 0, RetryAfter: 900 * ms, ResetAfter: 900 * ms},
+			{At: 300 * ms, Cost: 11, Allowed: false, Remaining: 0, RetryAfter: 0, ResetAfter: 900 * ms},
 			{At: 1100 * ms, Cost: 5, Allowed: true, Remaining: 2, ResetAfter: time.Second},
+		}},
+		{Name: "sliding window cost above the limit consumes nothing and has no retry time", Strategy: sw(3, time.Second), Steps: []Step{
+			{At: 0, Cost: 4, Allowed: false, Remaining: 3, RetryAfter: 0, ResetAfter: 0},
+			{At: 0, Cost: 3, Allowed: true, Remaining: 0, ResetAfter: time.Second},
 		}},
 		{Name: "sliding window clock jumps backwards", Strategy: sw(2, time.Second), Steps: []Step{
 			{At: 10 * time.Second, Allowed: true, Remaining: 1, ResetAfter: time.Second},

@@ -115,7 +115,7 @@ if used > 0 then
   resetAfter = lastAt + window - t
   if not admitted then
     if cost > limit then
-      retryAfter = resetAfter
+      retryAfter = 0 -- never admitted: no retry time
     else
       -- The cost fits once the oldest entries holding used+cost-limit units have left the
       -- window: the first entry whose running total reaches that.

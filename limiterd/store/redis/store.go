@@ -82,6 +82,14 @@ type Options struct {
 	// them in process until their retry time or until a reset by any replica (0: no cache;
 	// otherwise the Client subscribes to ResetChannel).
 	RejectCache int
+	// BreakerFailures is how many decisions or peeks in a row must fail (time out, lose their
+	// connection) for the circuit breaker to open (default DefaultBreakerFailures; negative:
+	// it never opens). While open, decisions fail at once with ErrBreakerOpen, so that the
+	// failure modes answer without waiting for Timeout.
+	BreakerFailures int
+	// BreakerBackoff is how long the breaker stays open before one call probes Redis (default
+	// DefaultBreakerBackoff); each failed probe doubles it, up to 8 times BreakerBackoff.
+	BreakerBackoff time.Duration
 	// Logger receives connection events (nil: slog.Default()).
 	Logger *slog.Logger
 }
@@ -117,6 +125,7 @@ type Client struct {
 	stop     context.CancelFunc
 	done     chan struct{} // closed when the connect loop ended
 	closed   atomic.Bool
+	breaker  *breaker
 
 	// Reject caches (invalidate.go), when Options.RejectCache > 0.
 	caches         sync.Map // policy ID -> weak.Pointer[rejectCache]
@@ -125,6 +134,13 @@ type Client struct {
 	cacheHits      atomic.Uint64
 	resetsReceived atomic.Uint64
 }
+
+// BreakerOpen reports whether the circuit breaker is open: decisions fail at once, without
+// calling Redis, until a probe succeeds.
+func (c *Client) BreakerOpen() bool { return c.breaker.open() }
+
+// BreakerTrips counts the times the circuit breaker opened.
+func (c *Client) BreakerTrips() int64 { return c.breaker.trips.Load() }
 
 type conn struct{ rueidis.Client }
 
@@ -146,6 +162,8 @@ func New(opts Options) (*Client, error) {
 		return nil, errors.New("redis: negative expiry slack")
 	case opts.RejectCache < 0:
 		return nil, errors.New("redis: negative reject cache size")
+	case opts.BreakerBackoff < 0:
+		return nil, errors.New("redis: negative breaker backoff")
 	case opts.Clock > CallerClock:
 		return nil, fmt.Errorf("redis: unknown clock %d", opts.Clock)
 	}
@@ -155,6 +173,12 @@ func New(opts Options) (*Client, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.BreakerFailures == 0 {
+		opts.BreakerFailures = DefaultBreakerFailures
+	}
+	if opts.BreakerBackoff == 0 {
+		opts.BreakerBackoff = DefaultBreakerBackoff
+	}
 	ctx, stop := context.WithCancel(context.Background())
 	c := &Client{
 		opts:    opts,
@@ -162,6 +186,7 @@ func New(opts Options) (*Client, error) {
 		slackMS: strconv.FormatInt(ceilMS(opts.ExpirySlack), 10),
 		stop:    stop,
 		done:    make(chan struct{}),
+		breaker: newBreaker(opts.BreakerFailures, opts.BreakerBackoff, opts.Logger),
 	}
 	connected := true
 	if err := c.connect(); err != nil {
@@ -362,9 +387,7 @@ func (s *Store) Decide(ctx context.Context, key string, rl limiter.RateLimiter, 
 		}
 		epoch = s.c.trust.epoch.Load() // before the round trip: see cacheTrust
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.c.opts.Timeout)
-	defer cancel()
-	d, err := s.run(ctx, key, rl, now, cost, modeDecide)
+	d, err := s.guarded(ctx, key, rl, now, cost, modeDecide)
 	if err != nil {
 		return limiter.Decision{}, fmt.Errorf("redis store: policy %s: decide: %w", s.policy, err)
 	}
@@ -379,9 +402,7 @@ func (s *Store) Peek(ctx context.Context, key string, rl limiter.RateLimiter, no
 	if rl.Algorithm() == limiter.AlgorithmUnlimited {
 		return rl.Peek(nil, now), nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.c.opts.Timeout)
-	defer cancel()
-	d, err := s.run(ctx, key, rl, now, 1, modePeek)
+	d, err := s.guarded(ctx, key, rl, now, 1, modePeek)
 	if err != nil {
 		return limiter.Decision{}, fmt.Errorf("redis store: policy %s: peek: %w", s.policy, err)
 	}
@@ -410,6 +431,24 @@ func (s *Store) Reset(ctx context.Context, key string) error {
 }
 
 func (s *Store) key(client string) string { return s.prefix + keySuffix(client) }
+
+// guarded runs a script within the timeout, through the circuit breaker. A call the caller
+// gave up on (ctx done) says nothing of Redis's health.
+func (s *Store) guarded(ctx context.Context, key string, rl limiter.RateLimiter, now time.Time, cost int64, mode string) (limiter.Decision, error) {
+	probe, err := s.c.breaker.allow()
+	if err != nil {
+		return limiter.Decision{}, err
+	}
+	timed, cancel := context.WithTimeout(ctx, s.c.opts.Timeout)
+	defer cancel()
+	d, err := s.run(timed, key, rl, now, cost, mode)
+	if err != nil && (ctx.Err() != nil || errors.Is(err, ErrClosed)) {
+		s.c.breaker.abandon(probe)
+	} else {
+		s.c.breaker.done(probe, err != nil)
+	}
+	return d, err
+}
 
 // run decides, or peeks, by one strategy's script.
 func (s *Store) run(ctx context.Context, key string, rl limiter.RateLimiter, now time.Time, cost int64, mode string) (limiter.Decision, error) {

@@ -1,0 +1,55 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"log"
+	"net/http"
+	"time"
+)
+
+// Defaults of the HTTP servers' timeouts.
+const (
+	defaultReadTimeout = 10 * time.Second
+	defaultIdleTimeout = 2 * time.Minute
+)
+
+// httpConfig is what the HTTP server flags say: how long a client may hold a connection
+// without sending what it must.
+type httpConfig struct {
+	readTimeout time.Duration
+	idleTimeout time.Duration
+}
+
+// register adds the HTTP server flags to fs.
+func (c *httpConfig) register(fs *flag.FlagSet) {
+	fs.DurationVar(&c.readTimeout, "read-timeout", defaultReadTimeout,
+		"most time a client may take to send a whole request, headers and body, on the decisions and admin APIs; past it the connection is closed")
+	fs.DurationVar(&c.idleTimeout, "idle-timeout", defaultIdleTimeout,
+		"how long a keep-alive connection may wait for its next request on the decisions and admin APIs before it is closed")
+}
+
+// check validates the HTTP server flags after parsing.
+func (c *httpConfig) check() error {
+	switch {
+	case c.readTimeout <= 0:
+		return errors.New("--read-timeout must be positive")
+	case c.idleTimeout <= 0:
+		return errors.New("--idle-timeout must be positive")
+	}
+	return nil
+}
+
+// server returns an HTTP server of h with the configured timeouts. A request must arrive whole
+// (headers and body) within the read timeout of its first byte, so a client that stops sending
+// mid-request, or trickles its body, loses its connection then and never holds up a shutdown
+// past it. Answers are small and written at once, so there is no write timeout.
+func (c httpConfig) server(h http.Handler, errorLog *log.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: c.readTimeout,
+		ReadTimeout:       c.readTimeout,
+		IdleTimeout:       c.idleTimeout,
+		ErrorLog:          errorLog,
+	}
+}
