@@ -92,7 +92,7 @@ func (r *RateLimitPolicyReconciler) listReplicas(ctx context.Context) ([]limiter
 // margin), when the status must be computed again; 0 when no record is live.
 func setEnforcement(p *limiterdv1alpha1.RateLimitPolicy, status *limiterdv1alpha1.RateLimitPolicyStatus,
 	rendered bool, replicas []limiterdv1alpha1.Replica, now time.Time) time.Duration {
-	id := p.Namespace + "/" + p.Name
+	id := p.ID()
 	gen := p.Generation
 	live := make([]limiterdv1alpha1.Replica, 0, len(replicas))
 	for _, rep := range replicas {
@@ -231,9 +231,10 @@ func (r *RateLimitPolicyReconciler) enqueueAll(ctx context.Context, obj client.O
 	}
 }
 
-// enqueuePolicy enqueues the policy of ID "<namespace>/<name>".
-func enqueuePolicy(id string, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-	if ns, name, ok := strings.Cut(id, "/"); ok && ns != "" && name != "" {
-		q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: name}})
+// enqueuePolicy enqueues the policy of a replica's record entry; an entry whose ID does not
+// parse names no policy.
+func enqueuePolicy(id limiterdv1alpha1.PolicyID, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	if id, err := limiterdv1alpha1.ParsePolicyID(id.String()); err == nil {
+		q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: id.Namespace(), Name: id.Name()}})
 	}
 }

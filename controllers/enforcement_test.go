@@ -16,7 +16,7 @@ func TestSetEnforcement(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
 	p := newPolicy("shop", "api")
 	p.Generation = 4
-	id := "shop/api"
+	id := p.ID()
 	replica := func(name string, expiresIn time.Duration, entries limiterdv1alpha1.ReplicaRecord) limiterdv1alpha1.Replica {
 		return limiterdv1alpha1.Replica{Name: name, Expires: now.Add(expiresIn), Record: entries}
 	}

@@ -41,10 +41,12 @@ const (
 	// (with its metadata and managed fields) far below etcd's request size limit (1.5 MiB).
 	MaxConfigMapDataBytes = 1<<20 - 64<<10
 
-	configMapPrefix = "rlp-"
-	maxObjectName   = 253 // a DNS subdomain
-	maxLabelValue   = 63
-	hashLength      = 16 // hex digits of SHA-256 appended to shortened names
+	// ConfigMapNamePrefix starts the name of every policy's ConfigMap (see ConfigMapName).
+	ConfigMapNamePrefix = "rlp-"
+
+	maxObjectName = 253 // a DNS subdomain
+	maxLabelValue = 63
+	hashLength    = 16 // hex digits of SHA-256 appended to shortened names
 )
 
 // ConfigMapName returns the name of the ConfigMap carrying the policy named policyName:
@@ -52,7 +54,18 @@ const (
 // followed by "-" and 16 hex digits of the SHA-256 of policyName. For a valid policy name (a DNS
 // subdomain) the result is a valid ConfigMap name.
 func ConfigMapName(policyName string) string {
-	return shorten(configMapPrefix+policyName, policyName, maxObjectName)
+	return shorten(ConfigMapNamePrefix+policyName, policyName, maxObjectName)
+}
+
+// ConfigMapPolicyName returns the name of the policy whose ConfigMap is named configMapName,
+// when that name is not shortened (see ConfigMapName): ConfigMapName(name) == configMapName.
+// Otherwise, the name cannot be told from configMapName alone and ok is false.
+func ConfigMapPolicyName(configMapName string) (name string, ok bool) {
+	name, ok = strings.CutPrefix(configMapName, ConfigMapNamePrefix)
+	if !ok || ConfigMapName(name) != configMapName {
+		return "", false
+	}
+	return name, true
 }
 
 // PolicyLabelValue returns the value of PolicyLabel for the policy named policyName: the name
@@ -95,10 +108,7 @@ func RenderConfigMapData(p *RateLimitPolicy) (map[string]string, error) {
 		return nil, fmt.Errorf("render ConfigMap data: RateLimitPolicy is nil")
 	}
 	n := &RateLimitPolicy{Spec: *p.Spec.DeepCopy()}
-	n.Name, n.Namespace, n.Generation = p.Name, p.Namespace, p.Generation
-	if n.Namespace == "" {
-		n.Namespace = DefaultNamespace
-	}
+	n.Name, n.Namespace, n.Generation = p.Name, orDefaultNamespace(p.Namespace), p.Generation
 	n.Default()
 	if err := Validate(n); err != nil {
 		return nil, fmt.Errorf("render ConfigMap data of RateLimitPolicy %s/%s: %w", n.Namespace, n.Name, err)

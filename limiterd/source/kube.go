@@ -25,9 +25,6 @@ import (
 // "configmap:<namespace>/<name>".
 const ConfigMapOriginPrefix = "configmap:"
 
-// configMapPrefix is what ConfigMapName puts before a policy name.
-var configMapPrefix = v1alpha1.ConfigMapName("")
-
 // ErrNotSynced is returned by the readiness check of a Kube source before its first sync.
 var ErrNotSynced = errors.New("policy ConfigMaps are not synced yet")
 
@@ -48,9 +45,9 @@ type KubeOptions struct {
 type Rejection struct {
 	// ConfigMap is "<namespace>/<name>".
 	ConfigMap string
-	// PolicyID is the policy the ConfigMap carries, "<namespace>/<name>", as far as it can be
-	// told from a ConfigMap that could not be parsed; "" when it cannot.
-	PolicyID string
+	// PolicyID is the policy the ConfigMap carries, as far as it can be told from a ConfigMap
+	// that could not be parsed; "" when it cannot.
+	PolicyID v1alpha1.PolicyID
 	// Generation is the generation the ConfigMap claims (its "generation" key), 0 when unknown.
 	Generation int64
 	// Err says why it was rejected.
@@ -246,7 +243,7 @@ func parseConfigMap(cm *corev1.ConfigMap) (*v1alpha1.RateLimitPolicy, error) {
 // be parsed was meant to carry: the policy name from the document's metadata when it names a
 // policy of this ConfigMap's name, else from the ConfigMap's name; the generation from the
 // "generation" key, else from the document.
-func claimedPolicy(cm *corev1.ConfigMap) (id string, generation int64) {
+func claimedPolicy(cm *corev1.ConfigMap) (id v1alpha1.PolicyID, generation int64) {
 	var doc struct {
 		Metadata struct {
 			Name       string `json:"name"`
@@ -258,8 +255,8 @@ func claimedPolicy(cm *corev1.ConfigMap) (id string, generation int64) {
 	switch {
 	case decoded && doc.Metadata.Name != "" && v1alpha1.ConfigMapName(doc.Metadata.Name) == cm.Name:
 		name = doc.Metadata.Name
-	case strings.HasPrefix(cm.Name, configMapPrefix) && v1alpha1.ConfigMapName(strings.TrimPrefix(cm.Name, configMapPrefix)) == cm.Name:
-		name = strings.TrimPrefix(cm.Name, configMapPrefix)
+	default:
+		name, _ = v1alpha1.ConfigMapPolicyName(cm.Name)
 	}
 	if g, err := strconv.ParseInt(cm.Data[v1alpha1.ConfigMapGenerationKey], 10, 64); err == nil && g > 0 {
 		generation = g
@@ -269,7 +266,7 @@ func claimedPolicy(cm *corev1.ConfigMap) (id string, generation int64) {
 	if name == "" {
 		return "", generation
 	}
-	return cm.Namespace + "/" + name, generation
+	return v1alpha1.NewPolicyID(cm.Namespace, name), generation
 }
 
 // stripManagedFields drops what limiterd never reads from cached ConfigMaps.

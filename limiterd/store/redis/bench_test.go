@@ -143,7 +143,7 @@ spec:
 	if err != nil {
 		b.Fatal(err)
 	}
-	e := engine.New(engine.Options{NewStore: func(id string) limiter.Store { return c.Store(id) }})
+	e := engine.New(engine.Options{NewStore: func(id v1alpha1.PolicyID) limiter.Store { return c.Store(id.String()) }})
 	e.Swap(set)
 	return e
 }
