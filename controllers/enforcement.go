@@ -118,7 +118,7 @@ func setEnforcement(p *limiterdv1alpha1.RateLimitPolicy, status *limiterdv1alpha
 		switch {
 		case ok && s.State == limiterdv1alpha1.ReplicaServing && s.Generation == gen:
 			serving++
-			dryRun += int64(min(s.DryRunRejected, 1<<62)) //nolint:gosec // bounded
+			dryRun += int64(min(s.DryRunRejected, 1<<62)) // bounded
 		case ok && s.State == limiterdv1alpha1.ReplicaRejected && s.Generation == gen:
 			if len(rejectors) == 0 {
 				firstErr = s.Error
@@ -128,8 +128,8 @@ func setEnforcement(p *limiterdv1alpha1.RateLimitPolicy, status *limiterdv1alpha
 			behind = append(behind, rep.Name)
 		}
 	}
-	status.Replicas = int32(len(live))       //nolint:gosec // replicas of one deployment
-	status.EnforcedReplicas = int32(serving) //nolint:gosec // at most Replicas
+	status.Replicas = int32(len(live))       // replicas of one deployment
+	status.EnforcedReplicas = int32(serving) // at most Replicas
 	status.Enforced = fmt.Sprintf("%d/%d", serving, len(live))
 	status.DryRunRejected = nil
 	if slices.ContainsFunc(p.Spec.Tiers, func(t limiterdv1alpha1.Tier) bool { return t.DryRun }) {

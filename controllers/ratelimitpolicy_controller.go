@@ -178,7 +178,7 @@ func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 
 	previous := meta.FindStatusCondition(policy.Status.Conditions, ConditionReady)
 	status.ObservedGeneration = policy.Generation
-	status.TierCount = int32(len(policy.Spec.Tiers)) //nolint:gosec // at most MaxTiers
+	status.TierCount = int32(len(policy.Spec.Tiers)) // at most MaxTiers
 	meta.SetStatusCondition(&status.Conditions, ready)
 	// Look again when the first live replica record expires.
 	result := ctrl.Result{RequeueAfter: setEnforcement(&policy, status, ready.Status == metav1.ConditionTrue, replicas, time.Now())}

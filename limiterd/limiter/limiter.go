@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,9 +42,10 @@ func (a Algorithm) String() string {
 		return "TokenBucket"
 	case AlgorithmSlidingWindow:
 		return "SlidingWindow"
-	default:
+	case AlgorithmUnlimited:
 		return "Unlimited"
 	}
+	return "Algorithm(" + strconv.Itoa(int(a)) + ")"
 }
 
 // RateLimiter is a rate-limit strategy: the immutable parameters of one algorithm. It decides
