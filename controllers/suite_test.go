@@ -38,8 +38,8 @@ func TestMain(m *testing.M) {
 // startOperator runs the reconciler in a manager that watches namespace only, as main.go wires
 // it, until t ends. The manager's logs are printed if t fails.
 // startOperator runs the operator for namespace until the test ends, or until the returned
-// function stops it.
-func startOperator(t *testing.T, env *testenv.Env, namespace string) (stop func()) {
+// function stops it. configure, if any, changes the reconciler before it is set up.
+func startOperator(t *testing.T, env *testenv.Env, namespace string, configure ...func(*RateLimitPolicyReconciler)) (stop func()) {
 	t.Helper()
 	logs := &testsupport.SyncBuffer{}
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
@@ -56,7 +56,11 @@ func startOperator(t *testing.T, env *testenv.Env, namespace string) (stop func(
 	if err != nil {
 		t.Fatalf("create manager: %v", err)
 	}
-	if err := NewRateLimitPolicyReconciler(mgr).SetupWithManager(mgr); err != nil {
+	r := NewRateLimitPolicyReconciler(mgr)
+	for _, c := range configure {
+		c(r)
+	}
+	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())

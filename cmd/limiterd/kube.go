@@ -14,13 +14,11 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/limiterd/limiterd/api/v1alpha1"
+	"github.com/limiterd/limiterd/internal/incluster"
 	"github.com/limiterd/limiterd/limiterd/replicastatus"
 	"github.com/limiterd/limiterd/limiterd/server"
 	"github.com/limiterd/limiterd/limiterd/source"
 )
-
-// serviceAccountNamespaceFile holds the namespace of the pod limiterd runs in.
-const serviceAccountNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 // kubeConfig is what the Kubernetes flags say: whether policies come from the operator's
 // ConfigMaps, and where this replica publishes its status.
@@ -92,8 +90,8 @@ func (c *kubeConfig) check(fs *flag.FlagSet, policyFiles bool) error {
 	if c.statusNamespace == "" {
 		c.statusNamespace = replicastatus.DefaultNamespace
 		if c.rest != nil {
-			if ns, err := os.ReadFile(serviceAccountNamespaceFile); err == nil && len(strings.TrimSpace(string(ns))) > 0 {
-				c.statusNamespace = strings.TrimSpace(string(ns))
+			if ns := incluster.Namespace(); ns != "" {
+				c.statusNamespace = ns
 			}
 		}
 	}
