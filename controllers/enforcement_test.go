@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -176,6 +177,7 @@ func TestStatusNamespaceAlone(t *testing.T) {
 	if err := env.Client.Create(ctx, lease); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), lease) })
 	testenv.Eventually(t, timeout, func() error {
 		got := &limiterdv1alpha1.RateLimitPolicy{}
 		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(p), got); err != nil {
