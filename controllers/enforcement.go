@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"time"
@@ -21,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	limiterdv1alpha1 "github.com/limiterd/limiterd/api/v1alpha1"
+	"github.com/limiterd/limiterd/internal/incluster"
 )
 
 // The Enforced condition of a RateLimitPolicy and its reasons: whether limiterd enforces the
@@ -43,9 +43,6 @@ const (
 	ReasonNotRendered = "NotRendered"
 )
 
-// serviceAccountNamespaceFile holds the namespace of the pod the operator runs in.
-const serviceAccountNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
-
 // maxNamedReplicas bounds how many replicas a condition message names.
 const maxNamedReplicas = 10
 
@@ -57,10 +54,8 @@ const recheckMargin = 100 * time.Millisecond
 // (limiterd's default is its own pod's namespace: install both in one namespace), else
 // limiterdv1alpha1.DefaultReplicaStatusNamespace.
 func DefaultStatusNamespace() string {
-	if ns, err := os.ReadFile(serviceAccountNamespaceFile); err == nil {
-		if ns := strings.TrimSpace(string(ns)); ns != "" {
-			return ns
-		}
+	if ns := incluster.Namespace(); ns != "" {
+		return ns
 	}
 	return limiterdv1alpha1.DefaultReplicaStatusNamespace
 }
@@ -68,8 +63,12 @@ func DefaultStatusNamespace() string {
 // listReplicas returns the replicas' status records, live or not, from the status namespace.
 // A record that cannot be decoded still counts as a replica that serves nothing.
 func (r *RateLimitPolicyReconciler) listReplicas(ctx context.Context) ([]limiterdv1alpha1.Replica, error) {
+	reader := r.leases
+	if reader == nil {
+		reader = r.Client
+	}
 	var leases coordinationv1.LeaseList
-	if err := r.Client.List(ctx, &leases, client.InNamespace(r.StatusNamespace), client.HasLabels{limiterdv1alpha1.ReplicaLabel}); err != nil {
+	if err := reader.List(ctx, &leases, client.InNamespace(r.StatusNamespace), client.HasLabels{limiterdv1alpha1.ReplicaLabel}); err != nil {
 		return nil, fmt.Errorf("list replica status Leases in %s: %w", r.StatusNamespace, err)
 	}
 	replicas := make([]limiterdv1alpha1.Replica, 0, len(leases.Items))
@@ -92,7 +91,7 @@ func (r *RateLimitPolicyReconciler) listReplicas(ctx context.Context) ([]limiter
 // margin), when the status must be computed again; 0 when no record is live.
 func setEnforcement(p *limiterdv1alpha1.RateLimitPolicy, status *limiterdv1alpha1.RateLimitPolicyStatus,
 	rendered bool, replicas []limiterdv1alpha1.Replica, now time.Time) time.Duration {
-	id := p.Namespace + "/" + p.Name
+	id := p.ID()
 	gen := p.Generation
 	live := make([]limiterdv1alpha1.Replica, 0, len(replicas))
 	for _, rep := range replicas {
@@ -118,7 +117,7 @@ func setEnforcement(p *limiterdv1alpha1.RateLimitPolicy, status *limiterdv1alpha
 		switch {
 		case ok && s.State == limiterdv1alpha1.ReplicaServing && s.Generation == gen:
 			serving++
-			dryRun += int64(min(s.DryRunRejected, 1<<62)) //nolint:gosec // bounded
+			dryRun += int64(min(s.DryRunRejected, 1<<62)) // bounded
 		case ok && s.State == limiterdv1alpha1.ReplicaRejected && s.Generation == gen:
 			if len(rejectors) == 0 {
 				firstErr = s.Error
@@ -128,8 +127,8 @@ func setEnforcement(p *limiterdv1alpha1.RateLimitPolicy, status *limiterdv1alpha
 			behind = append(behind, rep.Name)
 		}
 	}
-	status.Replicas = int32(len(live))       //nolint:gosec // replicas of one deployment
-	status.EnforcedReplicas = int32(serving) //nolint:gosec // at most Replicas
+	status.Replicas = int32(len(live))       // replicas of one deployment
+	status.EnforcedReplicas = int32(serving) // at most Replicas
 	status.Enforced = fmt.Sprintf("%d/%d", serving, len(live))
 	status.DryRunRejected = nil
 	if slices.ContainsFunc(p.Spec.Tiers, func(t limiterdv1alpha1.Tier) bool { return t.DryRun }) {
@@ -198,7 +197,7 @@ func (r *RateLimitPolicyReconciler) replicaEvents() handler.Funcs {
 			}
 			oldRep, errOld := limiterdv1alpha1.ReplicaFromLease(oldLease)
 			newRep, errNew := limiterdv1alpha1.ReplicaFromLease(newLease)
-			if errOld != nil || errNew != nil || !oldRep.Live(time.Now()) {
+			if errOld != nil || errNew != nil || !oldRep.Live(r.now()) {
 				r.enqueueAll(ctx, newLease, q) // became a record, or came back after expiring
 				return
 			}
@@ -231,9 +230,10 @@ func (r *RateLimitPolicyReconciler) enqueueAll(ctx context.Context, obj client.O
 	}
 }
 
-// enqueuePolicy enqueues the policy of ID "<namespace>/<name>".
-func enqueuePolicy(id string, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-	if ns, name, ok := strings.Cut(id, "/"); ok && ns != "" && name != "" {
-		q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: name}})
+// enqueuePolicy enqueues the policy of a replica's record entry; an entry whose ID does not
+// parse names no policy.
+func enqueuePolicy(id limiterdv1alpha1.PolicyID, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	if id, err := limiterdv1alpha1.ParsePolicyID(id.String()); err == nil {
+		q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: id.Namespace(), Name: id.Name()}})
 	}
 }

@@ -1,22 +1,27 @@
 package controllers
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	limiterdv1alpha1 "github.com/limiterd/limiterd/api/v1alpha1"
+	"github.com/limiterd/limiterd/internal/testenv"
 )
 
 func TestSetEnforcement(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
 	p := newPolicy("shop", "api")
 	p.Generation = 4
-	id := "shop/api"
+	id := p.ID()
 	replica := func(name string, expiresIn time.Duration, entries limiterdv1alpha1.ReplicaRecord) limiterdv1alpha1.Replica {
 		return limiterdv1alpha1.Replica{Name: name, Expires: now.Add(expiresIn), Record: entries}
 	}
@@ -144,4 +149,43 @@ func deref(p *int64) any {
 		return nil
 	}
 	return *p
+}
+
+// TestStatusNamespaceAlone sets only the reconciler's StatusNamespace, to a namespace other than
+// the default: the operator must read and watch the replicas' Leases there.
+func TestStatusNamespaceAlone(t *testing.T) {
+	env := testenv.Shared(t)
+	ns := env.Namespace(t)
+	startOperatorWith(t, env, ns, env.Namespace(t), ns)
+	ctx := t.Context()
+	p := newPolicy(ns, "api")
+	if err := env.Client.Create(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	p = waitReady(t, env.Client, client.ObjectKeyFromObject(p), 1, ReasonRendered)
+
+	record, err := limiterdv1alpha1.ReplicaRecord{p.ID(): {Generation: p.Generation, State: limiterdv1alpha1.ReplicaServing}}.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "replica-a",
+			Labels:      map[string]string{limiterdv1alpha1.ReplicaLabel: "replica-a"},
+			Annotations: map[string]string{limiterdv1alpha1.ReplicaStatusAnnotation: record}},
+		Spec: coordinationv1.LeaseSpec{RenewTime: &metav1.MicroTime{Time: time.Now()}, LeaseDurationSeconds: ptr.To[int32](3600)},
+	}
+	if err := env.Client.Create(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), lease) })
+	testenv.Eventually(t, timeout, func() error {
+		got := &limiterdv1alpha1.RateLimitPolicy{}
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(p), got); err != nil {
+			return err
+		}
+		if got.Status.Enforced != "1/1" {
+			return fmt.Errorf("status.enforced = %q, want 1/1 (the replica in %s)", got.Status.Enforced, ns)
+		}
+		return nil
+	})
 }

@@ -29,10 +29,10 @@ func TestLegacyServers(t *testing.T) {
 		}
 		return limiterdv1alpha1.Replica{Name: name, Expires: expires, Record: entries}
 	}
-	old := limiterdv1alpha1.ReplicaRecord{id.String(): {Generation: 3, State: limiterdv1alpha1.ReplicaServing}}
-	fromCurrent := limiterdv1alpha1.ReplicaRecord{id.String(): {Generation: 3, State: limiterdv1alpha1.ReplicaServing, ConfigMap: current}}
-	rejectedCurrent := limiterdv1alpha1.ReplicaRecord{id.String(): {Generation: 4, State: limiterdv1alpha1.ReplicaRejected, ConfigMap: current}}
-	elsewhere := limiterdv1alpha1.ReplicaRecord{id.String(): {Generation: 3, State: limiterdv1alpha1.ReplicaServing, ConfigMap: "other/rlp-shop.api"}}
+	old := limiterdv1alpha1.ReplicaRecord{id: {Generation: 3, State: limiterdv1alpha1.ReplicaServing}}
+	fromCurrent := limiterdv1alpha1.ReplicaRecord{id: {Generation: 3, State: limiterdv1alpha1.ReplicaServing, ConfigMap: current}}
+	rejectedCurrent := limiterdv1alpha1.ReplicaRecord{id: {Generation: 4, State: limiterdv1alpha1.ReplicaRejected, ConfigMap: current}}
+	elsewhere := limiterdv1alpha1.ReplicaRecord{id: {Generation: 3, State: limiterdv1alpha1.ReplicaServing, ConfigMap: "other/rlp-shop.api"}}
 	otherPolicy := limiterdv1alpha1.ReplicaRecord{"shop/other": {Generation: 1, State: limiterdv1alpha1.ReplicaServing}}
 
 	for _, tc := range []struct {
@@ -105,7 +105,7 @@ func TestLegacyConfigMapRemoved(t *testing.T) {
 	}
 	setRecord := func(entry limiterdv1alpha1.ReplicaPolicyStatus) {
 		t.Helper()
-		rec, err := limiterdv1alpha1.ReplicaRecord{served.ID().String(): entry}.Encode()
+		rec, err := limiterdv1alpha1.ReplicaRecord{served.ID(): entry}.Encode()
 		if err != nil {
 			t.Fatal(err)
 		}

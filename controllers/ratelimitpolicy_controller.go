@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -16,15 +17,19 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/cluster"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	limiterdv1alpha1 "github.com/limiterd/limiterd/api/v1alpha1"
 )
@@ -86,7 +91,22 @@ type RateLimitPolicyReconciler struct {
 	// Recorder records the events users need to see.
 	Recorder events.EventRecorder
 	// StatusNamespace is where limiterd replicas publish their status Leases (see enforcement.go).
+	// SetupWithManager watches the replicas' Leases there, and there only.
 	StatusNamespace string
+	// Clock tells the time replica records are judged live at (nil: the real clock).
+	Clock clock.PassiveClock
+
+	// leases reads the replicas' status Leases from the cache SetupWithManager starts (nil:
+	// through Client).
+	leases client.Reader
+}
+
+// now returns the time of r's clock.
+func (r *RateLimitPolicyReconciler) now() time.Time {
+	if r.Clock == nil {
+		return time.Now()
+	}
+	return r.Clock.Now()
 }
 
 // NewRateLimitPolicyReconciler returns a reconciler writing ConfigMaps into configMapNamespace,
@@ -105,38 +125,52 @@ func NewRateLimitPolicyReconciler(mgr ctrl.Manager, configMapNamespace string) *
 
 // CacheByObject restricts the manager's ConfigMap cache to the ConfigMaps the operator writes
 // (those labelled PolicyLabel in configMapNamespace), rather than every ConfigMap of the
-// cluster, and its Lease cache to the replicas' status Leases (labelled ReplicaLabel, in
-// DefaultStatusNamespace). Pass it as cache.Options.ByObject.
+// cluster. Pass it as cache.Options.ByObject. (The replicas' Leases have a cache of their own,
+// in StatusNamespace: see SetupWithManager.)
 func CacheByObject(configMapNamespace string) map[client.Object]cache.ByObject {
-	labelled, err := labels.NewRequirement(limiterdv1alpha1.PolicyLabel, selection.Exists, nil)
-	if err != nil {
-		panic(fmt.Sprintf("selector of label %s: %v", limiterdv1alpha1.PolicyLabel, err)) // a constant: cannot fail
-	}
-	replica, err := labels.NewRequirement(limiterdv1alpha1.ReplicaLabel, selection.Exists, nil)
-	if err != nil {
-		panic(fmt.Sprintf("selector of label %s: %v", limiterdv1alpha1.ReplicaLabel, err)) // a constant: cannot fail
-	}
 	return map[client.Object]cache.ByObject{
 		&corev1.ConfigMap{}: {
-			Label:      labels.NewSelector().Add(*labelled),
+			Label:      labelExists(limiterdv1alpha1.PolicyLabel),
 			Namespaces: map[string]cache.Config{configMapNamespace: {}},
 		},
-		&coordinationv1.Lease{}: {
-			Label:      labels.NewSelector().Add(*replica),
-			Namespaces: map[string]cache.Config{DefaultStatusNamespace(): {}},
-		},
 	}
+}
+
+// labelExists selects the objects that have the label key.
+func labelExists(key string) labels.Selector {
+	req, err := labels.NewRequirement(key, selection.Exists, nil)
+	if err != nil {
+		panic(fmt.Sprintf("selector of label %s: %v", key, err)) // a constant: cannot fail
+	}
+	return labels.NewSelector().Add(*req)
 }
 
 // SetupWithManager registers the reconciler with mgr. Policies are reconciled when their
 // generation changes (not on status or metadata changes), when the ConfigMaps annotated with
 // their ID change, and when what replicas' status Leases report of them changes.
+//
+// The Leases are watched through a cache of their own, holding the Leases labelled
+// ReplicaLabel in StatusNamespace only (the operator may read Leases there only), so that the
+// manager's cache needs no configuration for them.
 func (r *RateLimitPolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	err := ctrl.NewControllerManagedBy(mgr).
+	leases, err := cluster.New(mgr.GetConfig(), func(o *cluster.Options) {
+		o.Scheme, o.HTTPClient = mgr.GetScheme(), mgr.GetHTTPClient()
+		o.MapperProvider = func(*rest.Config, *http.Client) (meta.RESTMapper, error) { return mgr.GetRESTMapper(), nil }
+		o.Cache.DefaultNamespaces = map[string]cache.Config{r.StatusNamespace: {}}
+		o.Cache.DefaultLabelSelector = labelExists(limiterdv1alpha1.ReplicaLabel)
+	})
+	if err != nil {
+		return fmt.Errorf("set up the cache of replica status Leases in %s: %w", r.StatusNamespace, err)
+	}
+	if err := mgr.Add(leases); err != nil {
+		return fmt.Errorf("set up the cache of replica status Leases in %s: %w", r.StatusNamespace, err)
+	}
+	r.leases = leases.GetCache()
+	err = ctrl.NewControllerManagedBy(mgr).
 		Named("ratelimitpolicy").
 		For(&limiterdv1alpha1.RateLimitPolicy{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.configMapPolicy)).
-		Watches(&coordinationv1.Lease{}, r.replicaEvents()).
+		WatchesRawSource(source.Kind[client.Object](leases.GetCache(), &coordinationv1.Lease{}, r.replicaEvents())).
 		Complete(r)
 	if err != nil {
 		return fmt.Errorf("set up RateLimitPolicy controller: %w", err)
@@ -167,7 +201,7 @@ func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		return ctrl.Result{}, err
 	}
 
-	data, ready := decide(&policy, limiterdv1alpha1.MaxConfigMapDataBytes)
+	data, ready := renderConfigMap(&policy, limiterdv1alpha1.MaxConfigMapDataBytes)
 	status := policy.Status.DeepCopy()
 	if data != nil {
 		wasCurrent := isCurrent(&policy)
@@ -201,10 +235,10 @@ func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 
 	previous := meta.FindStatusCondition(policy.Status.Conditions, ConditionReady)
 	status.ObservedGeneration = policy.Generation
-	status.TierCount = int32(len(policy.Spec.Tiers)) //nolint:gosec // at most MaxTiers
+	status.TierCount = int32(len(policy.Spec.Tiers)) // at most MaxTiers
 	meta.SetStatusCondition(&status.Conditions, ready)
 	// Look again when the first live replica record expires.
-	result := ctrl.Result{RequeueAfter: setEnforcement(&policy, status, ready.Status == metav1.ConditionTrue, replicas, time.Now())}
+	result := ctrl.Result{RequeueAfter: setEnforcement(&policy, status, ready.Status == metav1.ConditionTrue, replicas, r.now())}
 	if equality.Semantic.DeepEqual(*status, policy.Status) {
 		return result, nil
 	}
@@ -220,10 +254,10 @@ func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	return result, nil
 }
 
-// decide is what a policy becomes: the ConfigMap data to write, nil when nothing may be written,
-// and the Ready condition to report. maxBytes bounds the data (keys and values, in bytes).
-// It neither modifies p nor performs I/O.
-func decide(p *limiterdv1alpha1.RateLimitPolicy, maxBytes int) (map[string]string, metav1.Condition) {
+// renderConfigMap renders a policy: the data of its ConfigMap, nil when nothing may be
+// written, and the Ready condition to report. maxBytes bounds the data (keys and values, in
+// bytes). It neither modifies p nor performs I/O.
+func renderConfigMap(p *limiterdv1alpha1.RateLimitPolicy, maxBytes int) (map[string]string, metav1.Condition) {
 	defaulted := p.DeepCopy()
 	defaulted.Default() // an older CRD may not have defaulted every field
 	if err := limiterdv1alpha1.Validate(defaulted); err != nil {

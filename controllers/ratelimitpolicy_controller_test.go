@@ -161,7 +161,9 @@ func TestResyncWritesNothing(t *testing.T) {
 		},
 	})
 	recorder := events.NewFakeRecorder(10)
-	r := &RateLimitPolicyReconciler{Client: c, APIReader: c, ConfigMapNamespace: cmNS, Recorder: recorder}
+	// The same status namespace as the operator's, whose status this resync must find current.
+	r := &RateLimitPolicyReconciler{Client: c, APIReader: c, ConfigMapNamespace: cmNS, Recorder: recorder,
+		StatusNamespace: DefaultStatusNamespace()}
 	for range 3 {
 		if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(p)}); err != nil {
 			t.Fatalf("Reconcile: %v", err)

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"go.uber.org/zap/zapcore"
-	coordinationv1 "k8s.io/api/coordination/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -53,12 +52,6 @@ func startOperatorWith(t *testing.T, env *testenv.Env, namespace, configMapNames
 	t.Helper()
 	logs := &testsupport.SyncBuffer{}
 	byObject := CacheByObject(configMapNamespace)
-	for obj, c := range byObject {
-		if _, ok := obj.(*coordinationv1.Lease); ok {
-			c.Namespaces = map[string]cache.Config{statusNamespace: {}}
-			byObject[obj] = c
-		}
-	}
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
 		Scheme:                 env.Scheme,
 		Logger:                 zap.New(zap.WriteTo(logs), zap.UseDevMode(true)),

@@ -9,7 +9,6 @@ import (
 	"io"
 	"strings"
 
-	"k8s.io/apimachinery/pkg/types"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	sigsjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
@@ -17,9 +16,6 @@ import (
 
 // Kind is the kind of a RateLimitPolicy document.
 const Kind = "RateLimitPolicy"
-
-// DefaultNamespace is the namespace of a policy document that names none, as with kubectl apply.
-const DefaultNamespace = "default"
 
 // DecodePolicies decodes limiterd's policy file format: a stream of RateLimitPolicy documents
 // exactly as a user would kubectl apply them, either YAML documents separated by "---" lines or
@@ -38,14 +34,14 @@ func DecodePolicies(data []byte) ([]RateLimitPolicy, error) {
 		return nil, err
 	}
 	policies := make([]RateLimitPolicy, 0, len(docs))
-	seen := make(map[types.NamespacedName]int, len(docs))
+	seen := make(map[PolicyID]int, len(docs))
 	for i, doc := range docs {
 		index := i + 1
 		p, err := decodePolicy(doc)
 		if err != nil {
 			return nil, fmt.Errorf("document %d%s: %w", index, describeDocument(doc), err)
 		}
-		key := types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
+		key := p.ID()
 		if first, ok := seen[key]; ok {
 			return nil, fmt.Errorf("document %d (%s): same namespace and name as document %d", index, key, first)
 		}
@@ -136,11 +132,7 @@ func describeDocument(doc []byte) string {
 	if err != nil || h.Metadata.Name == "" {
 		return ""
 	}
-	ns := h.Metadata.Namespace
-	if ns == "" {
-		ns = DefaultNamespace
-	}
-	return " (" + ns + "/" + h.Metadata.Name + ")"
+	return " (" + NewPolicyID(h.Metadata.Namespace, h.Metadata.Name).String() + ")"
 }
 
 // decodePolicy strictly decodes, defaults and validates one JSON document.
@@ -177,9 +169,7 @@ func decodeDocument(doc []byte) (*RateLimitPolicy, error) {
 		}
 		return nil, fmt.Errorf("strict decoding: %s", strings.Join(msgs, "; "))
 	}
-	if p.Namespace == "" {
-		p.Namespace = DefaultNamespace
-	}
+	p.Namespace = orDefaultNamespace(p.Namespace)
 	p.Default()
 	return p, nil
 }

@@ -117,10 +117,7 @@ func RenderConfigMapData(p *RateLimitPolicy) (map[string]string, error) {
 		return nil, fmt.Errorf("render ConfigMap data: RateLimitPolicy is nil")
 	}
 	n := &RateLimitPolicy{Spec: *p.Spec.DeepCopy()}
-	n.Name, n.Namespace, n.Generation = p.Name, p.Namespace, p.Generation
-	if n.Namespace == "" {
-		n.Namespace = DefaultNamespace
-	}
+	n.Name, n.Namespace, n.Generation = p.Name, orDefaultNamespace(p.Namespace), p.Generation
 	n.Default()
 	if err := Validate(n); err != nil {
 		return nil, fmt.Errorf("render ConfigMap data of RateLimitPolicy %s/%s: %w", n.Namespace, n.Name, err)

@@ -2,10 +2,14 @@ package v1alpha1
 
 import "time"
 
-// Bounds of a RateLimitPolicy. The numeric and duration bounds are those of limiterd's
-// strategies (limiterd/limiter), so that every valid policy compiles; the list and string
-// bounds keep the CRD's CEL rules within the API server's cost budget and a rendered policy
-// within one ConfigMap. The CRD markers in ratelimitpolicy_types.go repeat them as literals.
+// Bounds of a RateLimitPolicy: the one source of limiterd's bounds. limiterd's strategies
+// (limiterd/limiter) take the numeric and duration bounds from here, so that every valid policy
+// compiles; the HTTP and Envoy APIs take their key and cost bounds from here, and their error
+// messages print these constants. The list and string bounds keep the CRD's CEL rules within
+// the API server's cost budget and a rendered policy within one ConfigMap. The CRD markers in
+// ratelimitpolicy_types.go cannot name a constant and repeat them as literals;
+// TestCRDMatchesLimits and TestCRDMatchesEnvoyLimits check them, and the messages that state
+// them, against the generated CRD.
 const (
 	// MaxCapacity bounds a token bucket's capacity and refillRate (both at least 1).
 	MaxCapacity = 1_000_000_000

@@ -13,8 +13,8 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// TestLimitValues pins the bounds shared with limiterd/limiter (which this package does not
-// import; a cross-check elsewhere compares the two).
+// TestLimitValues pins the bounds: limiterd/limiter, the HTTP and Envoy APIs take theirs from
+// these constants, so a change here changes what limiterd accepts.
 func TestLimitValues(t *testing.T) {
 	for _, c := range []struct {
 		name      string
@@ -67,11 +67,34 @@ func (n schemaNode) num(key string) int64 {
 
 func (n schemaNode) rules() []string {
 	var rules []string
-	xv, _ := n["x-kubernetes-validations"].([]any)
-	for _, r := range xv {
-		rules = append(rules, r.(map[string]any)["rule"].(string))
+	for _, r := range n.validations() {
+		rules = append(rules, r.rule)
 	}
 	return rules
+}
+
+// celRule is one CEL rule of the CRD with its message.
+type celRule struct{ rule, message string }
+
+func (n schemaNode) validations() []celRule {
+	var out []celRule
+	xv, _ := n["x-kubernetes-validations"].([]any)
+	for _, r := range xv {
+		m := r.(map[string]any)
+		msg, _ := m["message"].(string)
+		out = append(out, celRule{rule: m["rule"].(string), message: msg})
+	}
+	return out
+}
+
+// ruleMessage returns the message of n's rule that contains part, "" when none does.
+func (n schemaNode) ruleMessage(part string) string {
+	for _, v := range n.validations() {
+		if strings.Contains(v.rule, part) {
+			return v.message
+		}
+	}
+	return ""
 }
 
 func loadCRDSchema(t *testing.T) schemaNode {
@@ -125,10 +148,22 @@ func TestCRDMatchesLimits(t *testing.T) {
 		}
 	}
 
-	bytesRule := fmt.Sprintf("size(bytes(self)) <= %d", MaxClientKeyBytes)
-	for _, list := range []string{"clients", "clientPrefixes"} {
-		if rules := override.prop(list, "[]").rules(); !slices.Contains(rules, bytesRule) {
-			t.Errorf("CRD %s items: rules %q, want %q", list, rules, bytesRule)
+	// Byte bounds, and the messages that state them.
+	for _, c := range []struct {
+		what  string
+		node  schemaNode
+		bound int
+	}{
+		{"clients items", override.prop("clients", "[]"), MaxClientKeyBytes},
+		{"clientPrefixes items", override.prop("clientPrefixes", "[]"), MaxClientKeyBytes},
+		{"descriptorKey", spec.prop("envoy", "descriptorKey"), MaxDescriptorKeyBytes},
+	} {
+		bytesRule := fmt.Sprintf("size(bytes(self)) <= %d", c.bound)
+		if rules := c.node.rules(); !slices.Contains(rules, bytesRule) {
+			t.Errorf("CRD %s: rules %q, want %q", c.what, rules, bytesRule)
+		}
+		if got, want := c.node.ruleMessage(bytesRule), fmt.Sprintf("must be at most %d bytes", c.bound); got != want {
+			t.Errorf("CRD %s: message %q, want %q", c.what, got, want)
 		}
 	}
 
@@ -165,6 +200,9 @@ func TestCRDMatchesLimits(t *testing.T) {
 		if hi, _ := time.ParseDuration(m[2]); hi != MaxPeriod {
 			t.Errorf("CRD %v: upper bound %s, want %v", path, m[2], MaxPeriod)
 		}
+		if got, want := tier.prop(path...).validations()[0].message, "must be between "+m[1]+" and "+m[2]; got != want {
+			t.Errorf("CRD %v: message %q, want %q", path, got, want)
+		}
 	}
 
 	refill := tier.prop("tokenBucket").rules()
@@ -183,6 +221,10 @@ func TestCRDMatchesLimits(t *testing.T) {
 			t.Errorf("CRD full-refill rule lacks %q", want)
 		}
 	}
+	wantRefill := fmt.Sprintf("must take at most %d days (%dh)", MaxRefillWindow/(24*time.Hour), MaxRefillWindow/time.Hour)
+	if got := tier.prop("tokenBucket").validations()[0].message; !strings.HasSuffix(got, wantRefill) {
+		t.Errorf("CRD full-refill message %q, want it to end with %q", got, wantRefill)
+	}
 	for _, want := range []string{
 		"flatten().size() <= " + strconv.Itoa(MaxOverrideClients),
 		"flatten().size() > " + strconv.Itoa(MaxOverrideClients),
@@ -195,6 +237,13 @@ func TestCRDMatchesLimits(t *testing.T) {
 		}
 		if n != 2 {
 			t.Errorf("CRD spec: %d rules contain %q, want 2 (clients, clientPrefixes)", n, want)
+		}
+	}
+	for _, list := range []string{"clients", "clientPrefixes"} {
+		rule := "o.?" + list + ".orValue([])).flatten().size() <= " + strconv.Itoa(MaxOverrideClients)
+		want := fmt.Sprintf("all overrides together may list at most %d %s", MaxOverrideClients, list)
+		if got := spec.ruleMessage(rule); got != want {
+			t.Errorf("CRD spec: message of %q is %q, want %q", rule, got, want)
 		}
 	}
 

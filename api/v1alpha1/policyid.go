@@ -7,6 +7,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 )
 
+// DefaultNamespace is the namespace of a policy that names none: a policy file document without
+// namespace (as with kubectl apply) and an Envoy domain without '/'.
+const DefaultNamespace = "default"
+
 // PolicyID identifies a RateLimitPolicy: "<namespace>/<name>". It is how decision requests,
 // metrics, Redis keys and the replicas' status records name a policy. Build one with NewPolicyID
 // (from names already validated) or ParsePolicyID (from outside input). The zero value names no

@@ -66,10 +66,10 @@ type ReplicaPolicyStatus struct {
 	ConfigMap string `json:"configMap,omitempty"`
 }
 
-// ReplicaRecord is a replica's status: an entry per policy ID ("<namespace>/<name>").
+// ReplicaRecord is a replica's status: an entry per policy ID.
 //
 // +kubebuilder:object:generate=false
-type ReplicaRecord map[string]ReplicaPolicyStatus
+type ReplicaRecord map[PolicyID]ReplicaPolicyStatus
 
 // Encode returns the record as the JSON of ReplicaStatusAnnotation (keys sorted). Past
 // MaxReplicaRecordBytes it leaves out error messages; if the record is still too large it fails.

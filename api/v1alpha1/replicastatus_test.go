@@ -48,7 +48,7 @@ func TestReplicaRecordEncodeDropsErrorsPastTheLimit(t *testing.T) {
 	r := ReplicaRecord{}
 	long := strings.Repeat("x", 256)
 	for i := range 1200 {
-		r[fmt.Sprintf("namespace-%04d/policy", i)] = ReplicaPolicyStatus{Generation: 1, State: ReplicaRejected, Error: long}
+		r[NewPolicyID(fmt.Sprintf("namespace-%04d", i), "policy")] = ReplicaPolicyStatus{Generation: 1, State: ReplicaRejected, Error: long}
 	}
 	s, err := r.Encode()
 	if err != nil {
@@ -58,7 +58,7 @@ func TestReplicaRecordEncodeDropsErrorsPastTheLimit(t *testing.T) {
 		t.Errorf("encoded %d bytes with errors kept; want at most %d without errors", len(s), MaxReplicaRecordBytes)
 	}
 	for i := range 5000 {
-		r[fmt.Sprintf("namespace-%04d/a-much-longer-policy-name-to-fill-the-record", i)] = ReplicaPolicyStatus{Generation: 1, State: ReplicaServing}
+		r[NewPolicyID(fmt.Sprintf("namespace-%04d", i), "a-much-longer-policy-name-to-fill-the-record")] = ReplicaPolicyStatus{Generation: 1, State: ReplicaServing}
 	}
 	if _, err := r.Encode(); err == nil {
 		t.Error("a record past MaxReplicaRecordBytes without errors encoded")

@@ -247,7 +247,7 @@ func validateTokenBucket(tb *TokenBucket, path *field.Path) field.ErrorList {
 	if len(errs) == 0 {
 		if full, ok := fullRefill(tb.Capacity, tb.RefillRate, period); !ok {
 			errs = append(errs, field.Invalid(path, full.String(), fmt.Sprintf(
-				"a full refill (capacity*refillPeriod/refillRate) must take at most 366 days (%v)", MaxRefillWindow)))
+				"a full refill (capacity*refillPeriod/refillRate) must take at most %d days (%v)", MaxRefillWindow/(24*time.Hour), MaxRefillWindow)))
 		}
 	}
 	return errs

@@ -16,13 +16,11 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/limiterd/limiterd/api/v1alpha1"
+	"github.com/limiterd/limiterd/internal/incluster"
 	"github.com/limiterd/limiterd/limiterd/replicastatus"
 	"github.com/limiterd/limiterd/limiterd/server"
 	"github.com/limiterd/limiterd/limiterd/source"
 )
-
-// serviceAccountNamespaceFile holds the namespace of the pod limiterd runs in.
-const serviceAccountNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 // kubeConfig is what the Kubernetes flags say: whether policies come from the operator's
 // ConfigMaps, and where this replica publishes its status.
@@ -100,9 +98,7 @@ func (c *kubeConfig) check(fs *flag.FlagSet, policyFiles bool) error {
 	}
 	podNamespace := ""
 	if c.rest != nil {
-		if ns, err := os.ReadFile(serviceAccountNamespaceFile); err == nil {
-			podNamespace = strings.TrimSpace(string(ns))
-		}
+		podNamespace = incluster.Namespace()
 	}
 	if c.statusNamespace == "" {
 		c.statusNamespace = cmp.Or(podNamespace, replicastatus.DefaultNamespace)
@@ -160,7 +156,7 @@ func (d *daemon) addKube(c kubeConfig, tally *replicastatus.Tally) error {
 			r := replicastatus.Collect(d.engine.Policies(), tally, rejections)
 			// Say where each policy is read from: the operator removes a policy's ConfigMap of an
 			// earlier layout once no replica serves the policy without saying so.
-			rejected := make(map[string]string, len(rejections))
+			rejected := make(map[v1alpha1.PolicyID]string, len(rejections))
 			for _, rej := range rejections {
 				rejected[rej.PolicyID] = rej.ConfigMap
 			}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/limiterd/limiterd/api/v1alpha1"
 	"github.com/limiterd/limiterd/limiterd/limiter"
 	"github.com/limiterd/limiterd/limiterd/server"
 	redisstore "github.com/limiterd/limiterd/limiterd/store/redis"
@@ -109,7 +110,7 @@ func (c *storeConfig) check(fs *flag.FlagSet) error {
 // openedStore is the store limiterd decides on, ready to plug into the engine and the daemon.
 type openedStore struct {
 	// newStore returns a policy's store (nil: the engine's memory stores).
-	newStore func(policyID string) limiter.Store
+	newStore func(policyID v1alpha1.PolicyID) limiter.Store
 	// redis is the Redis client, nil for the memory store.
 	redis   *redisstore.Client
 	metrics []prometheus.Collector
@@ -151,7 +152,7 @@ func openStore(c storeConfig, log *slog.Logger) (*openedStore, error) {
 	log.Info("store", "kind", "redis", "addrs", c.redisAddrs, "clock", opts.Clock.String(),
 		"timeout", c.timeout.String(), "tls", opts.TLS != nil, "reject_cache", c.rejectCache)
 	return &openedStore{
-		newStore: func(policyID string) limiter.Store { return client.Store(policyID) },
+		newStore: func(policyID v1alpha1.PolicyID) limiter.Store { return client.Store(policyID.String()) },
 		redis:    client,
 		metrics:  rejectCacheMetrics(client),
 		close:    client.Close,

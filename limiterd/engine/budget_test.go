@@ -21,7 +21,7 @@ func capacity10(t testing.TB, name string) *policy.Policy {
 
 // fill sends perClient requests for each of clients keys prefix-0..prefix-(clients-1) to a
 // policy and returns how many were admitted.
-func fill(t *testing.T, e *engine.Engine, policyID, prefix string, clients, perClient int) int {
+func fill(t *testing.T, e *engine.Engine, policyID v1alpha1.PolicyID, prefix string, clients, perClient int) int {
 	t.Helper()
 	admitted := 0
 	for i := 0; i < clients; i++ {

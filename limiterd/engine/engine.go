@@ -79,13 +79,13 @@ type Result struct {
 // never per decision, so that recording a decision needs no label lookup.
 type Observer interface {
 	// Tier returns the recorder for one tier of one policy.
-	Tier(policyID, tier string) TierObserver
+	Tier(policyID v1alpha1.PolicyID, tier string) TierObserver
 	// StoreError counts a store failure for a policy.
-	StoreError(policyID string)
+	StoreError(policyID v1alpha1.PolicyID)
 	// Forget is called when a swap removed a tier of a policy that stays, or a whole policy
 	// (tier ""): what was recorded for it can go. Decisions that started before the swap may
 	// still record on the TierObservers returned for it.
-	Forget(policyID, tier string)
+	Forget(policyID v1alpha1.PolicyID, tier string)
 }
 
 // TierObserver records one tier's decisions. It must be safe for concurrent use.
@@ -97,7 +97,7 @@ type TierObserver interface {
 // tracked clients, the system clock and no observer.
 type Options struct {
 	// NewStore returns the store of one policy's clients. Default: a limiter.Memory on Budget.
-	NewStore func(policyID string) limiter.Store
+	NewStore func(policyID v1alpha1.PolicyID) limiter.Store
 	// Budget bounds the clients tracked in memory: by the default stores, and by the local
 	// stores that policies with failure mode Local fall back on.
 	Budget *limiter.Budget
@@ -117,7 +117,7 @@ type Engine struct {
 // snapshot is the loaded policies bound to their stores and observers.
 type snapshot struct {
 	set  *policy.Set
-	byID map[string]*bound
+	byID map[v1alpha1.PolicyID]*bound
 	only *bound // the policy when exactly one is loaded
 }
 
@@ -129,12 +129,20 @@ type bound struct {
 	tiers  []TierObserver  // by Tier.Index
 }
 
-type nopObserver struct{}
+// NopObserver is an Observer and TierObserver that records nothing.
+type NopObserver struct{}
 
-func (nopObserver) Tier(string, string) TierObserver { return nopObserver{} }
-func (nopObserver) StoreError(string)                {}
-func (nopObserver) Forget(string, string)            {}
-func (nopObserver) Observe(Outcome, time.Duration)   {}
+// Tier implements Observer.
+func (NopObserver) Tier(v1alpha1.PolicyID, string) TierObserver { return NopObserver{} }
+
+// StoreError implements Observer.
+func (NopObserver) StoreError(v1alpha1.PolicyID) {}
+
+// Forget implements Observer.
+func (NopObserver) Forget(v1alpha1.PolicyID, string) {}
+
+// Observe implements TierObserver.
+func (NopObserver) Observe(Outcome, time.Duration) {}
 
 // New returns an engine with no policy loaded: it answers ErrNotReady until the first Swap.
 func New(opts Options) *Engine {
@@ -143,13 +151,13 @@ func New(opts Options) *Engine {
 	}
 	if opts.NewStore == nil {
 		budget := opts.Budget
-		opts.NewStore = func(string) limiter.Store { return limiter.NewMemory(budget) }
+		opts.NewStore = func(v1alpha1.PolicyID) limiter.Store { return limiter.NewMemory(budget) }
 	}
 	if opts.Clock == nil {
 		opts.Clock = time.Now
 	}
 	if opts.Observer == nil {
-		opts.Observer = nopObserver{}
+		opts.Observer = NopObserver{}
 	}
 	return &Engine{opts: opts}
 }
@@ -162,7 +170,7 @@ func (e *Engine) Swap(set *policy.Set) {
 	e.swapMu.Lock()
 	defer e.swapMu.Unlock()
 	old := e.current.Load()
-	next := &snapshot{set: set, byID: make(map[string]*bound, set.Len())}
+	next := &snapshot{set: set, byID: make(map[v1alpha1.PolicyID]*bound, set.Len())}
 	var unused []limiter.Store // stores of the old snapshot no policy decides on any more
 	for _, p := range set.All() {
 		b := &bound{policy: p}
@@ -215,7 +223,7 @@ func (e *Engine) Swap(set *policy.Set) {
 	}
 }
 
-func (s *snapshot) lookup(id string) (*bound, bool) {
+func (s *snapshot) lookup(id v1alpha1.PolicyID) (*bound, bool) {
 	if s == nil {
 		return nil, false
 	}
@@ -235,7 +243,7 @@ func (e *Engine) Policies() *policy.Set {
 }
 
 // find returns the policy a request names; "" names the only loaded policy.
-func (e *Engine) find(policyID string) (*bound, error) {
+func (e *Engine) find(policyID v1alpha1.PolicyID) (*bound, error) {
 	s := e.current.Load()
 	if s == nil {
 		return nil, ErrNotReady
@@ -260,7 +268,7 @@ func (e *Engine) find(policyID string) (*bound, error) {
 // exactly one is loaded). It returns an error, and consumes nothing, when the request cannot be
 // decided (see the Err variables). A store failure is not an error: the policy's failure mode
 // decides and Result.StoreError says so.
-func (e *Engine) Decide(ctx context.Context, policyID, key string, cost int64) (Result, error) {
+func (e *Engine) Decide(ctx context.Context, policyID v1alpha1.PolicyID, key string, cost int64) (Result, error) {
 	if cost < 1 {
 		return Result{}, ErrInvalidCost
 	}
@@ -304,7 +312,7 @@ func (e *Engine) degraded(ctx context.Context, b *bound, key string, tier *polic
 }
 
 // Peek reports what a one-unit decision for the client would answer, without consuming anything.
-func (e *Engine) Peek(ctx context.Context, policyID, key string) (Result, error) {
+func (e *Engine) Peek(ctx context.Context, policyID v1alpha1.PolicyID, key string) (Result, error) {
 	b, err := e.find(policyID)
 	if err != nil {
 		return Result{}, err
@@ -319,7 +327,7 @@ func (e *Engine) Peek(ctx context.Context, policyID, key string) (Result, error)
 }
 
 // Reset forgets the client's state under the named policy.
-func (e *Engine) Reset(ctx context.Context, policyID, key string) error {
+func (e *Engine) Reset(ctx context.Context, policyID v1alpha1.PolicyID, key string) error {
 	b, err := e.find(policyID)
 	if err != nil {
 		return err

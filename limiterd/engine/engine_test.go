@@ -62,7 +62,7 @@ func set(t testing.TB, ps ...*policy.Policy) *policy.Set {
 
 func fixedClock() func() time.Time { return func() time.Time { return limitertest.T0 } }
 
-func allowedN(t *testing.T, e *engine.Engine, policyID, key string, n int) int {
+func allowedN(t *testing.T, e *engine.Engine, policyID v1alpha1.PolicyID, key string, n int) int {
 	t.Helper()
 	admitted := 0
 	for i := 0; i < n; i++ {
@@ -180,7 +180,7 @@ func TestFailureModes(t *testing.T) {
 		v1alpha1.FailureModeLocal:  2,
 	} {
 		t.Run(string(mode), func(t *testing.T) {
-			e := engine.New(engine.Options{Clock: fixedClock(), NewStore: func(string) limiter.Store { return failingStore{} }})
+			e := engine.New(engine.Options{Clock: fixedClock(), NewStore: func(v1alpha1.PolicyID) limiter.Store { return failingStore{} }})
 			e.Swap(set(t, compile(t, "a", func(s *v1alpha1.RateLimitPolicySpec) { s.FailureMode = mode })))
 			if got := allowedN(t, e, "team/a", "c", 10); got != want {
 				t.Fatalf("admitted %d of 10, want %d", got, want)

@@ -91,7 +91,7 @@ func headerMap(t testing.TB, resp *rlsv3.RateLimitResponse) map[string]string {
 }
 
 // remaining returns what the engine reports as the client's remaining quota, consuming nothing.
-func remaining(t testing.TB, e *engine.Engine, policyID, key string) int64 {
+func remaining(t testing.TB, e *engine.Engine, policyID v1alpha1.PolicyID, key string) int64 {
 	t.Helper()
 	r, err := e.Peek(context.Background(), policyID, key)
 	if err != nil {

@@ -124,13 +124,14 @@ func New(e *engine.Engine, log *slog.Logger) *Service {
 	return &Service{engine: e, log: log}
 }
 
-// PolicyID returns the ID of the policy a domain names: the domain itself when it has a '/',
-// else "default/<domain>".
-func PolicyID(domain string) string {
+// PolicyID returns the ID of the policy a domain names: the domain itself when it has a '/'
+// (looked up as given: one that is not a valid ID names no loaded policy), else the policy
+// named domain in v1alpha1.DefaultNamespace.
+func PolicyID(domain string) v1alpha1.PolicyID {
 	if strings.IndexByte(domain, '/') >= 0 {
-		return domain
+		return v1alpha1.PolicyID(domain)
 	}
-	return v1alpha1.DefaultNamespace + "/" + domain
+	return v1alpha1.NewPolicyID(v1alpha1.DefaultNamespace, domain)
 }
 
 // item is one descriptor, checked.
@@ -300,7 +301,7 @@ func writeEscaped(b *strings.Builder, s string) {
 }
 
 // decideError maps an engine error to a gRPC status.
-func (s *Service) decideError(err error, id string) error {
+func (s *Service) decideError(err error, id v1alpha1.PolicyID) error {
 	switch {
 	case errors.Is(err, engine.ErrUnknownPolicy): // unloaded since the lookup
 		return status.Errorf(codes.NotFound, "%v %q", engine.ErrUnknownPolicy, id)

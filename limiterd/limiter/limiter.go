@@ -2,9 +2,12 @@ package limiter
 
 import (
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/limiterd/limiterd/api/v1alpha1"
 )
 
 // Decision is the answer to one request. It is returned by value and never allocates.
@@ -40,9 +43,10 @@ func (a Algorithm) String() string {
 		return "TokenBucket"
 	case AlgorithmSlidingWindow:
 		return "SlidingWindow"
-	default:
+	case AlgorithmUnlimited:
 		return "Unlimited"
 	}
+	return "Algorithm(" + strconv.Itoa(int(a)) + ")"
 }
 
 // RateLimiter is a rate-limit strategy: the immutable parameters of one algorithm. It decides
@@ -166,13 +170,14 @@ func adopt(rl RateLimiter, s *State, now int64) {
 	*s = State{}
 }
 
-// Validation bounds shared with the API's validation.
+// Bounds of the strategies' parameters: those of the API (api/v1alpha1/limits.go), so that
+// every valid policy compiles.
 const (
-	MaxCapacity     = 1_000_000_000
-	MaxWindowLimit  = 100_000
-	MinPeriod       = time.Millisecond
-	MaxPeriod       = 24 * time.Hour
-	MaxRefillWindow = 366 * 24 * time.Hour // a full refill takes at most this long
+	MaxCapacity     = v1alpha1.MaxCapacity
+	MaxWindowLimit  = v1alpha1.MaxWindowLimit
+	MinPeriod       = v1alpha1.MinPeriod
+	MaxPeriod       = v1alpha1.MaxPeriod
+	MaxRefillWindow = v1alpha1.MaxRefillWindow // a full refill takes at most this long
 )
 
 func checkPositive(name string, v, max int64) error {

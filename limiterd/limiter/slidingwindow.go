@@ -99,7 +99,8 @@ func (l *windowLog) push(at, cost int64) {
 	*l.last() = admission{at: at, cum: cum}
 }
 
-// now returns the instant a decision happens at for this log: never before its newest entry.
+// clamp returns the instant a decision at now happens at for this log: never before its newest
+// entry (a clock that stepped backwards).
 func (l *windowLog) clamp(now int64) int64 {
 	if l != nil && l.n > 0 && l.last().at > now {
 		return l.last().at

@@ -1,6 +1,7 @@
 package limiter
 
 import (
+	"fmt"
 	"math/bits"
 	"time"
 )
@@ -59,7 +60,8 @@ type strategyError string
 
 func (e strategyError) Error() string { return string(e) }
 
-const errRefillTooSlow = strategyError("capacity*refillPeriod/refillRate (a full refill) must be at most 366 days")
+var errRefillTooSlow = strategyError(fmt.Sprintf("capacity*refillPeriod/refillRate (a full refill) must be at most %d days",
+	MaxRefillWindow/(24*time.Hour)))
 
 // instant is ns + frac/rate nanoseconds, with frac < rate; it also serves as a duration.
 type instant struct {

@@ -92,7 +92,7 @@ func BenchmarkLoad10000Policies(b *testing.B) {
 		b.StopTimer()
 		loaded := liveHeap()
 		for i := range n {
-			if _, err := e.Decide(b.Context(), fmt.Sprintf("team/p%05d", i), "client", 1); err != nil {
+			if _, err := e.Decide(b.Context(), v1alpha1.NewPolicyID("team", fmt.Sprintf("p%05d", i)), "client", 1); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/limiterd/limiterd/api/v1alpha1"
 	"github.com/limiterd/limiterd/limiterd/engine"
 	"github.com/limiterd/limiterd/limiterd/limiter"
 )
@@ -119,21 +120,25 @@ func (m *Metrics) Handler() http.Handler {
 }
 
 // Tier implements engine.Observer: it resolves the tier's labelled children once.
-func (m *Metrics) Tier(policyID, tier string) engine.TierObserver {
+func (m *Metrics) Tier(policyID v1alpha1.PolicyID, tier string) engine.TierObserver {
+	id := policyID.String()
 	return &tierObserver{
-		allowed:        m.decisions.WithLabelValues(policyID, tier, engine.Allowed.String()),
-		rejected:       m.decisions.WithLabelValues(policyID, tier, engine.Rejected.String()),
-		dryRunRejected: m.decisions.WithLabelValues(policyID, tier, engine.DryRunRejected.String()),
-		latency:        m.decisionLatency.WithLabelValues(policyID),
+		allowed:        m.decisions.WithLabelValues(id, tier, engine.Allowed.String()),
+		rejected:       m.decisions.WithLabelValues(id, tier, engine.Rejected.String()),
+		dryRunRejected: m.decisions.WithLabelValues(id, tier, engine.DryRunRejected.String()),
+		latency:        m.decisionLatency.WithLabelValues(id),
 	}
 }
 
 // StoreError implements engine.Observer.
-func (m *Metrics) StoreError(policyID string) { m.storeErrors.WithLabelValues(policyID).Inc() }
+func (m *Metrics) StoreError(policyID v1alpha1.PolicyID) {
+	m.storeErrors.WithLabelValues(policyID.String()).Inc()
+}
 
 // Forget implements engine.Observer: it deletes the series of a removed tier, or of every tier
 // of a removed policy (tier "").
-func (m *Metrics) Forget(policyID, tier string) {
+func (m *Metrics) Forget(id v1alpha1.PolicyID, tier string) {
+	policyID := id.String()
 	if tier != "" {
 		m.decisions.DeletePartialMatch(prometheus.Labels{"policy": policyID, "tier": tier})
 		return

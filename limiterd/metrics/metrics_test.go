@@ -196,7 +196,7 @@ func (failingStore) Reset(context.Context, string) error { return errStoreDown }
 
 func TestStoreErrorsByPolicy(t *testing.T) {
 	m := New(nil)
-	e := engine.New(engine.Options{Observer: m, NewStore: func(string) limiter.Store { return failingStore{} }})
+	e := engine.New(engine.Options{Observer: m, NewStore: func(v1alpha1.PolicyID) limiter.Store { return failingStore{} }})
 	e.Swap(compileSet(t, apiPolicy(v1alpha1.FailureModeOpen)))
 	for range 3 {
 		if _, err := e.Decide(context.Background(), "", "alice", 1); err != nil {
@@ -291,7 +291,7 @@ func TestSeriesOfRemovedPoliciesAndTiersAreDeleted(t *testing.T) {
 	other := apiPolicy(v1alpha1.FailureModeOpen)
 	other.Name = "other"
 	e.Swap(compileSet(t, apiPolicy(v1alpha1.FailureModeOpen), other))
-	for _, id := range []string{"default/api", "default/other"} {
+	for _, id := range []v1alpha1.PolicyID{"default/api", "default/other"} {
 		for _, key := range []string{"alice", "shadow-carol"} {
 			if _, err := e.Decide(context.Background(), id, key, 1); err != nil {
 				t.Fatal(err)

@@ -28,8 +28,8 @@ type Tier struct {
 
 // Policy is a compiled RateLimitPolicy.
 type Policy struct {
-	// ID is "<namespace>/<name>", the policy's identity in requests and metrics.
-	ID string
+	// ID is the policy's identity in requests, metrics and stores.
+	ID v1alpha1.PolicyID
 	// Generation is the metadata.generation of the compiled spec.
 	Generation int64
 	// FailureMode says how to decide when the shared store cannot be reached.
@@ -50,14 +50,13 @@ type Policy struct {
 func Compile(p *v1alpha1.RateLimitPolicy) (*Policy, error) {
 	src := p.DeepCopy()
 	src.Default()
-	if src.Namespace == "" {
-		src.Namespace = "default"
-	}
+	id := src.ID()
+	src.Namespace = id.Namespace()
 	if err := v1alpha1.Validate(src); err != nil {
-		return nil, fmt.Errorf("policy %s/%s: %w", src.Namespace, src.Name, err)
+		return nil, fmt.Errorf("policy %s: %w", id, err)
 	}
 	c := &Policy{
-		ID:          src.Namespace + "/" + src.Name,
+		ID:          id,
 		Generation:  src.Generation,
 		FailureMode: src.Spec.FailureMode,
 		Source:      src,
@@ -172,12 +171,12 @@ func (t *trie) longest(key string) *Tier {
 
 // Set is an immutable snapshot of the loaded policies, keyed by ID.
 type Set struct {
-	byID map[string]*Policy
+	byID map[v1alpha1.PolicyID]*Policy
 }
 
 // NewSet returns a snapshot of the given policies. IDs must be unique.
 func NewSet(policies ...*Policy) (*Set, error) {
-	s := &Set{byID: make(map[string]*Policy, len(policies))}
+	s := &Set{byID: make(map[v1alpha1.PolicyID]*Policy, len(policies))}
 	for _, p := range policies {
 		if _, dup := s.byID[p.ID]; dup {
 			return nil, fmt.Errorf("policy %s is defined twice", p.ID)
@@ -188,7 +187,7 @@ func NewSet(policies ...*Policy) (*Set, error) {
 }
 
 // Get returns a policy by ID.
-func (s *Set) Get(id string) (*Policy, bool) {
+func (s *Set) Get(id v1alpha1.PolicyID) (*Policy, bool) {
 	p, ok := s.byID[id]
 	return p, ok
 }

@@ -80,17 +80,6 @@ func TestCompileRejectsInvalid(t *testing.T) {
 	}
 }
 
-func TestBoundsMatchTheAPI(t *testing.T) {
-	// The API validates with its own constants; the strategies check theirs. They must agree, or
-	// a policy could pass admission and fail to compile.
-	if v1alpha1.MaxCapacity != limiter.MaxCapacity || v1alpha1.MaxWindowLimit != limiter.MaxWindowLimit {
-		t.Fatalf("API bounds %d/%d, limiter bounds %d/%d", v1alpha1.MaxCapacity, v1alpha1.MaxWindowLimit, limiter.MaxCapacity, limiter.MaxWindowLimit)
-	}
-	if v1alpha1.MinPeriod != limiter.MinPeriod || v1alpha1.MaxPeriod != limiter.MaxPeriod || v1alpha1.MaxRefillWindow != limiter.MaxRefillWindow {
-		t.Fatalf("API periods %v..%v refill %v, limiter %v..%v refill %v", v1alpha1.MinPeriod, v1alpha1.MaxPeriod, v1alpha1.MaxRefillWindow, limiter.MinPeriod, limiter.MaxPeriod, limiter.MaxRefillWindow)
-	}
-}
-
 // BenchmarkResolve resolves keys against a policy with 256 exact keys and 256 prefixes:
 // the cost depends on the key's length, not on the number of overrides.
 func BenchmarkResolve(b *testing.B) {

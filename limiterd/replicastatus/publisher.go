@@ -86,7 +86,7 @@ func NewPublisher(leases coordinationv1client.LeasesGetter, snapshot func() v1al
 		snapshot: snapshot,
 		name:     opts.Name,
 		interval: opts.Interval,
-		duration: int32(LeaseDuration(opts.Interval) / time.Second), //nolint:gosec // DurationFactor*interval
+		duration: int32(LeaseDuration(opts.Interval) / time.Second), // DurationFactor*interval
 		log:      opts.Logger.With("namespace", opts.Namespace, "replica", opts.Name),
 		clock:    opts.Clock,
 		changed:  make(chan struct{}, 1),

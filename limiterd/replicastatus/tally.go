@@ -5,14 +5,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/limiterd/limiterd/api/v1alpha1"
 	"github.com/limiterd/limiterd/limiterd/engine"
 	"github.com/limiterd/limiterd/limiterd/policy"
+	"github.com/limiterd/limiterd/limiterd/source"
 )
-
-// Target receives policy sets; *engine.Engine is one, and so is the Target of Tally.Track.
-type Target interface {
-	Swap(set *policy.Set)
-}
 
 // Tally counts, per policy, the decisions of its dry-run tiers that would have been rejected
 // since its current generation was swapped in. It is an engine.Observer wrapping another one
@@ -26,7 +23,7 @@ type Tally struct {
 	inner engine.Observer
 
 	mu    sync.Mutex
-	cells map[string]*cell // by policy ID: the generation last swapped in
+	cells map[v1alpha1.PolicyID]*cell // by policy ID: the generation last swapped in
 }
 
 // cell is the tally of one generation of one policy.
@@ -41,32 +38,25 @@ var _ engine.Observer = (*Tally)(nil)
 // NewTally returns a tally that forwards every observation to inner (nil: to none).
 func NewTally(inner engine.Observer) *Tally {
 	if inner == nil {
-		inner = nopObserver{}
+		inner = engine.NopObserver{}
 	}
-	return &Tally{inner: inner, cells: make(map[string]*cell)}
+	return &Tally{inner: inner, cells: make(map[v1alpha1.PolicyID]*cell)}
 }
 
-type nopObserver struct{}
-
-func (nopObserver) Tier(string, string) engine.TierObserver { return nopObserver{} }
-func (nopObserver) StoreError(string)                       {}
-func (nopObserver) Forget(string, string)                   {}
-func (nopObserver) Observe(engine.Outcome, time.Duration)   {}
-
-// Track returns a Target that records the generations of each set and then swaps it into
+// Track returns a source.Target that records the generations of each set and then swaps it into
 // target. Sets must be swapped one at a time (a source.Pipeline does).
-func (t *Tally) Track(target Target) Target { return tracker{tally: t, target: target} }
+func (t *Tally) Track(target source.Target) source.Target { return tracker{tally: t, target: target} }
 
 type tracker struct {
 	tally  *Tally
-	target Target
+	target source.Target
 }
 
-// Swap implements Target.
+// Swap implements source.Target.
 func (tr tracker) Swap(set *policy.Set) {
 	t := tr.tally
 	t.mu.Lock()
-	cells := make(map[string]*cell, set.Len())
+	cells := make(map[v1alpha1.PolicyID]*cell, set.Len())
 	for _, p := range set.All() {
 		c := t.cells[p.ID]
 		if c == nil || c.generation != p.Generation {
@@ -90,7 +80,7 @@ func (tr tracker) Swap(set *policy.Set) {
 // DryRunRejected returns how many decisions of the dry-run tiers of policy ID at generation
 // would have been rejected since that generation was swapped in; 0 when another generation
 // (or none) is in service.
-func (t *Tally) DryRunRejected(id string, generation int64) uint64 {
+func (t *Tally) DryRunRejected(id v1alpha1.PolicyID, generation int64) uint64 {
 	t.mu.Lock()
 	c := t.cells[id]
 	t.mu.Unlock()
@@ -101,7 +91,7 @@ func (t *Tally) DryRunRejected(id string, generation int64) uint64 {
 }
 
 // Tier implements engine.Observer.
-func (t *Tally) Tier(policyID, tier string) engine.TierObserver {
+func (t *Tally) Tier(policyID v1alpha1.PolicyID, tier string) engine.TierObserver {
 	inner := t.inner.Tier(policyID, tier)
 	t.mu.Lock()
 	c := t.cells[policyID]
@@ -114,10 +104,10 @@ func (t *Tally) Tier(policyID, tier string) engine.TierObserver {
 }
 
 // StoreError implements engine.Observer.
-func (t *Tally) StoreError(policyID string) { t.inner.StoreError(policyID) }
+func (t *Tally) StoreError(policyID v1alpha1.PolicyID) { t.inner.StoreError(policyID) }
 
 // Forget implements engine.Observer. The tally itself keeps only the policies of the last set.
-func (t *Tally) Forget(policyID, tier string) { t.inner.Forget(policyID, tier) }
+func (t *Tally) Forget(policyID v1alpha1.PolicyID, tier string) { t.inner.Forget(policyID, tier) }
 
 type dryRunObserver struct {
 	inner    engine.TierObserver

@@ -81,22 +81,22 @@ type countingObserver struct {
 	counts map[string]int
 }
 
-func (c *countingObserver) Tier(policyID, tier string) engine.TierObserver {
+func (c *countingObserver) Tier(policyID v1alpha1.PolicyID, tier string) engine.TierObserver {
 	return observeFunc(func(o engine.Outcome) {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		c.counts[policyID+" "+tier+" "+o.String()]++
+		c.counts[policyID.String()+" "+tier+" "+o.String()]++
 	})
 }
 
-func (c *countingObserver) StoreError(string)     {}
-func (c *countingObserver) Forget(string, string) {}
+func (c *countingObserver) StoreError(v1alpha1.PolicyID)     {}
+func (c *countingObserver) Forget(v1alpha1.PolicyID, string) {}
 
 type observeFunc func(engine.Outcome)
 
 func (f observeFunc) Observe(o engine.Outcome, _ time.Duration) { f(o) }
 
-func decide(t *testing.T, e *engine.Engine, id, key string, n int) {
+func decide(t *testing.T, e *engine.Engine, id v1alpha1.PolicyID, key string, n int) {
 	t.Helper()
 	for range n {
 		if _, err := e.Decide(context.Background(), id, key, 1); err != nil {

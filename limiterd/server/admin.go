@@ -10,6 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/limiterd/limiterd/api/v1alpha1"
 	"github.com/limiterd/limiterd/limiterd/adminauth"
 	"github.com/limiterd/limiterd/limiterd/engine"
 	"github.com/limiterd/limiterd/limiterd/ratelimitheaders"
@@ -204,13 +205,13 @@ func (a *Admin) readyz(w http.ResponseWriter, r *http.Request) {
 // ClientAnswer is the body of GET /v1/clients: what a one-unit decision would answer now.
 // Limit and Remaining are null for a tier without a limit.
 type ClientAnswer struct {
-	Policy            string `json:"policy"`
-	Tier              string `json:"tier"`
-	Allowed           bool   `json:"allowed"`
-	Limit             *int64 `json:"limit"`
-	Remaining         *int64 `json:"remaining"`
-	ResetAfterSeconds int64  `json:"resetAfterSeconds"`
-	RetryAfterSeconds int64  `json:"retryAfterSeconds"`
+	Policy            v1alpha1.PolicyID `json:"policy"`
+	Tier              string            `json:"tier"`
+	Allowed           bool              `json:"allowed"`
+	Limit             *int64            `json:"limit"`
+	Remaining         *int64            `json:"remaining"`
+	ResetAfterSeconds int64             `json:"resetAfterSeconds"`
+	RetryAfterSeconds int64             `json:"retryAfterSeconds"`
 }
 
 func (a *Admin) clients(w http.ResponseWriter, r *http.Request) {
@@ -234,16 +235,16 @@ func (a *Admin) clients(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, err)
 		return
 	}
-	namespace, name, ok := splitPolicyID(policyID)
-	if !ok {
+	id, err := v1alpha1.ParsePolicyID(policyID)
+	if err != nil { // names no policy
 		a.writeError(w, fmt.Errorf("%w %q", engine.ErrUnknownPolicy, policyID))
 		return
 	}
-	if !a.authorize(w, r, adminauth.PolicyClients(u, verbOf(r), namespace, name)) {
+	if !a.authorize(w, r, adminauth.PolicyClients(u, verbOf(r), id.Namespace(), id.Name())) {
 		return
 	}
 	if r.Method == http.MethodDelete {
-		if err := a.engine.Reset(r.Context(), policyID, key); err != nil {
+		if err := a.engine.Reset(r.Context(), id, key); err != nil {
 			a.writeError(w, err)
 			return
 		}
@@ -251,7 +252,7 @@ func (a *Admin) clients(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
-	res, err := a.engine.Peek(r.Context(), policyID, key)
+	res, err := a.engine.Peek(r.Context(), id, key)
 	if err != nil {
 		a.writeError(w, err)
 		return
@@ -281,7 +282,7 @@ func (a *Admin) name(id string) (string, error) {
 	case id != "":
 		return id, nil
 	case set.Len() == 1:
-		return set.All()[0].ID, nil
+		return set.All()[0].ID.String(), nil
 	case set.Len() == 0:
 		return "", fmt.Errorf("%w: none is loaded", engine.ErrUnknownPolicy)
 	}

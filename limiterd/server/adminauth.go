@@ -3,7 +3,6 @@ package server
 import (
 	"fmt"
 	"net/http"
-	"strings"
 
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
@@ -67,13 +66,6 @@ func forbidden(attrs authorizer.AttributesRecord) string {
 	}
 	return fmt.Sprintf("user %q cannot %s resource %q in API group %q in the namespace %q",
 		attrs.User.GetName(), attrs.Verb, res, attrs.APIGroup, attrs.Namespace)
-}
-
-// splitPolicyID splits "<namespace>/<name>"; ok is false for an ID of another form, which names
-// no policy.
-func splitPolicyID(id string) (namespace, name string, ok bool) {
-	namespace, name, ok = strings.Cut(id, "/")
-	return namespace, name, ok && namespace != "" && name != "" && !strings.Contains(name, "/")
 }
 
 // verbOf is the authorization verb of a read or a reset.

@@ -46,6 +46,7 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/limiterd/limiterd/api/v1alpha1"
 	"github.com/limiterd/limiterd/limiterd/engine"
 	"github.com/limiterd/limiterd/limiterd/ratelimitheaders"
 )
@@ -122,7 +123,7 @@ func (h *Decisions) allow(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	res, err := h.engine.Decide(r.Context(), req.Policy, req.Key, req.Cost)
+	res, err := h.engine.Decide(r.Context(), v1alpha1.PolicyID(req.Policy), req.Key, req.Cost)
 	if err != nil {
 		h.writeEngineError(w, err)
 		return

@@ -3,7 +3,6 @@ package server
 import (
 	"net/http"
 	"slices"
-	"strings"
 
 	"github.com/limiterd/limiterd/api/v1alpha1"
 	"github.com/limiterd/limiterd/limiterd/adminauth"
@@ -13,7 +12,7 @@ import (
 
 // PolicyInfo describes a loaded policy in GET /v1/policies.
 type PolicyInfo struct {
-	ID          string               `json:"id"`
+	ID          v1alpha1.PolicyID    `json:"id"`
 	Generation  int64                `json:"generation"`
 	DefaultTier string               `json:"defaultTier"`
 	FailureMode v1alpha1.FailureMode `json:"failureMode"`
@@ -49,7 +48,7 @@ func (a *Admin) policies(w http.ResponseWriter, r *http.Request) {
 	all := set.All()
 	shown := all[:0]
 	for _, p := range all {
-		namespace, _, _ := strings.Cut(p.ID, "/")
+		namespace := p.ID.Namespace()
 		allowed, seen := visible[namespace]
 		if !seen {
 			if allowed, ok = a.allowed(w, r, adminauth.ListPolicies(u, namespace)); !ok {

@@ -7,16 +7,20 @@ import (
 	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/limiterd/limiterd/api/v1alpha1"
 )
 
 // Request limits.
 const (
-	// MaxKeyBytes bounds a client key.
-	MaxKeyBytes = 1024
-	// MaxPolicyBytes bounds a policy ID ("<namespace>/<name>": 253 + 1 + 253 bytes at most).
+	// MaxKeyBytes bounds a client key: the longest client key a policy names.
+	MaxKeyBytes = v1alpha1.MaxClientKeyBytes
+	// MaxPolicyBytes bounds the policy of a request: a request bound above the longest policy
+	// ID (a 63-byte namespace, '/', a 253-byte name), so that a longer one is refused before
+	// lookup.
 	MaxPolicyBytes = 512
 	// MaxCost bounds the cost of one request (the largest token-bucket capacity).
-	MaxCost = 1_000_000_000
+	MaxCost = v1alpha1.MaxCapacity
 	// MaxBodyBytes bounds a request body.
 	MaxBodyBytes = 64 << 10
 )
@@ -38,13 +42,16 @@ type errRequest string
 
 func (e errRequest) Error() string { return string(e) }
 
+var (
+	errKeyTooLong    = errRequest("key is longer than " + strconv.Itoa(MaxKeyBytes) + " bytes")
+	errPolicyTooLong = errRequest("policy is longer than " + strconv.Itoa(MaxPolicyBytes) + " bytes")
+	errCost          = errRequest("cost must be an integer between 1 and " + strconv.Itoa(MaxCost))
+)
+
 const (
 	errKeyMissing     = errRequest("key is required")
-	errKeyTooLong     = errRequest("key is longer than 1024 bytes")
 	errKeyUTF8        = errRequest("key is not valid UTF-8")
-	errPolicyTooLong  = errRequest("policy is longer than 512 bytes")
 	errPolicyUTF8     = errRequest("policy is not valid UTF-8")
-	errCost           = errRequest("cost must be an integer between 1 and 1000000000")
 	errNotObject      = errRequest("body must be a JSON object")
 	errTrailing       = errRequest("body has data after the JSON object")
 	errDuplicateField = errRequest("body names a field twice")

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/limiterd/limiterd/api/v1alpha1"
 	"github.com/limiterd/limiterd/limiterd/engine"
 )
 
@@ -98,7 +99,7 @@ func (w *watched) capacity(name string) int64 {
 	if set == nil {
 		return -1
 	}
-	p, ok := set.Get("default/" + name)
+	p, ok := set.Get(v1alpha1.NewPolicyID(v1alpha1.DefaultNamespace, name))
 	if !ok {
 		return -1
 	}

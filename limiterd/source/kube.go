@@ -50,9 +50,9 @@ type KubeOptions struct {
 type Rejection struct {
 	// ConfigMap is "<namespace>/<name>".
 	ConfigMap string
-	// PolicyID is the policy the ConfigMap carries, "<namespace>/<name>", as far as it can be
-	// told from a ConfigMap that could not be parsed; "" when it cannot.
-	PolicyID string
+	// PolicyID is the policy the ConfigMap carries, as far as it can be told from a ConfigMap
+	// that could not be parsed; "" when it cannot.
+	PolicyID v1alpha1.PolicyID
 	// Generation is the generation the ConfigMap claims (its "generation" key), 0 when unknown.
 	Generation int64
 	// Err says why it was rejected.
@@ -83,8 +83,8 @@ type Kube struct {
 	synced   atomic.Bool
 
 	mu       sync.Mutex
-	rejected map[string]Rejection // by origin
-	sources  map[string]string    // policy ID -> the ConfigMap "<namespace>/<name>" it is served from
+	rejected map[string]Rejection         // by origin
+	sources  map[v1alpha1.PolicyID]string // policy ID -> the ConfigMap "<namespace>/<name>" it is served from
 }
 
 // NewKube returns a source reading policy ConfigMaps through client into pipeline. Run starts it.
@@ -93,7 +93,7 @@ func NewKube(client kubernetes.Interface, pipeline *Pipeline, opts KubeOptions) 
 		opts.Logger = slog.Default()
 	}
 	return &Kube{client: client, pipeline: pipeline, opts: opts,
-		rejected: make(map[string]Rejection), sources: make(map[string]string)}
+		rejected: make(map[string]Rejection), sources: make(map[v1alpha1.PolicyID]string)}
 }
 
 // selector returns the label selector of the watched ConfigMaps.
@@ -169,7 +169,7 @@ func (k *Kube) Rejections() []Rejection {
 
 // ConfigMapOf returns the ConfigMap ("<namespace>/<name>") the policy of ID id is served from,
 // "" when no ConfigMap serves it.
-func (k *Kube) ConfigMapOf(id string) string {
+func (k *Kube) ConfigMapOf(id v1alpha1.PolicyID) string {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return k.sources[id]
@@ -219,7 +219,7 @@ func (k *Kube) upsert(cm *corev1.ConfigMap) {
 	k.mu.Lock()
 	delete(k.rejected, origin)
 	k.forgetLocked(key)
-	k.sources[p.ID().String()] = key
+	k.sources[p.ID()] = key
 	k.mu.Unlock()
 	k.changed()
 }
@@ -285,8 +285,9 @@ func (k *Kube) parseConfigMap(cm *corev1.ConfigMap) (*v1alpha1.RateLimitPolicy, 
 // claimedPolicy tells, as well as it can, which policy and generation a ConfigMap that could not
 // be parsed was meant to carry: the policy of the document's metadata when the ConfigMap bears
 // its name, else the policy of the ConfigMap's v1alpha1.PolicyIDAnnotation when the ConfigMap
-// bears its name; the generation from the "generation" key, else from the document.
-func claimedPolicy(cm *corev1.ConfigMap) (id string, generation int64) {
+// bears its name (the zero PolicyID when neither does); the generation from the "generation"
+// key, else from the document.
+func claimedPolicy(cm *corev1.ConfigMap) (id v1alpha1.PolicyID, generation int64) {
 	var doc struct {
 		Metadata struct {
 			Name       string `json:"name"`
@@ -299,9 +300,9 @@ func claimedPolicy(cm *corev1.ConfigMap) (id string, generation int64) {
 	switch {
 	case decoded && doc.Metadata.Name != "" &&
 		v1alpha1.ConfigMapName(v1alpha1.NewPolicyID(doc.Metadata.Namespace, doc.Metadata.Name)) == cm.Name:
-		id = v1alpha1.NewPolicyID(doc.Metadata.Namespace, doc.Metadata.Name).String()
+		id = v1alpha1.NewPolicyID(doc.Metadata.Namespace, doc.Metadata.Name)
 	case annotErr == nil && v1alpha1.ConfigMapName(annotated) == cm.Name:
-		id = annotated.String()
+		id = annotated
 	}
 	if g, err := strconv.ParseInt(cm.Data[v1alpha1.ConfigMapGenerationKey], 10, 64); err == nil && g > 0 {
 		generation = g

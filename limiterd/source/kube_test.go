@@ -85,7 +85,7 @@ func (r *kubeRig) waitSynced(t *testing.T) {
 }
 
 // generation returns the generation of policy id the engine serves, -1 when it serves none.
-func (r *kubeRig) generation(id string) int64 {
+func (r *kubeRig) generation(id v1alpha1.PolicyID) int64 {
 	set := r.engine.Policies()
 	if set == nil {
 		return -1
@@ -98,9 +98,9 @@ func (r *kubeRig) generation(id string) int64 {
 }
 
 // status returns the HTTP status of a decision request for policy id.
-func (r *kubeRig) status(id string) int {
+func (r *kubeRig) status(id v1alpha1.PolicyID) int {
 	rec := httptest.NewRecorder()
-	r.decisions.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/allow?policy="+id+"&key=k", nil))
+	r.decisions.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/allow?policy="+id.String()+"&key=k", nil))
 	return rec.Code
 }
 
@@ -166,7 +166,7 @@ func put(t *testing.T, c client.Client, cm *corev1.ConfigMap) {
 
 // waitServed waits, polling every 5ms, until the engine serves policy id at generation, and
 // fails if that takes longer than within.
-func (r *kubeRig) waitServed(t *testing.T, id string, generation int64, within time.Duration) {
+func (r *kubeRig) waitServed(t *testing.T, id v1alpha1.PolicyID, generation int64, within time.Duration) {
 	t.Helper()
 	eventually(t, within, fmt.Sprintf("serve %s at generation %d", id, generation), func() bool {
 		return r.generation(id) == generation
@@ -177,7 +177,7 @@ func TestKubeFollowsConfigMaps(t *testing.T) {
 	env := testenv.Shared(t)
 	ns := env.Namespace(t)   // limiterd's, where the operator renders every policy
 	shop := env.Namespace(t) // the policies'
-	api, other := shop+"/api", shop+"/other"
+	api, other := v1alpha1.NewPolicyID(shop, "api"), v1alpha1.NewPolicyID(shop, "other")
 	// Present before the watch starts: two policies, a ConfigMap without the label, and one of
 	// the earlier layout, in the policy's namespace, which limiterd no longer reads.
 	put(t, env.Client, policyConfigMap(t, ns, shop, "api", 10, 1))
@@ -194,10 +194,10 @@ func TestKubeFollowsConfigMaps(t *testing.T) {
 	if g, o := r.generation(api), r.generation(other); g != 1 || o != 7 {
 		t.Fatalf("after sync: serving %s at %d and %s at %d, want 1 and 7", api, g, other, o)
 	}
-	if got := r.generation(shop + "/unlabelled"); got != -1 {
+	if got := r.generation(v1alpha1.NewPolicyID(shop, "unlabelled")); got != -1 {
 		t.Errorf("an unlabelled ConfigMap is served (generation %d)", got)
 	}
-	if got := r.generation(shop + "/legacy"); got != -1 {
+	if got := r.generation(v1alpha1.NewPolicyID(shop, "legacy")); got != -1 {
 		t.Errorf("a ConfigMap of another namespace is served (generation %d)", got)
 	}
 	if code := r.status(api); code != http.StatusOK {
@@ -279,7 +279,7 @@ func TestKubeFollowsConfigMaps(t *testing.T) {
 					}
 					return nil
 				})
-				if g := r.generation(shop + "/" + policy); g != -1 {
+				if g := r.generation(v1alpha1.NewPolicyID(shop, policy)); g != -1 {
 					t.Errorf("malformed ConfigMap served at generation %d", g)
 				}
 			})
@@ -318,12 +318,12 @@ func TestKubeSyncedWithoutPoliciesIsReady(t *testing.T) {
 	if !r.engine.Ready() {
 		t.Fatal("engine not ready after a sync with no policy")
 	}
-	if code := r.status(ns + "/missing"); code != http.StatusNotFound {
+	if code := r.status(v1alpha1.NewPolicyID(ns, "missing")); code != http.StatusNotFound {
 		t.Errorf("decision for an unknown policy after sync: %d, want 404", code)
 	}
 	// The first policy then serves as usual.
 	put(t, env.Client, policyConfigMap(t, ns, "shop", "late", 1, 1))
-	r.waitServed(t, "shop/late", 1, swapDeadline+waitTimeout)
+	r.waitServed(t, v1alpha1.NewPolicyID("shop", "late"), 1, swapDeadline+waitTimeout)
 }
 
 // TestKubeServesOnePolicyNamespace checks KubeOptions.PolicyNamespace: of the ConfigMaps of
@@ -340,10 +340,10 @@ func TestKubeServesOnePolicyNamespace(t *testing.T) {
 
 	r := startKube(t, env, ns, "team-a")
 	r.waitSynced(t)
-	if g := r.generation("team-a/api"); g != 1 {
+	if g := r.generation(v1alpha1.NewPolicyID("team-a", "api")); g != 1 {
 		t.Errorf("team-a/api served at %d, want 1", g)
 	}
-	for _, id := range []string{"shop/api", "shop/sneaky"} {
+	for _, id := range []v1alpha1.PolicyID{"shop/api", "shop/sneaky"} {
 		if g := r.generation(id); g != -1 {
 			t.Errorf("%s of another namespace served at %d", id, g)
 		}
@@ -405,7 +405,7 @@ func TestKubeHandlesTombstonesAndResyncs(t *testing.T) {
 func TestKubeSurvivesAPIServerRestart(t *testing.T) {
 	env := testenv.New(t)
 	ns := env.Namespace(t)
-	id := ns + "/api"
+	id := v1alpha1.NewPolicyID(ns, "api")
 	put(t, env.Client, policyConfigMap(t, ns, ns, "api", 2, 1))
 	r := startKube(t, env, ns, "")
 	r.waitSynced(t)

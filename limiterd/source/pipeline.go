@@ -173,7 +173,7 @@ func (p *Pipeline) Synced() {
 }
 
 // Policies returns the IDs that origin currently contributes, sorted.
-func (p *Pipeline) Policies(origin string) []string {
+func (p *Pipeline) Policies(origin string) []v1alpha1.PolicyID {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if c := p.origins[origin]; c != nil {
@@ -184,7 +184,7 @@ func (p *Pipeline) Policies(origin string) []string {
 
 func (p *Pipeline) failLocked(origin string, err error) {
 	p.observer.ReloadFailed()
-	var kept []string
+	var kept []v1alpha1.PolicyID
 	if c := p.origins[origin]; c != nil {
 		kept = policyIDs(c.good)
 	}
@@ -245,7 +245,7 @@ func (p *Pipeline) commitLocked() {
 // compileAll compiles a contribution; its IDs must be unique.
 func compileAll(policies []*v1alpha1.RateLimitPolicy) ([]*policy.Policy, error) {
 	compiled := make([]*policy.Policy, 0, len(policies))
-	seen := make(map[string]bool, len(policies))
+	seen := make(map[v1alpha1.PolicyID]bool, len(policies))
 	for i, rp := range policies {
 		if rp == nil {
 			return nil, fmt.Errorf("policy %d is nil", i)
@@ -263,8 +263,8 @@ func compileAll(policies []*v1alpha1.RateLimitPolicy) ([]*policy.Policy, error) 
 	return compiled, nil
 }
 
-func policyIDs(ps []*policy.Policy) []string {
-	ids := make([]string, len(ps))
+func policyIDs(ps []*policy.Policy) []v1alpha1.PolicyID {
+	ids := make([]v1alpha1.PolicyID, len(ps))
 	for i, c := range ps {
 		ids[i] = c.ID
 	}

@@ -61,13 +61,13 @@ func (s *swapRecorder) swaps() int {
 }
 
 // loaded returns the IDs of the last swapped set, sorted.
-func (s *swapRecorder) loaded() []string {
+func (s *swapRecorder) loaded() []v1alpha1.PolicyID {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.sets) == 0 {
 		return nil
 	}
-	var ids []string
+	var ids []v1alpha1.PolicyID
 	for _, p := range s.sets[len(s.sets)-1].All() {
 		ids = append(ids, p.ID)
 	}
@@ -117,24 +117,24 @@ func TestPipelineMergesOrigins(t *testing.T) {
 	if err := p.Apply("configmap:ns/b", []*v1alpha1.RateLimitPolicy{rlp("", "three", 1)}); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := target.loaded(), []string{"default/one", "default/three", "team/two"}; !slices.Equal(got, want) {
+	if got, want := target.loaded(), []v1alpha1.PolicyID{"default/one", "default/three", "team/two"}; !slices.Equal(got, want) {
 		t.Fatalf("loaded %v, want %v", got, want)
 	}
 	if s, f := rec.counts(); s != 2 || f != 0 {
 		t.Errorf("reloads: %d successes, %d failures; want 2, 0", s, f)
 	}
-	if got := p.Policies("file:a"); !slices.Equal(got, []string{"default/one", "team/two"}) {
+	if got := p.Policies("file:a"); !slices.Equal(got, []v1alpha1.PolicyID{"default/one", "team/two"}) {
 		t.Errorf("origin a contributes %v", got)
 	}
 	// A new contribution replaces the origin's old one.
 	if err := p.Apply("file:a", []*v1alpha1.RateLimitPolicy{rlp("default", "four", 1)}); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := target.loaded(), []string{"default/four", "default/three"}; !slices.Equal(got, want) {
+	if got, want := target.loaded(), []v1alpha1.PolicyID{"default/four", "default/three"}; !slices.Equal(got, want) {
 		t.Fatalf("loaded %v, want %v", got, want)
 	}
 	p.Remove("configmap:ns/b")
-	if got, want := target.loaded(), []string{"default/four"}; !slices.Equal(got, want) {
+	if got, want := target.loaded(), []v1alpha1.PolicyID{"default/four"}; !slices.Equal(got, want) {
 		t.Fatalf("after removal: loaded %v, want %v", got, want)
 	}
 	p.Remove("configmap:never-seen") // no-op
@@ -168,7 +168,7 @@ func TestPipelineKeepsLastGoodContribution(t *testing.T) {
 	if target.swaps() != swaps {
 		t.Errorf("a rejected contribution swapped (%d swaps, want %d)", target.swaps(), swaps)
 	}
-	if got := p.Policies("file:a"); !slices.Equal(got, []string{"default/one"}) {
+	if got := p.Policies("file:a"); !slices.Equal(got, []v1alpha1.PolicyID{"default/one"}) {
 		t.Errorf("origin a keeps %v, want its last good [default/one]", got)
 	}
 	if s, f := rec.counts(); s != 2 || f != 6 {
@@ -189,17 +189,17 @@ func TestPipelineConflictResolvesWhenTheIDIsFreed(t *testing.T) {
 	if !errors.Is(err, ErrConflict) {
 		t.Fatalf("conflicting contribution: %v, want ErrConflict", err)
 	}
-	if got := target.loaded(); !slices.Equal(got, []string{"default/shared"}) {
+	if got := target.loaded(); !slices.Equal(got, []v1alpha1.PolicyID{"default/shared"}) {
 		t.Fatalf("loaded %v, want only a's policy", got)
 	}
 	// a moves its policy away: b's waiting contribution goes in with the same swap.
 	if err := p.Apply("file:a", []*v1alpha1.RateLimitPolicy{rlp("default", "renamed", 1)}); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := target.loaded(), []string{"default/own", "default/renamed", "default/shared"}; !slices.Equal(got, want) {
+	if got, want := target.loaded(), []v1alpha1.PolicyID{"default/own", "default/renamed", "default/shared"}; !slices.Equal(got, want) {
 		t.Fatalf("loaded %v, want %v", got, want)
 	}
-	if got := p.Policies("file:b"); !slices.Equal(got, []string{"default/own", "default/shared"}) {
+	if got := p.Policies("file:b"); !slices.Equal(got, []v1alpha1.PolicyID{"default/own", "default/shared"}) {
 		t.Errorf("b contributes %v", got)
 	}
 	if s, f := rec.counts(); s != 2 || f != 1 {

@@ -284,7 +284,7 @@ func TestEnforcementStatus(t *testing.T) {
 				if err != nil {
 					return err
 				}
-				s := rep.Record[policyID]
+				s := rep.Record[v1alpha1.PolicyID(policyID)]
 				if s.State != v1alpha1.ReplicaRejected || s.Generation != 2 || s.ServingGeneration != 1 ||
 					!strings.Contains(s.Error, "capacty") {
 					return fmt.Errorf("%s reports %+v, want generation 2 rejected naming the field", name, s)

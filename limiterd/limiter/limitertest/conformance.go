@@ -15,8 +15,8 @@ import (
 // T0 is the instant conformance steps are relative to.
 var T0 = time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
 
-// Step is one decision of a conformance case and what it must answer. Fields left at -1 are
-// not checked.
+// Step is one decision of a conformance case and what it must answer: every field of the
+// Decision is checked, except RetryAfter of an admitted request and a ResetAfter of -1.
 type Step struct {
 	At         time.Duration // since T0
 	Key        string        // default "client"

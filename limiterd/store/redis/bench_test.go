@@ -89,8 +89,8 @@ func BenchmarkRedis(b *testing.B) {
 	p := c.prepare(rl)
 	// The key pattern of Key("default/bench", "client-N"), with %00 for the NUL byte that a
 	// command line cannot carry.
-	args := []string{"EVALSHA", sha, "1", KeyPrefix + "{default/bench%00client-__rand_int__}",
-		modeDecide, p.fp, "", "", p.rate, p.tau[0], p.tau[1], p.tau[2], p.unit[0], p.unit[1], p.unit[2], "0"}
+	args := append([]string{"EVALSHA", sha, "1", KeyPrefix + "{default/bench%00client-__rand_int__}"},
+		tokenBucketArgs(modeDecide, p, "", "", p.unit, "0")...)
 	for _, pipeline := range []int{1, 16} {
 		b.Run(fmt.Sprintf("redis-benchmark/P=%d", pipeline), func(b *testing.B) {
 			cmd := exec.Command("redis-benchmark", append([]string{"-h", "127.0.0.1", "-p", strconv.Itoa(srv.Port()),
@@ -143,7 +143,7 @@ spec:
 	if err != nil {
 		b.Fatal(err)
 	}
-	e := engine.New(engine.Options{NewStore: func(id string) limiter.Store { return c.Store(id) }})
+	e := engine.New(engine.Options{NewStore: func(id v1alpha1.PolicyID) limiter.Store { return c.Store(id.String()) }})
 	e.Swap(set)
 	return e
 }

@@ -3,13 +3,25 @@
 -- tokenbucket.lua).
 --
 -- KEYS[1]  the client's state
--- ARGV     1 the state read; 2 the state to write ("": delete); 3 its expiry in milliseconds
--- Returns  1 when written, 0 when the state changed meanwhile (the caller decides again)
+-- ARGV     named by the ARG_ locals below: the state read, the state to write ("": delete),
+--          its expiry in milliseconds
+-- Returns  WRITTEN, or CHANGED when the state changed meanwhile (the caller decides again)
+
+-- Protocol: mirrors protocol.go (Go indices are 0-based); TestScriptsMirrorProtocol compares.
+local ARG_READ = 1
+local ARG_WRITE = 2
+local ARG_TTL_MS = 3
+local ARGS = 3
+local CHANGED = 0
+local WRITTEN = 1
+-- End of protocol.
+
+if #ARGV ~= ARGS then return redis.error_reply('cas: ' .. #ARGV .. ' arguments, want ' .. ARGS) end
 local v = redis.pcall('GET', KEYS[1])
-if v ~= ARGV[1] then return 0 end
-if ARGV[2] == '' then
+if v ~= ARGV[ARG_READ] then return CHANGED end
+if ARGV[ARG_WRITE] == '' then
   redis.call('DEL', KEYS[1])
 else
-  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+  redis.call('SET', KEYS[1], ARGV[ARG_WRITE], 'PX', ARGV[ARG_TTL_MS])
 end
-return 1
+return WRITTEN

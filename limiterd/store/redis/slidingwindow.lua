@@ -4,36 +4,63 @@
 --          oldest first. epoch is Unix seconds; at_i is an admitted instant in ns since epoch;
 --          cum_i the running total of units admitted up to it; base the total just before
 --          at_1. Absent: fresh. A string there is a token bucket's state.
--- ARGV     1 mode: "d" decide, "p" peek (read only)
---          2 fingerprint of the strategy
---          3, 4 now (s, n); "" for 3: the server's clock (TIME)
---          5 limit, 6 window (ns), 7 cost
---          8 milliseconds added to the key's expiry
---          9 rebase threshold: past it, instants and totals are rewritten relative to the
---            oldest entry, so that they stay exact integers (below 2^53) in Lua's doubles
--- Returns  {admitted (0|1), remaining, reset after (ns), retry after (ns)}
+-- ARGV     named by the ARG_ locals below: the mode (MODE_PEEK reads only), the strategy's
+--          fingerprint, now (s, n; "" for s: the server's clock, TIME), the limit, the window
+--          (ns), the cost, the milliseconds added to the key's expiry, and the rebase
+--          threshold: past it, instants and totals are rewritten relative to the oldest entry,
+--          so that they stay exact integers (below 2^53) in Lua's doubles.
+-- Returns  the decision, named by the REPLY_ locals: admitted (ADMITTED or REJECTED),
+--          remaining, reset after (ns), retry after (ns).
 --
 -- This mirrors limiter.SlidingWindow (Decide, Peek, carryFrom) step by step; every value it
 -- computes is an integer below 2^53: instants are kept relative to the epoch, and durations are
 -- at most a window (24h < 2^47 ns).
+
+-- Protocol: mirrors protocol.go (Go indices are 0-based); TestScriptsMirrorProtocol compares.
+local MODE_DECIDE = 'd'
+local MODE_PEEK = 'p'
+local ARG_MODE = 1
+local ARG_FINGERPRINT = 2
+local ARG_NOW_S = 3
+local ARG_NOW_N = 4
+local ARG_LIMIT = 5
+local ARG_WINDOW = 6
+local ARG_COST = 7
+local ARG_SLACK_MS = 8
+local ARG_REBASE = 9
+local ARGS = 9
+local REPLY_ADMITTED = 1
+local REPLY_REMAINING = 2
+local REPLY_RESET_AFTER = 3
+local REPLY_RETRY_AFTER = 4
+local REPLY_LEN = 4
+local REJECTED = 0
+local ADMITTED = 1
+-- End of protocol.
+
+if #ARGV ~= ARGS then return redis.error_reply('sliding window: ' .. #ARGV .. ' arguments, want ' .. ARGS) end
 local k = KEYS[1]
-local mode, fp = ARGV[1], ARGV[2]
+local decide, fp = ARGV[ARG_MODE] == MODE_DECIDE, ARGV[ARG_FINGERPRINT]
 local G = 1000000000
 local nows, nown
-if ARGV[3] == '' then
+if ARGV[ARG_NOW_S] == '' then
   local tm = redis.call('TIME')
   nows, nown = tonumber(tm[1]), tonumber(tm[2]) * 1000
 else
-  nows, nown = tonumber(ARGV[3]), tonumber(ARGV[4])
+  nows, nown = tonumber(ARGV[ARG_NOW_S]), tonumber(ARGV[ARG_NOW_N])
 end
-local limit, window, cost = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
-local slack, rebase = tonumber(ARGV[8]), tonumber(ARGV[9])
+local limit, window, cost = tonumber(ARGV[ARG_LIMIT]), tonumber(ARGV[ARG_WINDOW]), tonumber(ARGV[ARG_COST])
+local slack, rebase = tonumber(ARGV[ARG_SLACK_MS]), tonumber(ARGV[ARG_REBASE])
+local function reply(admitted, remaining, resetAfter, retryAfter)
+  return {[REPLY_ADMITTED] = admitted and ADMITTED or REJECTED, [REPLY_REMAINING] = remaining,
+    [REPLY_RESET_AFTER] = resetAfter, [REPLY_RETRY_AFTER] = retryAfter}
+end
 local function int(x) return string.format('%d', x) end
 
 local h = redis.pcall('LRANGE', k, 0, 2)
 local epoch, base, n, convert = nows, 0, 0, false
 if h.err then -- a token bucket's state: another algorithm starts fresh
-  if mode == 'd' then redis.call('DEL', k) end
+  if decide then redis.call('DEL', k) end
 elseif #h == 3 then
   epoch, base = tonumber(h[2]), tonumber(h[3])
   n = (redis.call('LLEN', k) - 3) / 2
@@ -71,7 +98,7 @@ if live > 0 then used = lastCum - base end
 
 local admitted = cost <= limit and used + cost <= limit
 local remaining, resetAfter, retryAfter = math.max(0, limit - used), 0, 0
-if admitted and mode == 'd' then
+if admitted and decide then
   remaining = math.max(0, limit - used - cost)
   if live == 0 then
     if n > 0 then redis.call('DEL', k) end
@@ -108,7 +135,7 @@ if admitted and mode == 'd' then
   end
   -- The key lives until the window is empty again, on the clock of now (not the clamped t).
   redis.call('PEXPIRE', k, int(math.ceil((lastAt + window - now) / 1000000) + slack))
-  return {1, remaining, window, 0}
+  return reply(true, remaining, window, 0)
 end
 
 if used > 0 then
@@ -129,7 +156,7 @@ if used > 0 then
     end
   end
 end
-if mode == 'd' and (first > 0 or convert) then -- keep the expiry and the conversion
+if decide and (first > 0 or convert) then -- keep the expiry and the conversion
   if live == 0 then
     redis.call('DEL', k)
   else
@@ -137,4 +164,4 @@ if mode == 'd' and (first > 0 or convert) then -- keep the expiry and the conver
     redis.call('LPUSH', k, int(base), int(epoch), fp)
   end
 end
-return {admitted and 1 or 0, remaining, resetAfter, retryAfter}
+return reply(admitted, remaining, resetAfter, retryAfter)

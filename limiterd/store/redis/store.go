@@ -367,12 +367,6 @@ type Store struct {
 
 var _ limiter.Store = (*Store)(nil)
 
-// Script modes.
-const (
-	modeDecide = "d"
-	modePeek   = "p"
-)
-
 // Decide implements limiter.Store. With ServerClock, now is ignored: the decision is made at
 // the Redis server's time. An Unlimited strategy is decided without Redis.
 func (s *Store) Decide(ctx context.Context, key string, rl limiter.RateLimiter, now time.Time, cost int64) (limiter.Decision, error) {
@@ -434,7 +428,7 @@ func (s *Store) key(client string) string { return s.prefix + keySuffix(client) 
 
 // guarded runs a script within the timeout, through the circuit breaker. A call the caller
 // gave up on (ctx done) says nothing of Redis's health.
-func (s *Store) guarded(ctx context.Context, key string, rl limiter.RateLimiter, now time.Time, cost int64, mode string) (limiter.Decision, error) {
+func (s *Store) guarded(ctx context.Context, key string, rl limiter.RateLimiter, now time.Time, cost int64, mode mode) (limiter.Decision, error) {
 	probe, err := s.c.breaker.allow()
 	if err != nil {
 		return limiter.Decision{}, err
@@ -451,7 +445,7 @@ func (s *Store) guarded(ctx context.Context, key string, rl limiter.RateLimiter,
 }
 
 // run decides, or peeks, by one strategy's script.
-func (s *Store) run(ctx context.Context, key string, rl limiter.RateLimiter, now time.Time, cost int64, mode string) (limiter.Decision, error) {
+func (s *Store) run(ctx context.Context, key string, rl limiter.RateLimiter, now time.Time, cost int64, mode mode) (limiter.Decision, error) {
 	cn, err := s.c.get()
 	if err != nil {
 		return limiter.Decision{}, err
@@ -480,7 +474,7 @@ func (s *Store) run(ctx context.Context, key string, rl limiter.RateLimiter, now
 // tokenBucket runs the token-bucket script; done is false when a converted state could not be
 // written because the state changed meanwhile, and the decision must start over.
 func (s *Store) tokenBucket(ctx context.Context, cn *conn, k string, rl *limiter.TokenBucket, p *prepared,
-	nowS, nowN string, cost int64, mode string) (d limiter.Decision, done bool, err error) {
+	nowS, nowN string, cost int64, mode mode) (d limiter.Decision, done bool, err error) {
 	capacity, rate, _ := rl.Params()
 	inc := p.unit
 	switch {
@@ -489,31 +483,33 @@ func (s *Store) tokenBucket(ctx context.Context, cn *conn, k string, rl *limiter
 	case cost != 1:
 		inc = limbs(rl.Interval(cost))
 	}
-	arr, err := tokenBucketScript.Exec(ctx, cn, []string{k}, []string{
-		mode, p.fp, nowS, nowN, p.rate, p.tau[0], p.tau[1], p.tau[2], inc[0], inc[1], inc[2], s.c.slackMS,
-	}).ToArray()
+	arr, err := tokenBucketScript.Exec(ctx, cn, []string{k}, tokenBucketArgs(mode, p, nowS, nowN, inc, s.c.slackMS)).ToArray()
 	if err != nil {
 		return d, false, fmt.Errorf("token bucket script: %w", err)
 	}
-	ints, err := integers(arr, 3)
-	if err == nil && len(arr) != 3 && len(arr) != 4 && len(arr) != 6 {
-		err = fmt.Errorf("%d elements", len(arr))
-	}
+	ints, err := integers(arr, tbReplyState+1)
 	if err != nil {
 		return d, false, fmt.Errorf("token bucket script: malformed answer: %w", err)
 	}
-	at := time.Unix(ints[1], ints[2])
-	code := ints[0]
-	if code == 2 {
-		raw, err := arr[3].ToString()
+	outcome, state := ints[tbReplyOutcome], ints[tbReplyState]
+	switch {
+	case state == tbStateFresh && len(arr) == tbReplyState+1 && outcome != tbConvert,
+		state == tbStateTAT && len(arr) == tbReplyTATF+1 && outcome != tbConvert,
+		state == tbStateRaw && len(arr) == tbReplyRaw+1 && outcome == tbConvert:
+	default:
+		return d, false, fmt.Errorf("token bucket script: malformed answer: outcome %d, state %d, %d elements", outcome, state, len(arr))
+	}
+	at := time.Unix(ints[tbReplyNowS], ints[tbReplyNowN])
+	if outcome == tbConvert {
+		raw, err := arr[tbReplyRaw].ToString()
 		if err != nil {
 			return d, false, fmt.Errorf("token bucket script: malformed state: %w", err)
 		}
 		return s.convertTokenBucket(ctx, cn, k, rl, p, raw, at, cost, mode)
 	}
 	var st limiter.State
-	if len(arr) == 6 {
-		tat, err := integers(arr[3:], 3)
+	if state == tbStateTAT {
+		tat, err := integers(arr[tbReplyTATS:], 3)
 		if err == nil && (tat[1] < 0 || tat[1] >= 1e9 || tat[2] < 0 || tat[2] >= rate) {
 			err = fmt.Errorf("TAT %v out of range", tat)
 		}
@@ -526,17 +522,30 @@ func (s *Store) tokenBucket(ctx context.Context, cn *conn, k string, rl *limiter
 		return rl.Peek(&st, at), true, nil
 	}
 	d = rl.Decide(&st, at, cost)
-	if d.Allowed != (code == 1) {
-		return limiter.Decision{}, false, fmt.Errorf("%w: script says %d, limiter %+v", errInconsistent, code, d)
+	if d.Allowed != (outcome == tbAdmitted) {
+		return limiter.Decision{}, false, fmt.Errorf("%w: script says %d, limiter %+v", errInconsistent, outcome, d)
 	}
 	return d, true, nil
+}
+
+// tokenBucketArgs returns the token-bucket script's arguments: inc is the cost's interval
+// (seconds "" when the cost exceeds the capacity), nowS "" the server's clock.
+func tokenBucketArgs(mode mode, p *prepared, nowS, nowN string, inc [3]string, slackMS string) []string {
+	args := make([]string, tbArgs)
+	args[tbArgMode], args[tbArgFingerprint] = string(mode), p.fp
+	args[tbArgNowS], args[tbArgNowN] = nowS, nowN
+	args[tbArgRate] = p.rate
+	args[tbArgTauS], args[tbArgTauN], args[tbArgTauF] = p.tau[0], p.tau[1], p.tau[2]
+	args[tbArgCostS], args[tbArgCostN], args[tbArgCostF] = inc[0], inc[1], inc[2]
+	args[tbArgSlackMS] = slackMS
+	return args
 }
 
 // convertTokenBucket decides on a state written by another strategy, at the instant the
 // script read it: it converts the state with limiter's code, and writes the result if the state
 // is still the one read.
 func (s *Store) convertTokenBucket(ctx context.Context, cn *conn, k string, rl *limiter.TokenBucket, p *prepared,
-	raw string, at time.Time, cost int64, mode string) (d limiter.Decision, done bool, err error) {
+	raw string, at time.Time, cost int64, mode mode) (d limiter.Decision, done bool, err error) {
 	st, known := parseTokenBucketState(raw) // fresh if written by no token bucket we know
 	if mode == modePeek {
 		return rl.Peek(&st, at), true, nil
@@ -552,11 +561,13 @@ func (s *Store) convertTokenBucket(ctx context.Context, cn *conn, k string, rl *
 		next = p.fp + " " + strconv.FormatInt(sec, 10) + " " + strconv.FormatInt(ns, 10) + " " + strconv.FormatUint(frac, 10)
 		ttl = strconv.FormatInt(max(1, ceilMS(d.ResetAfter)+ceilMS(s.c.opts.ExpirySlack)), 10)
 	}
-	written, err := casScript.Exec(ctx, cn, []string{k}, []string{raw, next, ttl}).AsInt64()
+	args := make([]string, casArgs)
+	args[casArgRead], args[casArgWrite], args[casArgTTLMS] = raw, next, ttl
+	written, err := casScript.Exec(ctx, cn, []string{k}, args).AsInt64()
 	if err != nil {
 		return limiter.Decision{}, false, fmt.Errorf("write converted state: %w", err)
 	}
-	return d, written == 1, nil
+	return d, written == casWritten, nil
 }
 
 // parseTokenBucketState returns the state a token bucket wrote as "<fingerprint> <s> <ns>
@@ -584,26 +595,32 @@ func parseTokenBucketState(raw string) (limiter.State, bool) {
 
 // slidingWindow runs the sliding-window script, which computes the whole decision.
 func (s *Store) slidingWindow(ctx context.Context, cn *conn, k string, rl *limiter.SlidingWindow, p *prepared,
-	nowS, nowN string, cost int64, mode string) (limiter.Decision, error) {
-	arr, err := slidingWindowScript.Exec(ctx, cn, []string{k}, []string{
-		mode, p.fp, nowS, nowN, p.limit, p.window, strconv.FormatInt(cost, 10), s.c.slackMS, rebaseThreshold,
-	}).ToArray()
+	nowS, nowN string, cost int64, mode mode) (limiter.Decision, error) {
+	args := make([]string, swArgs)
+	args[swArgMode], args[swArgFingerprint] = string(mode), p.fp
+	args[swArgNowS], args[swArgNowN] = nowS, nowN
+	args[swArgLimit], args[swArgWindow], args[swArgCost] = p.limit, p.window, strconv.FormatInt(cost, 10)
+	args[swArgSlackMS], args[swArgRebase] = s.c.slackMS, rebaseThreshold
+	arr, err := slidingWindowScript.Exec(ctx, cn, []string{k}, args).ToArray()
 	if err != nil {
 		return limiter.Decision{}, fmt.Errorf("sliding window script: %w", err)
 	}
-	ints, err := integers(arr, 4)
-	if err == nil && len(arr) != 4 {
+	ints, err := integers(arr, swReplyLen)
+	if err == nil && len(arr) != swReplyLen {
 		err = fmt.Errorf("%d elements", len(arr))
+	}
+	if err == nil && ints[swReplyAdmitted] != swAdmitted && ints[swReplyAdmitted] != swRejected {
+		err = fmt.Errorf("admitted is %d", ints[swReplyAdmitted])
 	}
 	if err != nil {
 		return limiter.Decision{}, fmt.Errorf("sliding window script: malformed answer: %w", err)
 	}
 	return limiter.Decision{
-		Allowed:    ints[0] == 1,
+		Allowed:    ints[swReplyAdmitted] == swAdmitted,
 		Limit:      rl.Limit(),
-		Remaining:  ints[1],
-		ResetAfter: time.Duration(ints[2]),
-		RetryAfter: time.Duration(ints[3]),
+		Remaining:  ints[swReplyRemaining],
+		ResetAfter: time.Duration(ints[swReplyResetAfter]),
+		RetryAfter: time.Duration(ints[swReplyRetryAfter]),
 	}, nil
 }
 

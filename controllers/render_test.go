@@ -18,20 +18,20 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the golden files of testdata/")
 
-// checkDecision fails t unless decide returned no data and a False Ready condition with reason
+// checkRefused fails t unless renderConfigMap returned no data and a False Ready condition with reason
 // and a message containing field, for generation gen.
-func checkDecision(t *testing.T, data map[string]string, ready metav1.Condition, gen int64, reason, field string) {
+func checkRefused(t *testing.T, data map[string]string, ready metav1.Condition, gen int64, reason, field string) {
 	t.Helper()
 	if data != nil {
-		t.Errorf("decide returned data for a policy it must not write")
+		t.Errorf("renderConfigMap returned data for a policy it must not write")
 	}
 	if ready.Type != ConditionReady || ready.Status != metav1.ConditionFalse || ready.Reason != reason ||
 		ready.ObservedGeneration != gen || !strings.Contains(ready.Message, field) {
-		t.Errorf("decide: condition %+v, want Ready=False reason %s at generation %d naming %q", ready, reason, gen, field)
+		t.Errorf("renderConfigMap: condition %+v, want Ready=False reason %s at generation %d naming %q", ready, reason, gen, field)
 	}
 }
 
-func TestDecideRendersValidPolicies(t *testing.T) {
+func TestRenderConfigMapRendersValidPolicies(t *testing.T) {
 	for _, f := range loadPolicyFiles(t, "valid") {
 		t.Run(f.Name, func(t *testing.T) {
 			policies, err := limiterdv1alpha1.DecodePolicies(f.Data)
@@ -42,28 +42,28 @@ func TestDecideRendersValidPolicies(t *testing.T) {
 				p := &policies[i]
 				p.Generation = 7
 				before := p.DeepCopy()
-				data, ready := decide(p, limiterdv1alpha1.MaxConfigMapDataBytes)
+				data, ready := renderConfigMap(p, limiterdv1alpha1.MaxConfigMapDataBytes)
 				if !equality.Semantic.DeepEqual(p, before) {
-					t.Errorf("decide modified the policy")
+					t.Errorf("renderConfigMap modified the policy")
 				}
 				if ready.Status != metav1.ConditionTrue || ready.Reason != ReasonRendered || ready.ObservedGeneration != 7 {
-					t.Fatalf("decide: condition %+v, want Ready=True reason %s at generation 7", ready, ReasonRendered)
+					t.Fatalf("renderConfigMap: condition %+v, want Ready=True reason %s at generation 7", ready, ReasonRendered)
 				}
 				parsed, err := limiterdv1alpha1.ParseConfigMapData(limiterdv1alpha1.ConfigMapName(p.ID()), data)
 				if err != nil {
 					t.Fatal(err)
 				}
 				if parsed.Generation != 7 || !equality.Semantic.DeepEqual(parsed.Spec, p.Spec) {
-					t.Errorf("decide rendered generation %d spec %+v, want generation 7 spec %+v", parsed.Generation, parsed.Spec, p.Spec)
+					t.Errorf("renderConfigMap rendered generation %d spec %+v, want generation 7 spec %+v", parsed.Generation, parsed.Spec, p.Spec)
 				}
 			}
 		})
 	}
 }
 
-// An invalid policy reaches the operator only past an older CRD; decide must refuse it, naming the
+// An invalid policy reaches the operator only past an older CRD; renderConfigMap must refuse it, naming the
 // field as the Go validator does.
-func TestDecideRefusesInvalidPolicies(t *testing.T) {
+func TestRenderConfigMapRefusesInvalidPolicies(t *testing.T) {
 	for _, f := range loadPolicyFiles(t, "invalid") {
 		t.Run(f.Name, func(t *testing.T) {
 			p := &limiterdv1alpha1.RateLimitPolicy{}
@@ -71,40 +71,40 @@ func TestDecideRefusesInvalidPolicies(t *testing.T) {
 				t.Fatal(err)
 			}
 			p.Namespace, p.Generation = "default", 3
-			data, ready := decide(p, limiterdv1alpha1.MaxConfigMapDataBytes)
-			checkDecision(t, data, ready, 3, ReasonInvalid, f.Field)
+			data, ready := renderConfigMap(p, limiterdv1alpha1.MaxConfigMapDataBytes)
+			checkRefused(t, data, ready, 3, ReasonInvalid, f.Field)
 		})
 	}
 }
 
-func TestDecideRefusesTooLargePolicies(t *testing.T) {
+func TestRenderConfigMapRefusesTooLargePolicies(t *testing.T) {
 	t.Run("beyond MaxConfigMapDataBytes", func(t *testing.T) {
 		p := newPolicy("default", "big")
 		p.Spec, p.Generation = bigSpec(), 2
 		if err := limiterdv1alpha1.Validate(p); err != nil {
 			t.Fatalf("bigSpec is invalid: %v", err)
 		}
-		data, ready := decide(p, limiterdv1alpha1.MaxConfigMapDataBytes)
-		checkDecision(t, data, ready, 2, ReasonTooLarge, "bytes, more than")
+		data, ready := renderConfigMap(p, limiterdv1alpha1.MaxConfigMapDataBytes)
+		checkRefused(t, data, ready, 2, ReasonTooLarge, "bytes, more than")
 	})
 	t.Run("beyond the given bound", func(t *testing.T) {
 		p := newPolicy("default", "small")
 		p.Generation = 1
-		data, ready := decide(p, 100)
-		checkDecision(t, data, ready, 1, ReasonTooLarge, "more than 100")
+		data, ready := renderConfigMap(p, 100)
+		checkRefused(t, data, ready, 1, ReasonTooLarge, "more than 100")
 	})
 }
 
-// An older CRD may not default: decide renders the defaulted policy.
-func TestDecideDefaults(t *testing.T) {
+// An older CRD may not default: renderConfigMap renders the defaulted policy.
+func TestRenderConfigMapDefaults(t *testing.T) {
 	p := newPolicy("default", "undefaulted")
 	p.Generation = 1
-	data, ready := decide(p, limiterdv1alpha1.MaxConfigMapDataBytes)
+	data, ready := renderConfigMap(p, limiterdv1alpha1.MaxConfigMapDataBytes)
 	if ready.Status != metav1.ConditionTrue {
-		t.Fatalf("decide: condition %+v, want Ready=True", ready)
+		t.Fatalf("renderConfigMap: condition %+v, want Ready=True", ready)
 	}
 	if p.Spec.FailureMode != "" || p.Spec.Tiers[0].TokenBucket.RefillPeriod != nil {
-		t.Errorf("decide modified the policy")
+		t.Errorf("renderConfigMap modified the policy")
 	}
 	parsed, err := limiterdv1alpha1.ParseConfigMapData(limiterdv1alpha1.ConfigMapName(limiterdv1alpha1.NewPolicyID("default", "undefaulted")), data)
 	if err != nil {
@@ -129,9 +129,9 @@ func TestConfigMapGolden(t *testing.T) {
 	}
 	p := &policies[0]
 	p.UID, p.Generation = "6c1b7a9e-0000-4000-8000-000000000001", 1
-	data, ready := decide(p, limiterdv1alpha1.MaxConfigMapDataBytes)
+	data, ready := renderConfigMap(p, limiterdv1alpha1.MaxConfigMapDataBytes)
 	if ready.Status != metav1.ConditionTrue {
-		t.Fatalf("decide: condition %+v, want Ready=True", ready)
+		t.Fatalf("renderConfigMap: condition %+v, want Ready=True", ready)
 	}
 	cm := &corev1.ConfigMap{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
