@@ -447,7 +447,8 @@ up() {
 	[ "$(id -u)" = 0 ] || die "must run as root (it starts containerd and the kubelet)"
 	for b in kubelet kube-controller-manager kube-scheduler kube-proxy; do need "${NODE_BIN:?NODE_BIN is not set}/$b" "make node-binaries"; done
 	for b in kube-apiserver etcd; do need "${ENVTEST_BIN:?ENVTEST_BIN is not set}/$b" "make envtest"; done
-	need "${PAUSE_IMAGE_ARCHIVE:?PAUSE_IMAGE_ARCHIVE is not set}" "make node-images"
+	[ -f "${PAUSE_IMAGE_ARCHIVE:?PAUSE_IMAGE_ARCHIVE is not set}" ] || die "$PAUSE_IMAGE_ARCHIVE is missing: make node-images"
+	for b in ${NODE_IMAGES:-}; do [ -f "$b" ] || die "$b is missing: make images"; done
 	for b in containerd containerd-shim-runc-v2 runc ctr iptables conntrack ip openssl curl jq setsid findmnt; do
 		command -v "$b" >/dev/null || die "$b is missing (apt-get install containerd runc containernetworking-plugins iptables conntrack openssl curl jq)"
 	done

@@ -86,16 +86,18 @@ func TestCluster(t *testing.T) {
 	sysctlsBefore := readSysctls(t)
 	n := startNode(t)
 
-	step := func(name string, f func(t *testing.T)) {
+	// Each step leaves the release in a state the next can use, so a failed step does not stop
+	// the others (one run reports every fault); only a failed install does.
+	step := func(name string, f func(t *testing.T)) bool {
 		t0 := time.Now()
 		ok := t.Run(name, f)
 		t.Logf("step %s: %v", name, time.Since(t0).Round(100*time.Millisecond))
-		if !ok {
-			t.FailNow() // the steps build on each other
-		}
+		return ok
 	}
 
-	step("install", func(t *testing.T) { testInstall(t, n) })
+	if !step("install", func(t *testing.T) { testInstall(t, n) }) {
+		t.FailNow()
+	}
 	step("decisions", func(t *testing.T) { testDecisions(t, n) })
 	step("own lease only", func(t *testing.T) { testForgedLease(t, n) })
 	step("algorithm change", func(t *testing.T) { testAlgorithmChange(t, n) })
@@ -629,7 +631,7 @@ func testReplicaLeaves(t *testing.T, n *node) {
 		}
 		return nil
 	})
-	if took >= duration+15*time.Second {
+	if took >= duration {
 		t.Errorf("status stayed at 2/2 for %v after a replica left: the record was not withdrawn", took)
 	}
 }

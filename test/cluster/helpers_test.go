@@ -20,12 +20,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	limiterdv1alpha1 "github.com/limiterd/limiterd/api/v1alpha1"
 )
@@ -178,6 +180,7 @@ func startNode(t *testing.T) *node {
 			t.Fatal(err)
 		}
 	}
+	ctrllog.SetLogger(logr.Discard())
 	n.c, err = client.New(n.config, client.Options{Scheme: scheme})
 	if err != nil {
 		t.Fatal(err)
