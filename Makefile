@@ -104,7 +104,7 @@ $(GOLANGCI_LINT):
 ##@ Test
 
 .PHONY: test
-test: test-tools build verify-generated ## CI: install the tools, build the binaries, check generated files, then run every test with -race.
+test: test-tools verify-generated build ## CI: install the tools, check generated files, build the binaries (after controller-gen has touched its files), then run every test with -race.
 	$(TEST_ENV) $(GO) test -race -count=1 -timeout 30m ./...
 
 .PHONY: test-unit
@@ -178,13 +178,6 @@ bench: ## Run the core benchmarks side by side with their baselines (x/time/rate
 	$(GO) test -run '^$$' -bench 'HotKey|ManyClients' -benchmem ./limiterd/limiter
 	$(GO) test -run '^$$' -bench 'Parallel' -benchmem -cpu 1,2 ./limiterd/limiter
 	$(GO) test -run '^$$' -bench . -benchmem ./limiterd/engine ./limiterd/policy ./limiterd/server
-
-SOAK_DURATION ?= 5m
-SOAK_TIMEOUT ?= 2h
-
-.PHONY: soak
-soak: build-limiterd ## Soak test, not part of make test: floods, policy churn, Redis kill/pause, SIGTERM under load against bin/limiterd for SOAK_DURATION (default 5m).
-	LIMITERD_BIN=$(BIN)/limiterd SOAK_DURATION=$(SOAK_DURATION) $(GO) test -tags soak -count=1 -v -timeout $(SOAK_TIMEOUT) -run '^TestSoak$$' ./test/soak/
 
 .PHONY: bench-http
 bench-http: ## Load-test the decision handler against a trivial handler over loopback HTTP.
