@@ -13,7 +13,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/klog/v2"
 
 	"github.com/limiterd/limiterd/api/v1alpha1"
 	"github.com/limiterd/limiterd/internal/incluster"
@@ -138,7 +137,6 @@ func (d *daemon) addKube(c kubeConfig, tally *replicastatus.Tally) error {
 	if err != nil {
 		return fmt.Errorf("kubernetes client: %w", err)
 	}
-	klog.SetSlogLogger(d.log) // client-go's own logs (reflector retries) as structured logs
 	var publisher *replicastatus.Publisher
 	kube := source.NewKube(client, d.pipeline, source.KubeOptions{
 		ConfigMapNamespace: c.configMapNamespace,

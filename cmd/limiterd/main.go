@@ -37,6 +37,8 @@ import (
 	"github.com/limiterd/limiterd/limiterd/replicastatus"
 	"github.com/limiterd/limiterd/limiterd/server"
 	"github.com/limiterd/limiterd/limiterd/source"
+
+	"k8s.io/klog/v2"
 )
 
 func main() {
@@ -158,6 +160,10 @@ type hooks struct {
 	listening func(decisions, admin net.Addr)
 	// wrapDecisions wraps the decisions handler.
 	wrapDecisions func(http.Handler) http.Handler
+	// klogToLog sends klog's logs (client-go's reflectors, the TLS file reloads) to limiterd's
+	// logger. klog's logger is global to the process, so only run, which owns the process, sets
+	// it; tests that run several daemons in one process leave klog alone.
+	klogToLog bool
 }
 
 // run runs limiterd until ctx is done, then shuts it down gracefully. Logs (JSON) and usage go
@@ -167,7 +173,7 @@ func run(ctx context.Context, args []string, _, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return serve(ctx, cfg, stderr, hooks{})
+	return serve(ctx, cfg, stderr, hooks{klogToLog: true})
 }
 
 // daemon is limiterd's parts, wired by newDaemon. Sources feed the pipeline; stores plug into
@@ -271,6 +277,9 @@ func sweep(ctx context.Context, e *engine.Engine, interval time.Duration) {
 // serve runs limiterd with cfg until ctx is done.
 func serve(ctx context.Context, cfg config, stderr io.Writer, h hooks) error {
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: cfg.logLevel}))
+	if h.klogToLog {
+		klog.SetSlogLogger(log)
+	}
 	d, err := newDaemon(cfg, log)
 	if err != nil {
 		return err

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -72,7 +71,7 @@ func TestCgroupMemoryLimit(t *testing.T) {
 	write(t, root, "memory.max", "536870912")
 	t.Setenv("GOMEMLIMIT", "1GiB") // keep the test process's own limit
 	c := memoryConfig{maxClientBytes: autoSize, cgroupRoot: root}
-	if got := c.resolve(slog.New(slog.NewTextHandler(io.Discard, nil))); got != 256<<20 {
+	if got := c.resolve(slog.New(slog.DiscardHandler)); got != 256<<20 {
 		t.Fatalf("auto budget = %d, want 256Mi", got)
 	}
 }

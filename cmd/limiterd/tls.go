@@ -8,7 +8,6 @@ import (
 	"net"
 
 	"google.golang.org/grpc/credentials"
-	"k8s.io/klog/v2"
 
 	"github.com/limiterd/limiterd/limiterd/tlsreload"
 )
@@ -51,7 +50,6 @@ func (d *daemon) addTLS(c tlsFlags) error {
 	if c.certFile == "" {
 		return nil
 	}
-	klog.SetSlogLogger(d.log) // the reloads log through klog
 	decisions, err := tlsreload.New(tlsreload.Options{CertFile: c.certFile, KeyFile: c.keyFile, ClientCAFile: c.clientCAFile})
 	if err != nil {
 		return err
