@@ -2,6 +2,7 @@ package helm_test
 
 import (
 	"encoding/json"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -121,13 +122,21 @@ func TestDashboard(t *testing.T) {
 	}
 }
 
-// exportedMetrics reads the names of limiterd's metrics from limiterd/metrics, and which of
-// them are histograms.
+// exportedMetrics reads the names of limiterd's metrics from the Go files of limiterd/... and
+// cmd/limiterd, and which of them are histograms.
 func exportedMetrics(t testing.TB) (names, histograms map[string]bool) {
 	t.Helper()
-	files, err := filepath.Glob(filepath.Join(repoRoot(t), "limiterd", "metrics", "*.go"))
-	if err != nil {
-		t.Fatal(err)
+	var files []string
+	for _, dir := range []string{"limiterd", filepath.Join("cmd", "limiterd")} {
+		err := filepath.WalkDir(filepath.Join(repoRoot(t), dir), func(path string, _ fs.DirEntry, err error) error {
+			if strings.HasSuffix(path, ".go") {
+				files = append(files, path)
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 	names, histograms = map[string]bool{}, map[string]bool{}
 	// A metric is declared as prometheus.New<Kind>[Vec|Func](prometheus.<Kind>Opts{ Name: "..." }).

@@ -188,7 +188,7 @@ across keys; included by the limiterd Deployment.
 {{- end }}
 
 {{/*
-GOMEMLIMIT of limiterd: .Values.limiterd.goMemLimit, or 90 % of the container's memory limit in
+limiterd.goMemLimit: the GOMEMLIMIT of limiterd, .Values.limiterd.goMemLimit, or 90 % of the container's memory limit in
 MiB; empty when neither is known.
 */}}
 {{- define "limiterd.goMemLimit" -}}
