@@ -381,7 +381,10 @@ func (r *RateLimitPolicyReconciler) deleteConfigMap(ctx context.Context, id limi
 	cm := &corev1.ConfigMap{}
 	key := client.ObjectKey{Namespace: r.ConfigMapNamespace, Name: limiterdv1alpha1.ConfigMapName(id)}
 	if err := r.Client.Get(ctx, key, cm); err != nil {
-		return client.IgnoreNotFound(err)
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("get ConfigMap %s of deleted policy %s: %w", key, id, err)
 	}
 	if cm.Annotations[limiterdv1alpha1.PolicyIDAnnotation] != id.String() {
 		return nil

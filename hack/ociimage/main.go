@@ -8,6 +8,7 @@ package main
 
 import (
 	"bufio"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -52,7 +53,7 @@ func run() error {
 	flag.StringVar(&out, "o", "", "the archive to write")
 	flag.Parse()
 	if spec.Dockerfile == "" || spec.Ref == "" || out == "" || flag.NArg() != 0 {
-		return fmt.Errorf("usage: ociimage -dockerfile FILE -ref NAME:TAG -o ARCHIVE [-stage-file PATH=FILE]... [-build-arg NAME=VALUE]...")
+		return errors.New("usage: ociimage -dockerfile FILE -ref NAME:TAG -o ARCHIVE [-stage-file PATH=FILE]... [-build-arg NAME=VALUE]...") //nolint:revive,staticcheck // a usage line, printed as is
 	}
 	secs, err := strconv.ParseInt(epoch, 10, 64)
 	if err != nil {

@@ -330,7 +330,7 @@ func (spec Spec) copy(files map[string]File, args string) error {
 		return nil
 	}
 	root := filepath.Join(spec.Context, filepath.FromSlash(src))
-	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error { //nolint:wrapcheck // the walk function wraps its errors
 		if err != nil {
 			return fmt.Errorf("walk %s: %w", src, err)
 		}

@@ -147,7 +147,7 @@ func newestSource() (string, time.Time, error) {
 		if (strings.HasSuffix(name, ".go") && !strings.HasSuffix(name, "_test.go")) || (filepath.Dir(p) == root && (name == "go.mod" || name == "go.sum")) {
 			info, err := d.Info()
 			if err != nil {
-				return err
+				return fmt.Errorf("stat %s: %w", p, err)
 			}
 			if info.ModTime().After(mod) {
 				path, mod = p, info.ModTime()

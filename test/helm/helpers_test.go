@@ -199,16 +199,6 @@ func typed[T any](t testing.TB, u *unstructured.Unstructured) *T {
 	return out
 }
 
-// writeValues writes a values file for one test and returns its path.
-func writeValues(t testing.TB, content string) string {
-	t.Helper()
-	p := filepath.Join(t.TempDir(), "values.yaml")
-	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
 // ciValues lists the chart's ci/*-values.yaml, relative to the repository root.
 func ciValues(t testing.TB) []string {
 	t.Helper()

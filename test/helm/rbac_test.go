@@ -140,7 +140,7 @@ func TestBinariesRunWithChartRBAC(t *testing.T) {
 	testenv.Eventually(t, time.Minute, func() error {
 		err := s.client.Get(ctx, cmKey, &corev1.ConfigMap{})
 		if !apierrors.IsNotFound(err) {
-			return fmt.Errorf("ConfigMap of the deleted policy: %v, want NotFound", err)
+			return fmt.Errorf("ConfigMap of the deleted policy: %w, want NotFound", err)
 		}
 		return httpStatus(allow, http.StatusNotFound)
 	})

@@ -19,7 +19,7 @@ const (
 	maxBreakerBackoffFactor = 8
 )
 
-// ErrBreakerOpen: Redis failed repeatedly and is not called until the breaker's backoff has
+// ErrBreakerOpen is returned while the breaker is open: Redis failed repeatedly and is not called until the breaker's backoff has
 // passed; the policy's failure mode decides meanwhile, at once.
 var ErrBreakerOpen = errors.New("redis circuit breaker open: not calling redis after consecutive failures")
 
