@@ -118,10 +118,11 @@ func (b *Budget) unregister(m *Memory) {
 	b.largest.CompareAndSwap(m, nil)
 }
 
-// reclaim evicts clients while the budget is over its bound; from is the store that just
-// admitted a new client. Evictions lose at most the usage of one client per new client.
+// reclaim evicts clients until the budget is within its bound; from is the store whose client
+// just took it over. With a bound in clients that is one eviction per new client; with a bound
+// in bytes, a client with a long key may take several clients with short keys.
 func (b *Budget) reclaim(from *Memory, now time.Time) {
-	for try := 0; try < 4 && b.over(); try++ {
+	for b.over() {
 		v := b.victim(from)
 		if v == nil || !v.evictOne(now) {
 			return // every store is empty or closing: the bound is exceeded by in-flight inserts only

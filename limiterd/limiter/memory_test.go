@@ -3,6 +3,7 @@ package limiter_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -174,5 +175,33 @@ func TestMemoryEvictsFromTheLargestStore(t *testing.T) {
 	}
 	if budget.Evictions() != 440 {
 		t.Fatalf("evictions %d, want 440 (every client evicted had usage)", budget.Evictions())
+	}
+}
+
+// TestMemoryByteBudgetHoldsForALongKey checks the byte bound after each decision when a new
+// client's key is much longer than those of the clients evicted to make room: the store evicts
+// as many clients as the bound needs, not a fixed number.
+func TestMemoryByteBudgetHoldsForALongKey(t *testing.T) {
+	ctx := context.Background()
+	tb := mustTB(t, 10, 1, time.Hour)
+	t0 := limitertest.T0
+	// Measure what one short-key client costs, then bound the budget at 100 of them.
+	probe := limiter.NewBudget(0, 0)
+	limiter.NewMemory(probe).Decide(ctx, "k-000", tb, t0, 1)
+	maxBytes := 100 * probe.Bytes()
+	budget := limiter.NewBudget(0, maxBytes)
+	m := limiter.NewMemory(budget)
+	for i := range 100 {
+		m.Decide(ctx, fmt.Sprintf("k-%03d", i), tb, t0, 1)
+	}
+	for i := range 20 {
+		long := fmt.Sprintf("%d-%s", i, strings.Repeat("x", 1000))
+		m.Decide(ctx, long, tb, t0, 1)
+		if got := budget.Bytes(); got > maxBytes {
+			t.Fatalf("after long key %d: %d bytes tracked, over the bound of %d", i, got, maxBytes)
+		}
+	}
+	if got := int64(m.Len()); got != budget.Tracked() {
+		t.Fatalf("Len %d != Tracked %d", got, budget.Tracked())
 	}
 }
