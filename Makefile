@@ -104,8 +104,9 @@ $(GOLANGCI_LINT):
 ##@ Test
 
 .PHONY: test
-test: test-tools verify-generated build ## CI: install the tools, check generated files, build the binaries (after controller-gen has touched its files), then run every test with -race.
+test: test-tools verify-generated build node-deps ## CI: install the tools, check generated files, build the binaries and images, run every test with -race, then the chart on a real node (test-cluster).
 	$(TEST_ENV) $(GO) test -race -count=1 -timeout 30m ./...
+	$(CLUSTER_TEST)
 
 .PHONY: test-unit
 test-unit: ## The fast loop: every test that needs only Go (-short skips those needing a control plane, Redis, helm or bin/).
@@ -270,6 +271,9 @@ node-deps: node-binaries node-images images envtest $(HELM) ## Build everything 
 NODE_ENV = NODE_BIN=$(NODE_BIN) ENVTEST_BIN=$$(hack/envtest-assets.sh) PAUSE_IMAGE_ARCHIVE=$(IMAGES_DIR)/pause.tar \
 	NODE_IMAGES="$(IMAGES_DIR)/limiterd.tar $(IMAGES_DIR)/manager.tar" HELM=$(HELM) \
 	IMG_LIMITERD=$(IMG_LIMITERD) IMG_MANAGER=$(IMG_MANAGER)
+# test/cluster on the test node; make test runs it after every other package, alone, since it
+# starts a node and measures failed requests under load.
+CLUSTER_TEST = $(NODE_ENV) LIMITERD_TEST_CLUSTER=1 $(GO) test -race -count=1 -v -timeout 20m ./test/cluster/...
 
 .PHONY: node-up
 node-up: node-deps ## Start the test node (root; containerd, runc, CNI plugins, iptables from apt); prints its kubeconfig.
@@ -281,4 +285,4 @@ node-down: ## Stop the test node and undo everything it changed on this machine.
 
 .PHONY: test-cluster
 test-cluster: node-deps ## End-to-end on the test node: helm install the chart with the built images, traffic, rollout, Redis, uninstall, metrics.
-	$(NODE_ENV) LIMITERD_TEST_CLUSTER=1 $(GO) test -count=1 -v -timeout 20m ./test/cluster/...
+	$(CLUSTER_TEST)
