@@ -163,7 +163,13 @@ type answer struct {
 	RetryAfterSeconds int64  `json:"retryAfterSeconds"`
 }
 
-// AllowN asks whether the client key may spend cost units. It returns an *Error when limiterd
+// Peek reports what a one-unit request of the client key would get now, consuming nothing:
+// AllowN with cost 0.
+func (c *Client) Peek(ctx context.Context, key string) (Decision, error) {
+	return c.AllowN(ctx, key, 0)
+}
+
+// AllowN asks whether the client key may spend cost units; a cost of 0 peeks (see Peek). It returns an *Error when limiterd
 // answers with an error status (the request was not decided and consumed nothing), and another
 // error when limiterd could not be asked or answered something that is not a decision.
 func (c *Client) AllowN(ctx context.Context, key string, cost int64) (Decision, error) {

@@ -38,9 +38,17 @@ func TestAllowDecisions(t *testing.T) {
 			t.Errorf("request %d:\n got %+v\nwant %+v", i, got, want)
 		}
 	}
-	// A cost is spent at once; an unlimited tier has no quota.
+	// A peek consumes nothing; a cost is spent at once; an unlimited tier has no quota.
+	for range 2 {
+		if d, err := c.Peek(context.Background(), "bob"); err != nil || !d.Allowed || d.Remaining != 2 {
+			t.Errorf("Peek(bob) = %+v, %v", d, err)
+		}
+	}
 	if d, err := c.AllowN(context.Background(), "bob", 2); err != nil || !d.Allowed || d.Remaining != 0 {
 		t.Errorf("AllowN(bob, 2) = %+v, %v", d, err)
+	}
+	if d, err := c.Peek(context.Background(), "bob"); err != nil || d.Allowed || d.RetryAfter != time.Second {
+		t.Errorf("Peek(bob) after spending 2 = %+v, %v", d, err)
 	}
 	if d, err := c.AllowN(context.Background(), "bob", 1); err != nil || d.Allowed || d.RetryAfter != time.Second {
 		t.Errorf("bob after spending 2 = %+v, %v", d, err)
@@ -89,7 +97,7 @@ func TestErrorAnswers(t *testing.T) {
 	}{
 		{"unknown policy", func() (client.Decision, error) { return unknown.Allow(context.Background(), "a") }, 404, `unknown policy "default/nope"`},
 		{"empty key", func() (client.Decision, error) { return c.Allow(context.Background(), "") }, 400, "key is required"},
-		{"zero cost", func() (client.Decision, error) { return c.AllowN(context.Background(), "a", 0) }, 400, "cost must be an integer between 1 and 1000000000"},
+		{"negative cost", func() (client.Decision, error) { return c.AllowN(context.Background(), "a", -1) }, 400, "cost must be an integer between 0 and 1000000000"},
 	} {
 		d, err := tc.call()
 		var e *client.Error

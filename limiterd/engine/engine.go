@@ -57,8 +57,8 @@ var (
 	ErrPolicyRequired = errors.New("several policies are loaded: name one")
 	// ErrUnknownPolicy: the request names a policy that is not loaded.
 	ErrUnknownPolicy = errors.New("unknown policy")
-	// ErrInvalidCost: the cost is below 1.
-	ErrInvalidCost = errors.New("cost must be a positive integer")
+	// ErrInvalidCost: the cost is negative.
+	ErrInvalidCost = errors.New("cost must not be negative")
 )
 
 // Result is a decision with what it was made by.
@@ -268,8 +268,13 @@ func (e *Engine) find(policyID v1alpha1.PolicyID) (*bound, error) {
 // exactly one is loaded). It returns an error, and consumes nothing, when the request cannot be
 // decided (see the Err variables). A store failure is not an error: the policy's failure mode
 // decides and Result.StoreError says so.
+//
+// A cost of 0 is a peek: the answer is what a one-unit request would get (Allowed says whether
+// one unit would be admitted now, RetryAfter when it would be), and nothing is consumed. A peek
+// goes through the same failure modes and dry run as a decision, and is not recorded by the
+// Observer: it is no request the policy admitted or rejected.
 func (e *Engine) Decide(ctx context.Context, policyID v1alpha1.PolicyID, key string, cost int64) (Result, error) {
-	if cost < 1 {
+	if cost < 0 {
 		return Result{}, ErrInvalidCost
 	}
 	b, err := e.find(policyID)
@@ -279,7 +284,11 @@ func (e *Engine) Decide(ctx context.Context, policyID v1alpha1.PolicyID, key str
 	start := e.opts.Clock()
 	tier := b.policy.Resolve(key)
 	r := Result{Policy: b.policy, Tier: tier}
-	r.Decision, r.StoreError = b.store.Decide(ctx, key, tier.Limiter, start, cost)
+	if cost == 0 {
+		r.Decision, r.StoreError = b.store.Peek(ctx, key, tier.Limiter, start)
+	} else {
+		r.Decision, r.StoreError = b.store.Decide(ctx, key, tier.Limiter, start, cost)
+	}
 	if r.StoreError != nil {
 		r.Decision = e.degraded(ctx, b, key, tier, start, cost)
 	}
@@ -291,11 +300,13 @@ func (e *Engine) Decide(ctx context.Context, policyID v1alpha1.PolicyID, key str
 	default:
 		r.Outcome = Rejected
 	}
-	b.tiers[tier.Index].Observe(r.Outcome, e.opts.Clock().Sub(start))
+	if cost > 0 {
+		b.tiers[tier.Index].Observe(r.Outcome, e.opts.Clock().Sub(start))
+	}
 	return r, nil
 }
 
-// degraded decides by the policy's failure mode after its store failed.
+// degraded decides by the policy's failure mode after its store failed (cost 0: peeks).
 func (e *Engine) degraded(ctx context.Context, b *bound, key string, tier *policy.Tier, now time.Time, cost int64) limiter.Decision {
 	e.opts.Observer.StoreError(b.policy.ID)
 	limit := tier.Limiter.Limit()
@@ -304,6 +315,10 @@ func (e *Engine) degraded(ctx context.Context, b *bound, key string, tier *polic
 		return limiter.Decision{Limit: limit, RetryAfter: time.Second, ResetAfter: time.Second}
 	case v1alpha1.FailureModeLocal:
 		if b.local != nil {
+			if cost == 0 {
+				d, _ := b.local.Peek(ctx, key, tier.Limiter, now)
+				return d
+			}
 			d, _ := b.local.Decide(ctx, key, tier.Limiter, now, cost)
 			return d
 		}
@@ -312,6 +327,8 @@ func (e *Engine) degraded(ctx context.Context, b *bound, key string, tier *polic
 }
 
 // Peek reports what a one-unit decision for the client would answer, without consuming anything.
+// Unlike Decide with cost 0, a store failure is an error: the admin API reads the client's
+// state, not what the failure mode would answer.
 func (e *Engine) Peek(ctx context.Context, policyID v1alpha1.PolicyID, key string) (Result, error) {
 	b, err := e.find(policyID)
 	if err != nil {

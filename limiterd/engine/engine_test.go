@@ -83,8 +83,8 @@ func TestRequestErrorsConsumeNothing(t *testing.T) {
 		t.Fatalf("before any policy: %v", err)
 	}
 	e.Swap(set(t, compile(t, "a", nil)))
-	if _, err := e.Decide(ctx, "", "k", 0); !errors.Is(err, engine.ErrInvalidCost) {
-		t.Fatalf("cost 0: %v", err)
+	if _, err := e.Decide(ctx, "", "k", -1); !errors.Is(err, engine.ErrInvalidCost) {
+		t.Fatalf("cost -1: %v", err)
 	}
 	if _, err := e.Decide(ctx, "team/missing", "k", 1); !errors.Is(err, engine.ErrUnknownPolicy) {
 		t.Fatalf("unknown policy: %v", err)
@@ -189,7 +189,51 @@ func TestFailureModes(t *testing.T) {
 			if err != nil || !errors.Is(r.StoreError, errDown) {
 				t.Fatalf("store error not reported: %+v %v", r, err)
 			}
+			// A peek answers by the failure mode too: Local peeks at the fallback's state.
+			r, err = e.Decide(ctx, "team/a", "c", 0)
+			if err != nil || !errors.Is(r.StoreError, errDown) || r.Allowed != (mode == v1alpha1.FailureModeOpen) {
+				t.Fatalf("peek: %+v %v, want allowed only when Open", r, err)
+			}
+			if mode == v1alpha1.FailureModeLocal && r.Remaining != 0 {
+				t.Fatalf("peek under Local: %d remaining, want the fallback's 0", r.Remaining)
+			}
 		})
+	}
+}
+
+// countingObserver counts the decisions recorded.
+type countingObserver struct {
+	engine.NopObserver
+	n *int
+}
+
+func (o countingObserver) Tier(v1alpha1.PolicyID, string) engine.TierObserver { return o }
+func (o countingObserver) Observe(engine.Outcome, time.Duration)              { *o.n++ }
+
+// TestCostZeroPeeks checks that a cost of 0 answers what one unit would get, consumes nothing,
+// and is not recorded as a decision.
+func TestCostZeroPeeks(t *testing.T) {
+	var observed int
+	e := engine.New(engine.Options{Clock: fixedClock(), Observer: countingObserver{n: &observed}})
+	e.Swap(set(t, compile(t, "a", nil)))
+	for i := range 3 {
+		r, err := e.Decide(ctx, "team/a", "k", 0)
+		if err != nil || !r.Allowed || r.Remaining != 2 || r.Outcome != engine.Allowed {
+			t.Fatalf("peek %d at a fresh client: %+v %v", i, r, err)
+		}
+	}
+	if got := allowedN(t, e, "team/a", "k", 3); got != 2 {
+		t.Fatalf("after the peeks: admitted %d of 3, want the whole capacity 2", got)
+	}
+	r, err := e.Decide(ctx, "team/a", "k", 0)
+	if err != nil || r.Allowed || r.Outcome != engine.Rejected || r.RetryAfter != time.Hour {
+		t.Fatalf("peek at an exhausted client: %+v %v, want rejected, one unit back in 1h", r, err)
+	}
+	if r, err := e.Decide(ctx, "team/a", "try-1", 0); err != nil || !r.Allowed {
+		t.Fatalf("peek on a dry-run tier: %+v %v", r, err)
+	}
+	if observed != 3 {
+		t.Fatalf("observed %d decisions, want the 3 that were not peeks", observed)
 	}
 }
 

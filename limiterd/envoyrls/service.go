@@ -26,9 +26,16 @@
 //     "generic_key=api&remote_address=10.0.0.1". Distinct descriptors are distinct clients.
 //
 // A client key has 1 to 1024 bytes (v1alpha1.MaxClientKeyBytes), as in the HTTP API. A
-// descriptor's cost is its own hits_addend when set and not 0, else the request's hits_addend
-// when not 0, else 1; it is at most 1000000000 (v1alpha1.MaxCapacity, also Envoy's bound). A
-// descriptor's limit override ("limit") is ignored: the policy's tiers are the limits.
+// descriptor's cost is its own hits_addend when set, else the request's hits_addend when not 0,
+// else 1 (Envoy defines a request's hits_addend of 0 as 1); it is at most 1000000000
+// (v1alpha1.MaxCapacity, also Envoy's bound).
+//
+// A descriptor whose own hits_addend is set to 0 is a peek, as in Envoy's reference service
+// ("check only, no increment"): its status describes the client's state as a one-unit request
+// would see it (OVER_LIMIT when one unit would be rejected now) and nothing is consumed. This
+// is the only way to peek over gRPC, since the request's hits_addend cannot say 0.
+//
+// A descriptor's limit override ("limit") is ignored: the policy's tiers are the limits.
 // Refunds (is_negative_hits) are not supported. Every descriptor is checked before any is
 // decided, so a request that is refused as a whole (any error status) consumes nothing.
 //
@@ -231,11 +238,11 @@ func check(d *ratelimitv3.RateLimitDescriptor, descriptorKey string, requestHits
 		return item{}, errors.New("asks for a refund (is_negative_hits), which limiterd does not support")
 	}
 	it := item{cost: 1, limited: true}
-	switch h := d.GetHitsAddend().GetValue(); {
-	case h > MaxCost:
-		return item{}, fmt.Errorf("hits_addend %d is more than %d", h, MaxCost)
-	case h > 0:
-		it.cost = int64(h)
+	switch h := d.GetHitsAddend(); {
+	case h.GetValue() > MaxCost:
+		return item{}, fmt.Errorf("hits_addend %d is more than %d", h.GetValue(), MaxCost)
+	case h != nil:
+		it.cost = int64(h.GetValue()) // 0: a peek
 	case requestHits > MaxCost:
 		return item{}, fmt.Errorf("the request's hits_addend %d is more than %d", requestHits, MaxCost)
 	case requestHits > 0:

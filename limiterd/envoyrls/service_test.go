@@ -284,8 +284,8 @@ func TestHitsAddendIsTheCost(t *testing.T) {
 		{"unset is 1", 0, entries("k", "a"), "k=a", 99},
 		{"request", 7, entries("k", "b"), "k=b", 93},
 		{"descriptor overrides request", 7, withHits(entries("k", "c"), 3), "k=c", 97},
-		{"descriptor 0 is unset", 7, withHits(entries("k", "d"), 0), "k=d", 93},
-		{"descriptor 0 and request 0", 0, withHits(entries("k", "e"), 0), "k=e", 99},
+		{"descriptor 0 peeks", 7, withHits(entries("k", "d"), 0), "k=d", 100},
+		{"descriptor 0 and request 0 peeks", 0, withHits(entries("k", "e"), 0), "k=e", 100},
 		{"descriptor alone", 0, withHits(entries("k", "f"), 40), "k=f", 60},
 	} {
 		req := request("api", tc.descriptor)
@@ -484,5 +484,51 @@ func TestUnlimitedAndDryRunTiers(t *testing.T) {
 		if h := headerMap(t, resp); h["Ratelimit-Policy"] != `"trial";q=1;w=60` || h["Retry-After"] != "" {
 			t.Errorf("headers %q, want the dry-run tier's without Retry-After", h)
 		}
+	}
+}
+
+// TestDescriptorHitsZeroPeeks checks that a descriptor whose hits_addend is set to 0 answers the
+// client's state as one unit would see it, over limit when one unit would be rejected, and
+// consumes nothing.
+func TestDescriptorHitsZeroPeeks(t *testing.T) {
+	clock := testsupport.NewClock()
+	e := newEngine(t, clock, newPolicy("default", "api", testsupport.TokenBucketTier("standard", 2, 1, time.Second)))
+	c := dial(t, e)
+	peek := func() *rlsv3.RateLimitResponse {
+		t.Helper()
+		d := entries("k", "p")
+		d.HitsAddend = wrapperspb.UInt64(0)
+		req := request("api", d)
+		req.HitsAddend = 5 // the descriptor's own 0 wins
+		resp, err := c.ShouldRateLimit(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	for range 3 {
+		if resp := peek(); resp.GetOverallCode() != rlsv3.RateLimitResponse_OK || resp.GetStatuses()[0].GetLimitRemaining() != 2 {
+			t.Fatalf("peek at a fresh client: %v", resp)
+		}
+	}
+	for i := range 2 {
+		resp, err := c.ShouldRateLimit(context.Background(), request("api", entries("k", "p")))
+		if err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("request %d after the peeks: %v %v, want OK: a peek consumed", i, resp, err)
+		}
+	}
+	resp := peek()
+	if resp.GetOverallCode() != overLimit || resp.GetStatuses()[0].GetLimitRemaining() != 0 {
+		t.Fatalf("peek at an exhausted client: %v, want OVER_LIMIT", resp)
+	}
+	if h := headerMap(t, resp); h["Retry-After"] != "1" {
+		t.Errorf("peek at an exhausted client: headers %q, want Retry-After 1", h)
+	}
+	if got := remaining(t, e, "default/api", "k=p"); got != 0 {
+		t.Fatalf("%d left after the peek, want 0", got)
+	}
+	clock.Advance(time.Second)
+	if got := remaining(t, e, "default/api", "k=p"); got != 1 {
+		t.Fatalf("%d left a second later, want 1: the peek consumed", got)
 	}
 }

@@ -9,7 +9,9 @@
 //	POST /v1/allow   {"policy": "<namespace>/<name>", "key": "<client key>", "cost": 1}
 //	GET  /v1/allow?policy=<namespace>/<name>&key=<client key>&cost=1
 //
-// policy may be omitted when exactly one policy is loaded; cost defaults to 1. The answer is
+// policy may be omitted when exactly one policy is loaded; cost defaults to 1. A cost of 0 is a
+// peek: it consumes nothing and answers what a one-unit request would get now (allowed, the
+// status and Retry-After say whether and when one unit would be admitted). The answer is
 // 200 (allowed) or 429 (rejected) with the body
 //
 //	{"allowed":true,"limit":10,"remaining":9,"resetAfterSeconds":2,"retryAfterSeconds":0}

@@ -212,7 +212,7 @@ func TestAllowRejectsBadRequests(t *testing.T) {
 		{"null key", "POST", "/v1/allow", `{"key":null}`, 400},
 		{"numeric key", "POST", "/v1/allow", `{"key":12}`, 400},
 		{"key too long", "POST", "/v1/allow", `{"key":"` + long + `"}`, 400},
-		{"cost zero", "POST", "/v1/allow", `{"key":"k","cost":0}`, 400},
+		{"cost leading zero", "POST", "/v1/allow", `{"key":"k","cost":01}`, 400},
 		{"cost negative", "POST", "/v1/allow", `{"key":"k","cost":-1}`, 400},
 		{"cost fraction", "POST", "/v1/allow", `{"key":"k","cost":1.5}`, 400},
 		{"cost integral float", "POST", "/v1/allow", `{"key":"k","cost":1.0}`, 400},
@@ -229,7 +229,7 @@ func TestAllowRejectsBadRequests(t *testing.T) {
 		{"trailing data", "POST", "/v1/allow", `{"key":"k"} {}`, 400},
 		{"GET missing key", "GET", "/v1/allow?policy=default/api", "", 400},
 		{"GET key too long", "GET", "/v1/allow?key=" + long, "", 400},
-		{"GET cost zero", "GET", "/v1/allow?key=k&cost=0", "", 400},
+		{"GET cost leading zero", "GET", "/v1/allow?key=k&cost=00", "", 400},
 		{"GET cost float", "GET", "/v1/allow?key=k&cost=1.5", "", 400},
 		{"GET cost string", "GET", "/v1/allow?key=k&cost=two", "", 400},
 		{"GET cost too large", "GET", "/v1/allow?key=k&cost=1000000001", "", 400},
@@ -303,5 +303,49 @@ func TestAllowKeyBounds(t *testing.T) {
 	}
 	if a := serve(t, h, http.MethodGet, "/v1/allow?key="+url.QueryEscape(key), ""); a.status != 200 || !strings.Contains(a.body, `"remaining":0`) {
 		t.Fatalf("GET with the same key: %d %s", a.status, a.body)
+	}
+}
+
+// TestAllowCostZeroPeeks checks that a cost of 0 answers the client's state, as a one-unit
+// request would see it, and consumes nothing, with either algorithm, by POST and GET.
+func TestAllowCostZeroPeeks(t *testing.T) {
+	for _, tc := range []struct {
+		tier  v1alpha1.Tier
+		retry string // seconds until one unit is back
+	}{
+		{testsupport.TokenBucketTier("standard", 2, 2, time.Minute), "30"},
+		{testsupport.SlidingWindowTier("standard", 2, time.Minute), "60"},
+	} {
+		t.Run(string(tc.tier.Algorithm), func(t *testing.T) {
+			clock := testsupport.NewClock()
+			h := NewDecisions(newEngine(t, clock, newPolicy("api", tc.tier)), nil)
+			peek := func(method string) answer {
+				if method == http.MethodGet {
+					return serve(t, h, method, "/v1/allow?key=k&cost=0", "")
+				}
+				return serve(t, h, method, "/v1/allow", `{"key":"k","cost":0}`)
+			}
+			for _, m := range []string{http.MethodPost, http.MethodGet, http.MethodPost} {
+				if a := peek(m); a.status != 200 || !strings.HasPrefix(a.body, `{"allowed":true,"limit":2,"remaining":2,"resetAfterSeconds":0,`) {
+					t.Fatalf("%s peek at a fresh client: %d %s", m, a.status, a.body)
+				}
+			}
+			for i := range 2 {
+				if a := serve(t, h, http.MethodPost, "/v1/allow", `{"key":"k"}`); a.status != 200 {
+					t.Fatalf("request %d after the peeks: %d %s, want 200: a peek consumed", i, a.status, a.body)
+				}
+			}
+			for _, m := range []string{http.MethodPost, http.MethodGet} {
+				a := peek(m)
+				if a.status != 429 || !strings.HasPrefix(a.body, `{"allowed":false,"limit":2,"remaining":0,"resetAfterSeconds":60,"retryAfterSeconds":`+tc.retry) ||
+					a.header.Get("Retry-After") != tc.retry || a.header.Get("RateLimit") != `"standard";r=0;t=60` {
+					t.Fatalf("%s peek at an exhausted client: %d %v %s", m, a.status, a.header, a.body)
+				}
+			}
+			clock.Advance(time.Minute)
+			if a := serve(t, h, http.MethodPost, "/v1/allow", `{"key":"k","cost":2}`); a.status != 200 {
+				t.Fatalf("after the window: %d %s, want the whole allowance", a.status, a.body)
+			}
+		})
 	}
 }

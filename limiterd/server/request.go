@@ -33,7 +33,8 @@ type AllowRequest struct {
 	Policy string
 	// Key identifies the client: 1 to MaxKeyBytes bytes of UTF-8.
 	Key string
-	// Cost is what the request spends, 1 to MaxCost; 1 when the request names none.
+	// Cost is what the request spends, 0 to MaxCost; 1 when the request names none. 0 is a
+	// peek: the answer describes the client's state and nothing is consumed.
 	Cost int64
 }
 
@@ -45,7 +46,7 @@ func (e errRequest) Error() string { return string(e) }
 var (
 	errKeyTooLong    = errRequest("key is longer than " + strconv.Itoa(MaxKeyBytes) + " bytes")
 	errPolicyTooLong = errRequest("policy is longer than " + strconv.Itoa(MaxPolicyBytes) + " bytes")
-	errCost          = errRequest("cost must be an integer between 1 and " + strconv.Itoa(MaxCost))
+	errCost          = errRequest("cost must be an integer between 0 and " + strconv.Itoa(MaxCost))
 )
 
 const (
@@ -60,7 +61,7 @@ const (
 // DecodeAllowRequest decodes a JSON decision request. The JSON is strict: an object with at
 // most the fields "policy" (string or null), "key" (string) and "cost" (integer or null), each
 // once, names matched exactly; nothing but whitespace after it. A cost is an integer literal
-// (no fraction, no exponent) from 1 to MaxCost, 1 when absent or null. Every error is an
+// (no fraction, no exponent) from 0 (a peek) to MaxCost, 1 when absent or null. Every error is an
 // errRequest whose text can be shown to the client.
 func DecodeAllowRequest(body []byte) (AllowRequest, error) {
 	d := jsonDecoder{data: body}
@@ -345,7 +346,7 @@ func (d *jsonDecoder) hex4() (rune, bool) {
 	return r, true
 }
 
-// cost decodes a JSON number that must be an integer from 1 to MaxCost.
+// cost decodes a JSON number that must be an integer from 0 to MaxCost.
 func (d *jsonDecoder) cost() (int64, error) {
 	start := d.pos
 	if d.pos < len(d.data) && d.data[d.pos] == '-' {
@@ -375,7 +376,10 @@ func parseCost(lit []byte) (int64, error) {
 		return 0, errCost
 	}
 	if lit[0] == '0' {
-		return 0, errCost // 0 itself, or a leading zero (not JSON)
+		if len(lit) == 1 {
+			return 0, nil // a peek
+		}
+		return 0, errCost // a leading zero (not JSON)
 	}
 	if len(lit) > 10 {
 		return 0, errCost

@@ -23,6 +23,7 @@ func TestDecodeAllowRequest(t *testing.T) {
 		{`{"key":"a\"b\\c\/d\b\f\n\r\t"}`, AllowRequest{Key: "a\"b\\c/d\b\f\n\r\t", Cost: 1}},
 		{`{"key":"\u00e9\u4e2d\ud83d\ude00"}`, AllowRequest{Key: "é中😀", Cost: 1}},
 		{`{"key":"é中😀"}`, AllowRequest{Key: "é中😀", Cost: 1}},
+		{`{"key":"k","cost":0}`, AllowRequest{Key: "k", Cost: 0}},
 	} {
 		got, err := DecodeAllowRequest([]byte(tc.body))
 		if err != nil || got != tc.want {
@@ -40,7 +41,7 @@ func TestDecodeAllowRequestRejects(t *testing.T) {
 		`{"key":"\x"}`, `{"key":"\u12"}`, `{"key":"\ud800"}`, `{"key":"\ud800\u0041"}`, `{"key":"\udc00"}`,
 		"{\"key\":\"a\x01\"}", "{\"key\":\"\xff\"}", `{"key":"` + strings.Repeat("k", MaxKeyBytes+1) + `"}`,
 		`{"policy":"` + strings.Repeat("p", MaxPolicyBytes+1) + `","key":"k"}`,
-		`{"key":"k","cost":0}`, `{"key":"k","cost":-0}`, `{"key":"k","cost":-5}`, `{"key":"k","cost":01}`,
+		`{"key":"k","cost":00}`, `{"key":"k","cost":-0}`, `{"key":"k","cost":-5}`, `{"key":"k","cost":01}`,
 		`{"key":"k","cost":1.0}`, `{"key":"k","cost":1e2}`, `{"key":"k","cost":1E2}`, `{"key":"k","cost":"1"}`,
 		`{"key":"k","cost":1000000001}`, `{"key":"k","cost":18446744073709551617}`, `{"key":"k","cost":-}`,
 		`{"key":"k","cost":true}`, `{"key":"k","cost":{}}`, `{"key":"k","policy":1}`, `{"key":"k","policy":{}}`,
@@ -67,6 +68,7 @@ func TestDecodeAllowQuery(t *testing.T) {
 		{"policy=ns%2Fp&key=a+b%20c&cost=42", AllowRequest{Policy: "ns/p", Key: "a b c", Cost: 42}},
 		{"&key=k&&cost=1&", AllowRequest{Key: "k", Cost: 1}},
 		{"key=%C3%A9", AllowRequest{Key: "é", Cost: 1}},
+		{"key=k&cost=0", AllowRequest{Key: "k", Cost: 0}},
 	} {
 		got, err := DecodeAllowQuery(tc.query)
 		if err != nil || got != tc.want {
@@ -74,7 +76,7 @@ func TestDecodeAllowQuery(t *testing.T) {
 		}
 	}
 	for _, q := range []string{
-		"", "cost=1", "key=", "key=k&key=k", "key=k&cost=0", "key=k&cost=-1", "key=k&cost=1.5", "key=k&cost=",
+		"", "cost=1", "key=", "key=k&key=k", "key=k&cost=00", "key=k&cost=-0", "key=k&cost=-1", "key=k&cost=1.5", "key=k&cost=",
 		"key=k&cost=1e3", "key=k&cost=+1", "key=k&cost=1000000001", "key=k&x=1", "key=%zz", "key=%ff",
 		"key=k&policy=a&policy=b", "key=" + strings.Repeat("k", MaxKeyBytes+1),
 	} {
@@ -92,7 +94,7 @@ func FuzzDecodeAllowRequest(f *testing.F) {
 	for _, seed := range []string{
 		`{"key":"k"}`, `{"policy":"default/api","key":"alice","cost":3}`, `{"key":"\u00e9\ud83d\ude00"}`,
 		`{"key":"k","cost":1.5}`, `{"key":"k","cost":null,"policy":null}`, `{"key":"k","Key":"j"}`,
-		` {"key" : "a\"b" } `, `{"key":"k"}{}`, `{"cost":1000000000,"key":"x"}`,
+		` {"key" : "a\"b" } `, `{"key":"k"}{}`, `{"cost":1000000000,"key":"x"}`, `{"key":"k","cost":0}`,
 	} {
 		f.Add([]byte(seed))
 	}
@@ -111,7 +113,7 @@ func FuzzDecodeAllowRequest(f *testing.F) {
 		if len(got.Policy) > MaxPolicyBytes || !utf8.ValidString(got.Policy) {
 			t.Fatalf("accepted policy %q", got.Policy)
 		}
-		if got.Cost < 1 || got.Cost > MaxCost {
+		if got.Cost < 0 || got.Cost > MaxCost {
 			t.Fatalf("accepted cost %d", got.Cost)
 		}
 		var std struct {
@@ -164,7 +166,7 @@ func FuzzDecodeAllowQuery(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if got.Key == "" || len(got.Key) > MaxKeyBytes || !utf8.ValidString(got.Key) || got.Cost < 1 || got.Cost > MaxCost {
+		if got.Key == "" || len(got.Key) > MaxKeyBytes || !utf8.ValidString(got.Key) || got.Cost < 0 || got.Cost > MaxCost {
 			t.Fatalf("accepted %+v", got)
 		}
 		values, err := url.ParseQuery(query)
