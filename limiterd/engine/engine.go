@@ -44,9 +44,10 @@ func (o Outcome) String() string {
 		return "rejected"
 	case DryRunRejected:
 		return "dry_run_rejected"
-	default:
+	case Allowed:
 		return "allowed"
 	}
+	return fmt.Sprintf("Outcome(%d)", int(o))
 }
 
 // Errors a request can meet before any decision; none of them consumes anything.
@@ -322,6 +323,7 @@ func (e *Engine) degraded(ctx context.Context, b *bound, key string, tier *polic
 			d, _ := b.local.Decide(ctx, key, tier.Limiter, now, cost)
 			return d
 		}
+	case v1alpha1.FailureModeOpen: // admits, below
 	}
 	return limiter.Decision{Allowed: true, Limit: limit, Remaining: limit}
 }

@@ -336,12 +336,12 @@ func (m *Memory) apply(key string, rl RateLimiter, now time.Time, cost int64, pe
 			}
 		}
 		return d, added
-	default:
-		if peek {
-			return rl.Peek(nil, now), false
-		}
-		return rl.Decide(nil, now, cost), false
+	case AlgorithmUnlimited: // stateless, below
 	}
+	if peek {
+		return rl.Peek(nil, now), false
+	}
+	return rl.Decide(nil, now, cost), false
 }
 
 // Reset implements Store: it forgets the client's state. It never fails.

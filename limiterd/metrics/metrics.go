@@ -170,7 +170,7 @@ func (t *tierObserver) Observe(o engine.Outcome, elapsed time.Duration) {
 		t.rejected.Inc()
 	case engine.DryRunRejected:
 		t.dryRunRejected.Inc()
-	default:
+	case engine.Allowed:
 		t.allowed.Inc()
 	}
 	t.latency.Observe(elapsed.Seconds())

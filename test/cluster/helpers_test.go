@@ -228,7 +228,7 @@ func allow(c *http.Client, url, policy, key string) (decision, error) {
 	if err != nil {
 		return decision{}, err
 	}
-	defer resp.Body.Close() //nolint:errcheck // read only
+	defer resp.Body.Close()
 	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
 		return decision{}, err
 	}

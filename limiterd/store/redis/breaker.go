@@ -53,7 +53,7 @@ type breaker struct {
 
 func newBreaker(threshold int, backoff time.Duration, log *slog.Logger) *breaker {
 	return &breaker{
-		threshold: int32(min(threshold, 1<<30)), //nolint:gosec // bounded
+		threshold: int32(min(threshold, 1<<30)), // bounded
 		base:      backoff,
 		most:      maxBreakerBackoffFactor * backoff,
 		now:       time.Now,

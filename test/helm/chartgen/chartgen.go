@@ -323,6 +323,7 @@ func nodeType(v *yaml.Node) string {
 		return "list"
 	case yaml.AliasNode:
 		return nodeType(v.Alias)
+	case yaml.DocumentNode, yaml.ScalarNode: // named by their tag, below
 	}
 	switch v.Tag {
 	case "!!str":
