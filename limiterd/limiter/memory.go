@@ -46,6 +46,10 @@ const evictionSample = 8
 // When a new client takes the budget over its bound, one client is evicted from the store
 // holding the largest share of the budget (see Memory): a flood of distinct keys on one policy
 // evicts that policy's clients, not those of a policy holding less than an equal share.
+//
+// The bound holds once each decision has returned. A new client is inserted before the
+// evictions it requires, which happen after its shard's lock is released, so meanwhile the
+// budget may be over its bound by at most one client per decision in flight.
 type Budget struct {
 	max       int64 // clients; 0: unbounded
 	maxBytes  int64 // bytes of client state (see Memory); 0: unbounded
