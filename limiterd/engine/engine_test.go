@@ -171,6 +171,9 @@ func (failingStore) Decide(context.Context, string, limiter.RateLimiter, time.Ti
 func (failingStore) Peek(context.Context, string, limiter.RateLimiter, time.Time) (limiter.Decision, error) {
 	return limiter.Decision{}, errDown
 }
+func (failingStore) Refund(context.Context, string, limiter.RateLimiter, time.Time, int64) (limiter.Decision, error) {
+	return limiter.Decision{}, errDown
+}
 func (failingStore) Reset(context.Context, string) error { return errDown }
 
 func TestFailureModes(t *testing.T) {

@@ -62,6 +62,12 @@ type RateLimiter interface {
 	Decide(s *State, now time.Time, cost int64) Decision
 	// Peek reports what Decide would answer for one unit, without changing s.
 	Peek(s *State, now time.Time) Decision
+	// Refund returns amount units to the client's allowance at instant now, clamped so that
+	// the allowance never exceeds its limit: a token bucket's theoretical arrival time moves
+	// back by amount tokens' refill time, never before now; a sliding window forgets the
+	// newest amount admitted units still in the window. It answers what Peek would after it.
+	// amount must be at least 1.
+	Refund(s *State, now time.Time, amount int64) Decision
 	// Fresh reports whether s has decayed back to the state of a client never seen (bucket full,
 	// window empty), so that dropping it changes no future decision.
 	Fresh(s *State, now time.Time) bool
@@ -202,6 +208,7 @@ var Unlimited RateLimiter = unlimited{}
 
 func (unlimited) Decide(*State, time.Time, int64) Decision { return Decision{Allowed: true} }
 func (unlimited) Peek(*State, time.Time) Decision          { return Decision{Allowed: true} }
+func (unlimited) Refund(*State, time.Time, int64) Decision { return Decision{Allowed: true} }
 func (unlimited) Fresh(*State, time.Time) bool             { return true }
 func (unlimited) Algorithm() Algorithm                     { return AlgorithmUnlimited }
 func (unlimited) Limit() int64                             { return 0 }

@@ -255,7 +255,7 @@ func (m *Memory) createShards() *[memoryShards]memoryShard {
 
 // Decide implements Store. It never fails.
 func (m *Memory) Decide(_ context.Context, key string, rl RateLimiter, now time.Time, cost int64) (Decision, error) {
-	d, added := m.apply(key, rl, now, cost, false)
+	d, added := m.apply(key, rl, now, cost, opDecide)
 	if added && m.budget.over() {
 		m.budget.reclaim(m, now)
 	}
@@ -265,15 +265,33 @@ func (m *Memory) Decide(_ context.Context, key string, rl RateLimiter, now time.
 // Peek implements Store: what a one-unit decision would answer, without consuming anything or
 // creating state. It never fails.
 func (m *Memory) Peek(_ context.Context, key string, rl RateLimiter, now time.Time) (Decision, error) {
-	d, _ := m.apply(key, rl, now, 1, true)
+	d, _ := m.apply(key, rl, now, 1, opPeek)
 	return d, nil
 }
 
-// apply decides under the key's shard lock; added reports that a new client is now tracked.
-func (m *Memory) apply(key string, rl RateLimiter, now time.Time, cost int64, peek bool) (d Decision, added bool) {
+// Refund implements Store: it returns amount units to the client's allowance (see
+// RateLimiter.Refund), creating no state for a client it does not track. It never fails.
+func (m *Memory) Refund(_ context.Context, key string, rl RateLimiter, now time.Time, amount int64) (Decision, error) {
+	d, _ := m.apply(key, rl, now, amount, opRefund)
+	return d, nil
+}
+
+// op is what apply does to a client's state.
+type op uint8
+
+const (
+	opDecide op = iota // decide cost units
+	opPeek             // read only
+	opRefund           // refund cost units; a client not tracked has nothing to refund
+)
+
+// apply decides, peeks or refunds under the key's shard lock; added reports that a new client
+// is now tracked.
+func (m *Memory) apply(key string, rl RateLimiter, now time.Time, cost int64, o op) (d Decision, added bool) {
+	create := o == opDecide
 	switch rl.Algorithm() {
 	case AlgorithmTokenBucket:
-		sh, h := m.shard(key, !peek)
+		sh, h := m.shard(key, create)
 		if sh == nil {
 			return rl.Peek(&State{}, now), false
 		}
@@ -284,12 +302,19 @@ func (m *Memory) apply(key string, rl RateLimiter, now time.Time, cost int64, pe
 		if ok {
 			b := &sh.buckets.slots[i].state
 			s = State{stamp: b.stamp, frac: b.frac, tat: b.tat}
-		} else if _, had := sh.windows[key]; had && !peek {
+		} else if _, had := sh.windows[key]; had && create {
 			forgetWindow(m, sh, key) // the client changed algorithm: it starts fresh
 		}
 		tb := rl.(*TokenBucket) // the set is closed; a concrete call keeps s on the stack
-		if peek {
+		switch {
+		case o == opPeek:
 			return tb.Peek(&s, now), false
+		case o == opRefund && !ok:
+			return tb.Peek(&s, now), false
+		case o == opRefund:
+			d := tb.Refund(&s, now, cost)
+			sh.buckets.slots[i].state = bucketState{tat: s.tat, frac: s.frac, stamp: s.stamp}
+			return d, false
 		}
 		stamp := s.stamp
 		d := tb.Decide(&s, now, cost)
@@ -303,7 +328,7 @@ func (m *Memory) apply(key string, rl RateLimiter, now time.Time, cost int64, pe
 		}
 		return d, added
 	case AlgorithmSlidingWindow:
-		sh, h := m.shard(key, !peek)
+		sh, h := m.shard(key, create)
 		if sh == nil {
 			return rl.Peek(&State{}, now), false
 		}
@@ -311,7 +336,7 @@ func (m *Memory) apply(key string, rl RateLimiter, now time.Time, cost int64, pe
 		defer sh.Unlock()
 		s, ok := sh.windows[key]
 		if !ok {
-			if peek {
+			if !create {
 				return rl.Peek(&State{}, now), false
 			}
 			if i, had := sh.buckets.find(key, h); had {
@@ -319,8 +344,12 @@ func (m *Memory) apply(key string, rl RateLimiter, now time.Time, cost int64, pe
 			}
 			s = &State{}
 		}
-		if peek {
+		switch o {
+		case opPeek:
 			return rl.Peek(s, now), false
+		case opRefund:
+			return rl.Refund(s, now, cost), false // the log only shrinks: its capacity stays
+		case opDecide:
 		}
 		logBefore := logBytes(s)
 		d := rl.Decide(s, now, cost)
@@ -342,8 +371,12 @@ func (m *Memory) apply(key string, rl RateLimiter, now time.Time, cost int64, pe
 		return d, added
 	case AlgorithmUnlimited: // stateless, below
 	}
-	if peek {
+	switch o {
+	case opPeek:
 		return rl.Peek(nil, now), false
+	case opRefund:
+		return rl.Refund(nil, now, cost), false
+	case opDecide:
 	}
 	return rl.Decide(nil, now, cost), false
 }

@@ -19,6 +19,10 @@ func TestMemoryConcurrentDecisionsOnOneKey(t *testing.T) {
 	limitertest.RunConcurrent(t, limiter.NewMemory(nil), 16, 200, 1000)
 }
 
+func TestMemoryRefundRacesDecisions(t *testing.T) {
+	limitertest.RunRefundRace(t, limiter.NewMemory(nil), 16, 400, 100)
+}
+
 func mustTB(t testing.TB, capacity, rate int64, period time.Duration) *limiter.TokenBucket {
 	t.Helper()
 	b, err := limiter.NewTokenBucket(capacity, rate, period)
@@ -125,6 +129,29 @@ func TestMemoryResetAndPeek(t *testing.T) {
 	}
 	if d, _ := m.Decide(ctx, "k", tb, t0, 2); !d.Allowed {
 		t.Fatalf("decision after reset rejected: %+v", d)
+	}
+}
+
+// TestMemoryRefundKeepsNoNewClient checks that a refund for a client the store does not track
+// (nothing to refund) creates no state, for either algorithm, and that a refund of a tracked
+// client keeps the budget's bytes as they were.
+func TestMemoryRefundKeepsNoNewClient(t *testing.T) {
+	ctx := context.Background()
+	budget := limiter.NewBudget(0, 0)
+	m := limiter.NewMemory(budget)
+	t0 := limitertest.T0
+	for _, rl := range []limiter.RateLimiter{mustTB(t, 2, 1, time.Minute), mustSW(t, 2, time.Minute)} {
+		if d, _ := m.Refund(ctx, "unknown-"+rl.Algorithm().String(), rl, t0, 1); !d.Allowed || d.Remaining != 2 || m.Len() != 0 {
+			t.Fatalf("%s: refund of an unknown client = %+v, len %d", rl.Algorithm(), d, m.Len())
+		}
+	}
+	sw := mustSW(t, 4, time.Minute)
+	for i := range 3 {
+		m.Decide(ctx, "k", sw, t0.Add(time.Duration(i)), 1)
+	}
+	bytes := budget.Bytes()
+	if d, _ := m.Refund(ctx, "k", sw, t0.Add(3), 2); d.Remaining != 3 || budget.Bytes() != bytes || m.Len() != 1 {
+		t.Fatalf("refund of 2 of 3 units: %+v, %d bytes (was %d), len %d", d, budget.Bytes(), bytes, m.Len())
 	}
 }
 

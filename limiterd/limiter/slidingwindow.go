@@ -99,6 +99,23 @@ func (l *windowLog) push(at, cost int64) {
 	*l.last() = admission{at: at, cum: cum}
 }
 
+// unpush forgets the newest n units of the log, dropping the entries they emptied.
+func (l *windowLog) unpush(n int64) {
+	for n > 0 && l.n > 0 {
+		last, prev := l.last(), l.base
+		if l.n > 1 {
+			prev = l.at(l.n - 2).cum
+		}
+		units := last.cum - prev
+		if units > n {
+			last.cum -= n
+			return
+		}
+		n -= units
+		l.n--
+	}
+}
+
 // clamp returns the instant a decision at now happens at for this log: never before its newest
 // entry (a clock that stepped backwards).
 func (l *windowLog) clamp(now int64) int64 {
@@ -176,6 +193,21 @@ func (w *SlidingWindow) Peek(s *State, now time.Time) Decision {
 		return w.decision(&view, t, used, 1, used+1 <= w.limit)
 	}
 	return w.decision(nil, t, used, 1, true)
+}
+
+// Refund implements RateLimiter: the newest amount units admitted inside the window leave it
+// first, so that a reservation refunded at once leaves the log as if it had been smaller.
+func (w *SlidingWindow) Refund(s *State, now time.Time, amount int64) Decision {
+	t := now.UnixNano()
+	adopt(w, s, t)
+	if s.log == nil {
+		return w.decision(nil, t, 0, 1, true)
+	}
+	t = s.log.clamp(t)
+	s.log.expire(t, w.window)
+	s.log.unpush(amount)
+	used := s.log.used()
+	return w.decision(s.log, t, used, 1, used+1 <= w.limit)
 }
 
 // Fresh implements RateLimiter: the window holds no admission.

@@ -14,6 +14,11 @@ type Store interface {
 	Decide(ctx context.Context, key string, rl RateLimiter, now time.Time, cost int64) (Decision, error)
 	// Peek reports what a one-unit decision would answer, without consuming anything.
 	Peek(ctx context.Context, key string, rl RateLimiter, now time.Time) (Decision, error)
+	// Refund returns amount units (at least 1) to the client's allowance by rl at instant now,
+	// as RateLimiter.Refund does, atomically with the client's decisions, and answers what Peek
+	// would after it. A refund is not idempotent: repeating one refunds again (up to the
+	// limit).
+	Refund(ctx context.Context, key string, rl RateLimiter, now time.Time, amount int64) (Decision, error)
 	// Reset forgets the client's state: its next request is decided as its first.
 	Reset(ctx context.Context, key string) error
 }

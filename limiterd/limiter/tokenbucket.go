@@ -180,6 +180,26 @@ func (b *TokenBucket) Peek(s *State, now time.Time) Decision {
 	return d
 }
 
+// Refund implements RateLimiter: the TAT moves back by amount tokens' refill time, never before
+// now (a full bucket).
+func (b *TokenBucket) Refund(s *State, now time.Time, amount int64) Decision {
+	t := now.UnixNano()
+	adopt(b, s, t)
+	if debt := b.debt(s, t); debt != (instant{}) {
+		back := b.tau // a refund of the capacity or more fills any bucket
+		if amount < b.capacity {
+			back = mulDiv(uint64(amount), b.period, b.rate)
+		}
+		next := instant{}
+		if less(back, debt) {
+			next = b.sub(debt, back)
+		}
+		tat := b.add(instant{ns: t}, next)
+		s.tat, s.frac, s.stamp = tat.ns, uint32(tat.frac), b.stamp
+	}
+	return b.Peek(s, now)
+}
+
 // Fresh implements RateLimiter: the bucket is full.
 func (b *TokenBucket) Fresh(s *State, now time.Time) bool {
 	return b.debt(s, now.UnixNano()) == instant{}

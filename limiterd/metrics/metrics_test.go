@@ -192,6 +192,9 @@ func (failingStore) Decide(context.Context, string, limiter.RateLimiter, time.Ti
 func (failingStore) Peek(context.Context, string, limiter.RateLimiter, time.Time) (limiter.Decision, error) {
 	return limiter.Decision{}, errStoreDown
 }
+func (failingStore) Refund(context.Context, string, limiter.RateLimiter, time.Time, int64) (limiter.Decision, error) {
+	return limiter.Decision{}, errStoreDown
+}
 func (failingStore) Reset(context.Context, string) error { return errStoreDown }
 
 func TestStoreErrorsByPolicy(t *testing.T) {

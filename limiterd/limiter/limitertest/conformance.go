@@ -15,12 +15,18 @@ import (
 // T0 is the instant conformance steps are relative to.
 var T0 = time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
 
-// Step is one decision of a conformance case and what it must answer: every field of the
-// Decision is checked, except RetryAfter of an admitted request and a ResetAfter of -1.
+// Step is one decision (or peek, or refund) of a conformance case and what it must answer:
+// every field of the Decision is checked, except RetryAfter of an admitted request and a
+// ResetAfter of -1.
 type Step struct {
-	At         time.Duration // since T0
-	Key        string        // default "client"
-	Cost       int64         // default 1
+	At   time.Duration // since T0
+	Key  string        // default "client"
+	Cost int64         // default 1
+	// Peek makes the step a Store.Peek: what a one-unit request would get, consuming nothing.
+	Peek bool
+	// Refund, when positive, makes the step a Store.Refund of that many units; the answer
+	// describes the state after it, as a peek would.
+	Refund     int64
 	Allowed    bool
 	Remaining  int64
 	RetryAfter time.Duration // checked when the request is rejected; 0: no wait admits it
@@ -126,9 +132,67 @@ func Cases() []Case {
 			{At: 9 * time.Second, Allowed: false, Remaining: 0, RetryAfter: time.Second, ResetAfter: time.Second},
 			{At: 11 * time.Second, Allowed: true, Remaining: 1, ResetAfter: time.Second},
 		}},
+		{Name: "token bucket peek consumes nothing", Strategy: tb(3, 1, time.Second), Steps: []Step{
+			{At: 0, Peek: true, Allowed: true, Remaining: 3, ResetAfter: 0},
+			{At: 0, Peek: true, Allowed: true, Remaining: 3, ResetAfter: 0},
+			{At: 0, Cost: 3, Allowed: true, Remaining: 0, ResetAfter: 3 * time.Second},
+			{At: 0, Peek: true, Allowed: false, Remaining: 0, RetryAfter: time.Second, ResetAfter: 3 * time.Second},
+			{At: 500 * ms, Peek: true, Allowed: false, Remaining: 0, RetryAfter: 500 * ms, ResetAfter: 2500 * ms},
+			{At: time.Second, Allowed: true, Remaining: 0, ResetAfter: 3 * time.Second},
+		}},
+		{Name: "token bucket refund moves the arrival time back, clamped to a full bucket", Strategy: tb(10, 10, time.Second), Steps: []Step{
+			{At: 0, Refund: 5, Allowed: true, Remaining: 10, ResetAfter: 0},
+			{At: 0, Cost: 7, Allowed: true, Remaining: 3, ResetAfter: 700 * ms},
+			{At: 0, Refund: 4, Allowed: true, Remaining: 7, ResetAfter: 300 * ms},
+			{At: 0, Refund: 100, Allowed: true, Remaining: 10, ResetAfter: 0},
+			{At: 0, Cost: 10, Allowed: true, Remaining: 0, ResetAfter: time.Second},
+			{At: 0, Allowed: false, Remaining: 0, RetryAfter: 100 * ms, ResetAfter: time.Second},
+			{At: 50 * ms, Refund: 1, Allowed: true, Remaining: 1, ResetAfter: 850 * ms},
+			{At: 50 * ms, Cost: 2, Allowed: false, Remaining: 1, RetryAfter: 50 * ms, ResetAfter: 850 * ms},
+			{At: 100 * ms, Cost: 2, Allowed: true, Remaining: 0, ResetAfter: time.Second},
+		}},
+		{Name: "token bucket refund of a fraction of a token", Strategy: tb(2, 3, time.Second), Steps: []Step{
+			{At: 0, Cost: 2, Allowed: true, Remaining: 0, ResetAfter: 666666667},
+			{At: 100 * ms, Refund: 1, Allowed: true, Remaining: 1, ResetAfter: 233333334},
+			{At: 100 * ms, Refund: 1, Allowed: true, Remaining: 2, ResetAfter: 0},
+		}},
+		{Name: "token bucket refund after a swap carries the usage over first", Strategy: tb(10, 1, time.Second), Steps: []Step{
+			{At: 0, Cost: 6, Allowed: true, Remaining: 4, ResetAfter: 6 * time.Second, Then: tb(20, 2, time.Second)},
+			{At: 0, Refund: 2, Allowed: true, Remaining: 16, ResetAfter: 2 * time.Second},
+			{At: 0, Cost: 16, Allowed: true, Remaining: 0, ResetAfter: 10 * time.Second},
+		}},
+		{Name: "sliding window peek consumes nothing", Strategy: sw(2, time.Second), Steps: []Step{
+			{At: 0, Peek: true, Allowed: true, Remaining: 2, ResetAfter: 0},
+			{At: 0, Allowed: true, Remaining: 1, ResetAfter: time.Second},
+			{At: 200 * ms, Allowed: true, Remaining: 0, ResetAfter: time.Second},
+			{At: 500 * ms, Peek: true, Allowed: false, Remaining: 0, RetryAfter: 500 * ms, ResetAfter: 700 * ms},
+			{At: 1000 * ms, Peek: true, Allowed: true, Remaining: 1, ResetAfter: 200 * ms},
+			{At: 1000 * ms, Allowed: true, Remaining: 0, ResetAfter: time.Second},
+		}},
+		{Name: "sliding window refund forgets the newest units first", Strategy: sw(10, time.Second), Steps: []Step{
+			{At: 0, Refund: 3, Allowed: true, Remaining: 10, ResetAfter: 0},
+			{At: 0, Cost: 4, Allowed: true, Remaining: 6, ResetAfter: time.Second},
+			{At: 100 * ms, Cost: 3, Allowed: true, Remaining: 3, ResetAfter: time.Second},
+			{At: 200 * ms, Cost: 3, Allowed: true, Remaining: 0, ResetAfter: time.Second},
+			// The 3 units of 200ms leave, then 1 of the 3 of 100ms.
+			{At: 300 * ms, Refund: 4, Allowed: true, Remaining: 4, ResetAfter: 800 * ms},
+			{At: 300 * ms, Cost: 5, Allowed: false, Remaining: 4, RetryAfter: 700 * ms, ResetAfter: 800 * ms},
+			{At: 1050 * ms, Cost: 8, Allowed: true, Remaining: 0, ResetAfter: time.Second},
+			{At: 1050 * ms, Refund: 100, Allowed: true, Remaining: 10, ResetAfter: 0},
+			{At: 1050 * ms, Cost: 10, Allowed: true, Remaining: 0, ResetAfter: time.Second},
+		}},
+		{Name: "sliding window refund cannot return units that left the window", Strategy: sw(3, time.Second), Steps: []Step{
+			{At: 0, Cost: 2, Allowed: true, Remaining: 1, ResetAfter: time.Second},
+			{At: 500 * ms, Allowed: true, Remaining: 0, ResetAfter: time.Second},
+			{At: time.Second, Refund: 3, Allowed: true, Remaining: 3, ResetAfter: 0},
+			{At: time.Second, Cost: 3, Allowed: true, Remaining: 0, ResetAfter: time.Second},
+			{At: time.Second, Allowed: false, Remaining: 0, RetryAfter: time.Second, ResetAfter: time.Second},
+		}},
 		{Name: "unlimited admits everything", Strategy: limiter.Unlimited, Steps: []Step{
 			{At: 0, Cost: 1_000_000_000, Allowed: true, ResetAfter: -1},
 			{At: 0, Cost: 1_000_000_000, Allowed: true, ResetAfter: -1},
+			{At: 0, Peek: true, Allowed: true, ResetAfter: -1},
+			{At: 0, Refund: 5, Allowed: true, ResetAfter: -1},
 		}},
 		{Name: "same parameters keep state across a swap", Strategy: tb(2, 1, time.Second), Steps: []Step{
 			{At: 0, Allowed: true, Remaining: 1, ResetAfter: time.Second, Then: tb(2, 1, time.Second)},
@@ -168,9 +232,23 @@ func Run(t *testing.T, newStore func(t *testing.T) limiter.Store) {
 				if cost == 0 {
 					cost = 1
 				}
-				got, err := store.Decide(context.Background(), key, rl, T0.Add(s.At), cost)
+				var (
+					got limiter.Decision
+					err error
+					op  = "decide"
+				)
+				switch {
+				case s.Peek:
+					got, err = store.Peek(context.Background(), key, rl, T0.Add(s.At))
+					op = "peek"
+				case s.Refund > 0:
+					got, err = store.Refund(context.Background(), key, rl, T0.Add(s.At), s.Refund)
+					op, cost = "refund", s.Refund
+				default:
+					got, err = store.Decide(context.Background(), key, rl, T0.Add(s.At), cost)
+				}
 				if err != nil {
-					t.Fatalf("step %d: %v", i, err)
+					t.Fatalf("step %d (%s): %v", i, op, err)
 				}
 				want := limiter.Decision{Allowed: s.Allowed, Limit: rl.Limit(), Remaining: s.Remaining, ResetAfter: s.ResetAfter}
 				if !s.Allowed {
@@ -180,7 +258,7 @@ func Run(t *testing.T, newStore func(t *testing.T) limiter.Store) {
 					got.ResetAfter, want.ResetAfter = 0, 0
 				}
 				if got != want {
-					t.Fatalf("step %d (t0+%v, key %s, cost %d):\n got  %+v\n want %+v", i, s.At, key, cost, got, want)
+					t.Fatalf("step %d (%s at t0+%v, key %s, cost %d):\n got  %+v\n want %+v", i, op, s.At, key, cost, got, want)
 				}
 				if s.Then != nil {
 					rl = s.Then
@@ -236,6 +314,88 @@ func RunConcurrent(t *testing.T, store limiter.Store, workers, perWorker int, li
 			if allowed != want {
 				t.Fatalf("%d goroutines admitted %d requests on one key, a serial run admits %d", workers, allowed, want)
 			}
+		})
+	}
+}
+
+// RunRefundRace checks that refunds racing decisions on one key lose and invent no unit:
+// workers goroutines each decide perWorker times at one instant (so nothing refills) against a
+// token bucket and a sliding window of capacity limit, and refund every other unit they were
+// admitted. Whatever the interleaving, the units still held, admitted minus refunded, never
+// exceed the limit, and the store's remaining allowance is exactly the limit minus them.
+func RunRefundRace(t *testing.T, store limiter.Store, workers, perWorker int, limit int64) {
+	ctx := context.Background()
+	for _, rl := range []limiter.RateLimiter{
+		must(limiter.NewTokenBucket(limit, 1, time.Hour)),
+		must(limiter.NewSlidingWindow(limit, time.Hour)),
+	} {
+		t.Run(rl.Algorithm().String(), func(t *testing.T) {
+			key := fmt.Sprintf("refund-race-%s", rl.Algorithm())
+			var (
+				wg                          sync.WaitGroup
+				mu                          sync.Mutex
+				admitted, refunded, answers int64
+				errs                        []error
+			)
+			fail := func(err error) {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+			for range workers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					var a, r int64
+					for i := range perWorker {
+						d, err := store.Decide(ctx, key, rl, T0, 1)
+						if err != nil {
+							fail(err)
+							return
+						}
+						if !d.Allowed {
+							continue
+						}
+						a++
+						if i%2 == 1 {
+							continue // keep it
+						}
+						// This worker holds the unit it was just admitted, so the client's
+						// usage is at least 1: the refund returns exactly one unit.
+						if d, err = store.Refund(ctx, key, rl, T0, 1); err != nil {
+							fail(err)
+							return
+						}
+						if d.Remaining < 1 || d.Remaining > limit {
+							fail(fmt.Errorf("a refund answered %d remaining, want 1 to %d", d.Remaining, limit))
+							return
+						}
+						r++
+					}
+					mu.Lock()
+					admitted, refunded, answers = admitted+a, refunded+r, answers+int64(perWorker)
+					mu.Unlock()
+				}()
+			}
+			wg.Wait()
+			if len(errs) > 0 {
+				t.Fatalf("%d calls failed, the first: %v", len(errs), errs[0])
+			}
+			held := admitted - refunded
+			if held > limit || held < 0 {
+				t.Fatalf("admitted %d, refunded %d: %d units held, limit %d", admitted, refunded, held, limit)
+			}
+			if refunded == 0 {
+				t.Fatal("no refund happened: the first decision of all is admitted and refunded")
+			}
+			d, err := store.Peek(ctx, key, rl, T0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Remaining != limit-held {
+				t.Fatalf("admitted %d, refunded %d: the store says %d remaining, want %d", admitted, refunded, d.Remaining, limit-held)
+			}
+			t.Logf("%d decisions: %d admitted, %d refunded, %d held of %d", answers, admitted, refunded, held, limit)
 		})
 	}
 }

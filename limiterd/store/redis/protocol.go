@@ -6,13 +6,14 @@ package redis
 // constants below (Lua name = Go constant + 1 for an index, the same text or number for a
 // value); TestScriptsMirrorProtocol fails when the two drift.
 
-// mode says whether a script decides (and writes) or only peeks (reads).
+// mode says whether a script decides (and writes), only peeks (reads), or refunds (writes).
 type mode string
 
-// The modes: ARGV's MODE_DECIDE and MODE_PEEK.
+// The modes: ARGV's MODE_DECIDE, MODE_PEEK and MODE_REFUND.
 const (
 	modeDecide mode = "d"
 	modePeek   mode = "p"
+	modeRefund mode = "r"
 )
 
 // tokenbucket.lua's arguments (ARG_*).
@@ -25,7 +26,7 @@ const (
 	tbArgTauS               // tau, a full refill: seconds,
 	tbArgTauN               // nanoseconds,
 	tbArgTauF               // and fraction (of 1/rate ns)
-	tbArgCostS              // the cost's interval: seconds ("": the cost exceeds the capacity),
+	tbArgCostS              // the cost's (or refund's) interval: seconds ("": the cost exceeds the capacity),
 	tbArgCostN              // nanoseconds,
 	tbArgCostF              // and fraction
 	tbArgSlackMS            // milliseconds added to the key's expiry
@@ -50,6 +51,7 @@ const (
 	tbRejected = 0 // not admitted (always, when peeking)
 	tbAdmitted = 1 // admitted, and the new state written
 	tbConvert  = 2 // another strategy wrote the state (raw): Go converts it and writes it with cas.lua
+	tbRefunded = 3 // refunded: the refund written (or nothing to refund); the state is the one before it
 
 	tbStateFresh = 0 // no state: the reply ends here
 	tbStateTAT   = 1 // tbReplyTATS, tbReplyTATN, tbReplyTATF follow

@@ -46,7 +46,7 @@ func TestScriptsMirrorProtocol(t *testing.T) {
 		want         map[string]string
 	}{
 		{"tokenbucket.lua", tokenBucketSource, map[string]string{
-			"MODE_DECIDE": text(modeDecide), "MODE_PEEK": text(modePeek),
+			"MODE_DECIDE": text(modeDecide), "MODE_PEEK": text(modePeek), "MODE_REFUND": text(modeRefund),
 			"ARG_MODE": index(tbArgMode), "ARG_FINGERPRINT": index(tbArgFingerprint),
 			"ARG_NOW_S": index(tbArgNowS), "ARG_NOW_N": index(tbArgNowN), "ARG_RATE": index(tbArgRate),
 			"ARG_TAU_S": index(tbArgTauS), "ARG_TAU_N": index(tbArgTauN), "ARG_TAU_F": index(tbArgTauF),
@@ -56,10 +56,11 @@ func TestScriptsMirrorProtocol(t *testing.T) {
 			"REPLY_STATE": index(tbReplyState), "REPLY_TAT_S": index(tbReplyTATS), "REPLY_TAT_N": index(tbReplyTATN),
 			"REPLY_TAT_F": index(tbReplyTATF), "REPLY_RAW": index(tbReplyRaw),
 			"OUTCOME_REJECTED": value(tbRejected), "OUTCOME_ADMITTED": value(tbAdmitted), "OUTCOME_CONVERT": value(tbConvert),
-			"STATE_FRESH": value(tbStateFresh), "STATE_TAT": value(tbStateTAT), "STATE_RAW": value(tbStateRaw),
+			"OUTCOME_REFUNDED": value(tbRefunded),
+			"STATE_FRESH":      value(tbStateFresh), "STATE_TAT": value(tbStateTAT), "STATE_RAW": value(tbStateRaw),
 		}},
 		{"slidingwindow.lua", slidingWindowSource, map[string]string{
-			"MODE_DECIDE": text(modeDecide), "MODE_PEEK": text(modePeek),
+			"MODE_DECIDE": text(modeDecide), "MODE_PEEK": text(modePeek), "MODE_REFUND": text(modeRefund),
 			"ARG_MODE": index(swArgMode), "ARG_FINGERPRINT": index(swArgFingerprint),
 			"ARG_NOW_S": index(swArgNowS), "ARG_NOW_N": index(swArgNowN),
 			"ARG_LIMIT": index(swArgLimit), "ARG_WINDOW": index(swArgWindow), "ARG_COST": index(swArgCost),

@@ -4,7 +4,8 @@
 --          oldest first. epoch is Unix seconds; at_i is an admitted instant in ns since epoch;
 --          cum_i the running total of units admitted up to it; base the total just before
 --          at_1. Absent: fresh. A string there is a token bucket's state.
--- ARGV     named by the ARG_ locals below: the mode (MODE_PEEK reads only), the strategy's
+-- ARGV     named by the ARG_ locals below: the mode (MODE_PEEK reads only; MODE_REFUND forgets
+--          the newest cost units in the window and answers as a peek after it), the strategy's
 --          fingerprint, now (s, n; "" for s: the server's clock, TIME), the limit, the window
 --          (ns), the cost, the milliseconds added to the key's expiry, and the rebase
 --          threshold: past it, instants and totals are rewritten relative to the oldest entry,
@@ -19,6 +20,7 @@
 -- Protocol: mirrors protocol.go (Go indices are 0-based); TestScriptsMirrorProtocol compares.
 local MODE_DECIDE = 'd'
 local MODE_PEEK = 'p'
+local MODE_REFUND = 'r'
 local ARG_MODE = 1
 local ARG_FINGERPRINT = 2
 local ARG_NOW_S = 3
@@ -40,7 +42,7 @@ local ADMITTED = 1
 
 if #ARGV ~= ARGS then return redis.error_reply('sliding window: ' .. #ARGV .. ' arguments, want ' .. ARGS) end
 local k = KEYS[1]
-local decide, fp = ARGV[ARG_MODE] == MODE_DECIDE, ARGV[ARG_FINGERPRINT]
+local decide, refund, fp = ARGV[ARG_MODE] == MODE_DECIDE, ARGV[ARG_MODE] == MODE_REFUND, ARGV[ARG_FINGERPRINT]
 local G = 1000000000
 local nows, nown
 if ARGV[ARG_NOW_S] == '' then
@@ -95,6 +97,25 @@ end
 local live = n - first
 local used = 0
 if live > 0 then used = lastCum - base end
+if refund then -- forget the newest cost units (unpush); then answer for one unit
+  local back = cost
+  while back > 0 and live > 0 do
+    local prev = base
+    if live > 1 then prev = cum(n - 2) end
+    if lastCum - prev > back then
+      lastCum = lastCum - back
+      redis.call('LSET', k, -1, int(lastCum))
+      back = 0
+    else
+      back = back - (lastCum - prev)
+      redis.call('RPOP', k, 2)
+      n, live = n - 1, live - 1
+      if live > 0 then lastAt, lastCum = at(n - 1), cum(n - 1) end
+    end
+  end
+  used, cost = 0, 1
+  if live > 0 then used = lastCum - base end
+end
 
 local admitted = cost <= limit and used + cost <= limit
 local remaining, resetAfter, retryAfter = math.max(0, limit - used), 0, 0
@@ -156,7 +177,7 @@ if used > 0 then
     end
   end
 end
-if decide and (first > 0 or convert) then -- keep the expiry and the conversion
+if (decide or refund) and #h == 3 and (first > 0 or convert or live == 0) then -- keep the expiry, the conversion, the refund
   if live == 0 then
     redis.call('DEL', k)
   else

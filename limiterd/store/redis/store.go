@@ -403,6 +403,34 @@ func (s *Store) Peek(ctx context.Context, key string, rl limiter.RateLimiter, no
 	return d, nil
 }
 
+// Refund implements limiter.Store: one script returns the units atomically with the client's
+// decisions. With ServerClock, now is ignored. With a reject cache, the refund then tells every
+// replica to forget the client's cached rejection, as Reset does, since the client may now be
+// admitted before the cached retry time.
+func (s *Store) Refund(ctx context.Context, key string, rl limiter.RateLimiter, now time.Time, amount int64) (limiter.Decision, error) {
+	if rl.Algorithm() == limiter.AlgorithmUnlimited {
+		return rl.Refund(nil, now, amount), nil
+	}
+	d, err := s.guarded(ctx, key, rl, now, amount, modeRefund)
+	if err != nil {
+		return limiter.Decision{}, fmt.Errorf("redis store: policy %s: refund: %w", s.policy, err)
+	}
+	if s.cache != nil {
+		s.c.trust.epoch.Add(1) // a rejection decided before the refund must not be cached after it
+		s.cache.delete(key)
+		if cn, err := s.c.get(); err == nil {
+			ctx, cancel := context.WithTimeout(ctx, s.c.opts.Timeout)
+			defer cancel()
+			// The refund is done: a replica that misses the message keeps rejecting the client
+			// until its cached retry time at most, which admits nothing extra.
+			if err := cn.Do(ctx, cn.B().Publish().Channel(ResetChannel).Message(s.policy+"\x00"+key).Build()).Error(); err != nil {
+				s.c.log.Warn("refund not announced to the other replicas' reject caches", "policy", s.policy, "error", err)
+			}
+		}
+	}
+	return d, nil
+}
+
 // Reset implements limiter.Store: it deletes the client's state and, in the same step,
 // publishes the reset on ResetChannel, so that every replica's reject cache forgets the client.
 // The cache of this process forgets it before Reset returns; other replicas' as soon as the
@@ -478,6 +506,8 @@ func (s *Store) tokenBucket(ctx context.Context, cn *conn, k string, rl *limiter
 	capacity, rate, _ := rl.Params()
 	inc := p.unit
 	switch {
+	case mode == modeRefund && cost >= capacity:
+		inc = p.tau // a refund of the capacity or more fills any bucket
 	case cost > capacity:
 		inc = [3]string{} // never admitted
 	case cost != 1:
@@ -493,6 +523,8 @@ func (s *Store) tokenBucket(ctx context.Context, cn *conn, k string, rl *limiter
 	}
 	outcome, state := ints[tbReplyOutcome], ints[tbReplyState]
 	switch {
+	case (outcome == tbRefunded) != (mode == modeRefund) && outcome != tbConvert:
+		return d, false, fmt.Errorf("token bucket script: outcome %d in mode %s", outcome, mode)
 	case state == tbStateFresh && len(arr) == tbReplyState+1 && outcome != tbConvert,
 		state == tbStateTAT && len(arr) == tbReplyTATF+1 && outcome != tbConvert,
 		state == tbStateRaw && len(arr) == tbReplyRaw+1 && outcome == tbConvert:
@@ -518,8 +550,12 @@ func (s *Store) tokenBucket(ctx context.Context, cn *conn, k string, rl *limiter
 		}
 		st = rl.StateAt(tat[0]*1e9+tat[1], uint64(tat[2]))
 	}
-	if mode == modePeek {
+	switch mode {
+	case modePeek:
 		return rl.Peek(&st, at), true, nil
+	case modeRefund: // the script refunded on this state exactly as Refund does
+		return rl.Refund(&st, at, cost), true, nil
+	case modeDecide:
 	}
 	d = rl.Decide(&st, at, cost)
 	if d.Allowed != (outcome == tbAdmitted) {
@@ -547,15 +583,19 @@ func tokenBucketArgs(mode mode, p *prepared, nowS, nowN string, inc [3]string, s
 func (s *Store) convertTokenBucket(ctx context.Context, cn *conn, k string, rl *limiter.TokenBucket, p *prepared,
 	raw string, at time.Time, cost int64, mode mode) (d limiter.Decision, done bool, err error) {
 	st, known := parseTokenBucketState(raw) // fresh if written by no token bucket we know
-	if mode == modePeek {
+	switch mode {
+	case modePeek:
 		return rl.Peek(&st, at), true, nil
+	case modeRefund:
+		d = rl.Refund(&st, at, cost)
+	case modeDecide:
+		d = rl.Decide(&st, at, cost)
 	}
-	d = rl.Decide(&st, at, cost)
 	// The converted state is kept even when it is full (as limiter.Memory keeps it until a
 	// sweep): after a clock step backwards, a full bucket converted at a later instant still
 	// counts as used. A fresh state that stayed unwritten (rejected) is deleted instead.
 	var next, ttl string
-	if known || d.Allowed {
+	if known || d.Allowed && mode == modeDecide {
 		tat, frac := st.TAT()
 		sec, ns := split(tat)
 		next = p.fp + " " + strconv.FormatInt(sec, 10) + " " + strconv.FormatInt(ns, 10) + " " + strconv.FormatUint(frac, 10)

@@ -40,6 +40,11 @@ func TestConcurrent(t *testing.T) {
 	limitertest.RunConcurrent(t, c.Store(t.Name()), 32, 20, 100)
 }
 
+func TestRefundRacesDecisions(t *testing.T) {
+	c := newClient(t, testOptions(shared(t).Addr()))
+	limitertest.RunRefundRace(t, c.Store(t.Name()), 32, 20, 100)
+}
+
 // seeds is how many random sequences TestMatchesMemory runs (go test -args -seeds N).
 var seeds = uint64(16)
 
@@ -47,7 +52,7 @@ func init() {
 	flag.Uint64Var(&seeds, "seeds", seeds, "random sequences TestMatchesMemory runs")
 }
 
-// TestMatchesMemory runs random decisions and peeks, with random strategies swapped in and out,
+// TestMatchesMemory runs random decisions, peeks and refunds, with random strategies swapped in and out,
 // random costs and random clock steps (backwards too), on a few clients, against Redis and
 // against limiter.Memory: every answer must be the same.
 func TestMatchesMemory(t *testing.T) {
@@ -130,6 +135,14 @@ func compareWithMemory(t *testing.T, store limiter.Store, r *rand.Rand, steps in
 		limit := max(1, rl.Limit())
 		cost := []int64{1, 1, 1, 2, limit / 3, limit, limit + 1, 1 + r.Int64N(limit)}[r.IntN(8)]
 		cost = max(1, cost)
+		if r.IntN(6) == 0 {
+			want := ok(mem.Refund(ctx, key, rl, now, cost))
+			got := ok(store.Refund(ctx, key, rl, now, cost))
+			if got != want {
+				t.Fatalf("step %d: refund %q of %d by %s at %v:\n redis  %+v\n memory %+v", i, key, cost, fingerprint(rl), now, got, want)
+			}
+			continue
+		}
 		if r.IntN(6) == 0 {
 			want := ok(mem.Peek(ctx, key, rl, now))
 			got := ok(store.Peek(ctx, key, rl, now))

@@ -6,10 +6,11 @@
 --
 -- KEYS[1]  the client's state: the string "<fingerprint> <s> <n> <f>" (its theoretical arrival
 --          time, TAT), or absent (fresh). A list there is a sliding window's state.
--- ARGV     named by the ARG_ locals below: the mode (MODE_PEEK reads only), the strategy's
+-- ARGV     named by the ARG_ locals below: the mode (MODE_PEEK reads only; MODE_REFUND moves
+--          the TAT back by the cost's interval, never before now), the strategy's
 --          fingerprint, now (s, n; "" for s: the server's clock, TIME), the rate, tau (a full
 --          refill: s, n, f), the cost's interval (s, n, f; "" for s: the cost exceeds the
---          capacity) and the milliseconds added to the key's expiry.
+--          capacity; a refund's is at most tau) and the milliseconds added to the key's expiry.
 -- Returns  the OUTCOME, the instant decided at (NOW), and the STATE the decision was made on,
 --          from which Go derives the Decision with the in-memory code: fresh, a TAT, or, with
 --          OUTCOME_CONVERT, the raw state another strategy of the same algorithm wrote (Go
@@ -18,6 +19,7 @@
 -- Protocol: mirrors protocol.go (Go indices are 0-based); TestScriptsMirrorProtocol compares.
 local MODE_DECIDE = 'd'
 local MODE_PEEK = 'p'
+local MODE_REFUND = 'r'
 local ARG_MODE = 1
 local ARG_FINGERPRINT = 2
 local ARG_NOW_S = 3
@@ -42,6 +44,7 @@ local REPLY_RAW = 5
 local OUTCOME_REJECTED = 0
 local OUTCOME_ADMITTED = 1
 local OUTCOME_CONVERT = 2
+local OUTCOME_REFUNDED = 3
 local STATE_FRESH = 0
 local STATE_TAT = 1
 local STATE_RAW = 2
@@ -49,7 +52,7 @@ local STATE_RAW = 2
 
 local k = KEYS[1]
 if #ARGV ~= ARGS then return redis.error_reply('token bucket: ' .. #ARGV .. ' arguments, want ' .. ARGS) end
-local decide, fp = ARGV[ARG_MODE] == MODE_DECIDE, ARGV[ARG_FINGERPRINT]
+local decide, refund, fp = ARGV[ARG_MODE] == MODE_DECIDE, ARGV[ARG_MODE] == MODE_REFUND, ARGV[ARG_FINGERPRINT]
 local G = 1000000000
 local nows, nown
 if ARGV[ARG_NOW_S] == '' then
@@ -99,7 +102,7 @@ local function answer(outcome)
   end
   return {[REPLY_OUTCOME] = outcome, [REPLY_NOW_S] = nows, [REPLY_NOW_N] = nown, [REPLY_STATE] = STATE_FRESH}
 end
-if not decide or ARGV[ARG_COST_S] == '' then return answer(OUTCOME_REJECTED) end
+if not (decide or refund) or ARGV[ARG_COST_S] == '' then return answer(OUTCOME_REJECTED) end
 
 -- debt: how far the TAT lies ahead of now, at most tau (a clock that jumped backwards).
 local taus, taun, tauf = tonumber(ARGV[ARG_TAU_S]), tonumber(ARGV[ARG_TAU_N]), tonumber(ARGV[ARG_TAU_F])
@@ -108,7 +111,20 @@ if ts and less(nows, nown, 0, ts, tn, tf) then
   ds, dn, df = sub(ts, tn, tf, nows, nown, 0)
   if not less(ds, dn, df, taus, taun, tauf) then ds, dn, df = taus, taun, tauf end
 end
-local xs, xn, xf = add(ds, dn, df, tonumber(ARGV[ARG_COST_S]), tonumber(ARGV[ARG_COST_N]), tonumber(ARGV[ARG_COST_F]))
+local cs, cn, cf = tonumber(ARGV[ARG_COST_S]), tonumber(ARGV[ARG_COST_N]), tonumber(ARGV[ARG_COST_F])
+if refund then
+  -- The debt shrinks by the refund, never below 0. A bucket refunded full keeps its TAT at now
+  -- (as limiter.Memory does): after a clock step backwards it still counts as used.
+  if ds ~= 0 or dn ~= 0 or df ~= 0 then
+    local rs, rn, rf = 0, 0, 0
+    if less(cs, cn, cf, ds, dn, df) then rs, rn, rf = sub(ds, dn, df, cs, cn, cf) end
+    local ns, nn, nf = add(nows, nown, 0, rs, rn, rf)
+    local ttl = rs * 1000 + math.ceil((rn + (rf > 0 and 1 or 0)) / 1000000) + tonumber(ARGV[ARG_SLACK_MS])
+    redis.call('SET', k, string.format('%s %d %d %d', fp, ns, nn, nf), 'PX', math.max(1, ttl))
+  end
+  return answer(OUTCOME_REFUNDED)
+end
+local xs, xn, xf = add(ds, dn, df, cs, cn, cf)
 if less(taus, taun, tauf, xs, xn, xf) then return answer(OUTCOME_REJECTED) end
 local ns, nn, nf = add(nows, nown, 0, xs, xn, xf)
 -- The key lives until the bucket is full again: x from now, rounded up to milliseconds.
