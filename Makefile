@@ -12,16 +12,18 @@ TOOLS_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/limiterd/tools
 CONTROLLER_TOOLS_VERSION := v0.23.0
 HELM_VERSION := v3.22.0
 GOLANGCI_LINT_VERSION := v2.15.0
+HELM_DOCS_VERSION := v1.14.2
 CONTROLLER_GEN := $(TOOLS_CACHE)/controller-gen-$(CONTROLLER_TOOLS_VERSION)
 HELM := $(TOOLS_CACHE)/helm-$(HELM_VERSION)
 GOLANGCI_LINT := $(TOOLS_CACHE)/golangci-lint-$(GOLANGCI_LINT_VERSION)
+HELM_DOCS := $(TOOLS_CACHE)/helm-docs-$(HELM_DOCS_VERSION)
 # The test control plane (kube-apiserver, etcd), pinned by hack/tools/{kube,etcd}/go.mod and built
 # by hack/envtest-assets.sh, which links bin/k8s/current to it.
 ENVTEST_ASSETS := $(BIN)/k8s/current
 
-# What the tests are told (internal/testbin): where the control plane, helm and the project's
-# binaries are. No test builds or installs anything.
-TEST_ENV := KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) HELM=$(HELM) LIMITERD_BIN_DIR=$(BIN)
+# What the tests are told (internal/testbin): where the control plane, helm, helm-docs and the
+# project's binaries are. No test builds or installs anything.
+TEST_ENV := KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) HELM=$(HELM) HELM_DOCS=$(HELM_DOCS) LIMITERD_BIN_DIR=$(BIN)
 # The packages that run the project's binaries as processes against a control plane or Redis.
 E2E_PACKAGES := ./test/e2e/... ./test/redis/...
 
@@ -62,10 +64,10 @@ lint: golangci-lint ## Run golangci-lint with the repository's .golangci.yml.
 # bin/ (a no-op once its version is in the cache).
 
 .PHONY: tools
-tools: test-tools golangci-lint ## Install every pinned tool: the test control plane, helm, controller-gen, golangci-lint.
+tools: test-tools golangci-lint ## Install every pinned tool: the test control plane, helm, helm-docs, controller-gen, golangci-lint.
 
 .PHONY: test-tools
-test-tools: envtest helm controller-gen ## Install the tools `make test` needs: the test control plane, helm, controller-gen.
+test-tools: envtest helm helm-docs controller-gen ## Install the tools `make test` needs: the test control plane, helm, helm-docs, controller-gen.
 
 .PHONY: envtest
 envtest: ## Build the test control plane (kube-apiserver, etcd) into the cache; bin/k8s/current links to it.
@@ -74,6 +76,10 @@ envtest: ## Build the test control plane (kube-apiserver, etcd) into the cache; 
 .PHONY: helm
 helm: $(HELM) ## Install the pinned helm; bin/helm links to it.
 	@mkdir -p $(BIN) && ln -sfn $(HELM) $(BIN)/helm
+
+.PHONY: helm-docs
+helm-docs: $(HELM_DOCS) ## Install the pinned helm-docs (generates the chart's README); bin/helm-docs links to it.
+	@mkdir -p $(BIN) && ln -sfn $(HELM_DOCS) $(BIN)/helm-docs
 
 .PHONY: controller-gen
 controller-gen: $(CONTROLLER_GEN) ## Install the pinned controller-gen; bin/controller-gen links to it.
@@ -100,6 +106,9 @@ $(HELM):
 
 $(GOLANGCI_LINT):
 	$(call go-install,$@,github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION))
+
+$(HELM_DOCS):
+	$(call go-install,$@,github.com/norwoodj/helm-docs/cmd/helm-docs@$(HELM_DOCS_VERSION))
 
 ##@ Test
 
@@ -153,8 +162,8 @@ manifests-crd: controller-gen ## Generate the RateLimitPolicy CRD into config/cr
 manifests-rbac: controller-gen ## Generate the operator's RBAC (config/rbac/role.yaml) from the markers in controllers/.
 	$(CONTROLLER_GEN) rbac:roleName=limiterd-operator paths=./controllers/... output:rbac:artifacts:config=config/rbac
 
-.PHONY: helm-docs
-helm-docs: ## Regenerate the chart's README.md and its copies of the CRD and the Grafana dashboard.
+.PHONY: chart-docs
+chart-docs: ## Regenerate the chart's README.md and its copies of the CRD and the Grafana dashboard.
 	hack/helm-docs.sh
 
 .PHONY: verify

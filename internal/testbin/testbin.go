@@ -1,12 +1,13 @@
-// Package testbin finds the programs that tests run: the pinned tools (the control plane, helm),
-// the project's own binaries (bin/limiterd, bin/manager) and system packages (redis-server).
+// Package testbin finds the programs that tests run: the pinned tools (the control plane, helm,
+// helm-docs), the project's own binaries (bin/limiterd, bin/manager) and system packages
+// (redis-server).
 //
 // Tests never build or install a program. `make test` (and the other test targets of the
 // Makefile) installs and builds them first and tells the tests where they are through the
 // environment: KUBEBUILDER_ASSETS (the directory of kube-apiserver and etcd), HELM (the helm
-// binary) and LIMITERD_BIN_DIR (the directory of limiterd and manager). Unset, each defaults to
-// the links make leaves in the repository's bin/ directory, so that a plain `go test` works after
-// `make tools build`.
+// binary), HELM_DOCS (the helm-docs binary) and LIMITERD_BIN_DIR (the directory of limiterd and
+// manager). Unset, each defaults to the links make leaves in the repository's bin/ directory, so
+// that a plain `go test` works after `make tools build`.
 //
 // A test that needs a missing program fails once per test binary with a message naming the
 // command that installs it; the other tests of that binary that need it are skipped, pointing at
@@ -48,6 +49,8 @@ var (
 	Etcd          = Program{name: "etcd", env: "KUBEBUILDER_ASSETS", envDir: true, def: "bin/k8s/current", install: "make envtest"}
 	// Helm is the pinned helm.
 	Helm = Program{name: "helm", env: "HELM", def: "bin/helm", install: "make helm"}
+	// HelmDocs is the pinned helm-docs, which generates the chart's README.
+	HelmDocs = Program{name: "helm-docs", env: "HELM_DOCS", def: "bin/helm-docs", install: "make helm-docs"}
 	// Limiterd and Manager are the project's binaries, built from this checkout.
 	Limiterd = Program{name: "limiterd", env: "LIMITERD_BIN_DIR", envDir: true, def: "bin", install: "make build", source: true}
 	Manager  = Program{name: "manager", env: "LIMITERD_BIN_DIR", envDir: true, def: "bin", install: "make build", source: true}

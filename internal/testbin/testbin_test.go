@@ -50,6 +50,11 @@ func TestPathFromEnvironment(t *testing.T) {
 	if _, err := Helm.Path(); err == nil || !strings.Contains(err.Error(), "not an executable") || !strings.Contains(err.Error(), "make helm") {
 		t.Errorf("Helm.Path() of a non-executable file: %v; want an error naming `make helm`", err)
 	}
+
+	t.Setenv("HELM_DOCS", filepath.Join(dir, "helm-docs"))
+	if _, err := HelmDocs.Path(); err == nil || !strings.Contains(err.Error(), "HELM_DOCS") || !strings.Contains(err.Error(), "run `make helm-docs`") {
+		t.Errorf("HelmDocs.Path() without helm-docs: %v; want an error naming HELM_DOCS and `make helm-docs`", err)
+	}
 }
 
 func TestPathDefaultsToBin(t *testing.T) {

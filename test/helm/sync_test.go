@@ -18,7 +18,7 @@ import (
 )
 
 // TestGeneratedFilesCurrent checks that README.md and the copies of the CRD and the dashboard
-// are what `make helm-docs` generates from values.yaml, config/crd/bases and docs/grafana.
+// are what `make chart-docs` generates from values.yaml, config/crd/bases and docs/grafana.
 func TestGeneratedFilesCurrent(t *testing.T) {
 	t.Parallel()
 	if err := chartgen.Check(repoRoot(t)); err != nil {
@@ -80,7 +80,7 @@ func TestCRDMatchesConfig(t *testing.T) {
 		}
 		got := typed[apiextensionsv1.CustomResourceDefinition](t, m.get(t, "CustomResourceDefinition", want.Name))
 		if !reflect.DeepEqual(got.Spec, want.Spec) {
-			t.Errorf("CRD %s: the chart's spec differs from %s; run make helm-docs", want.Name, f)
+			t.Errorf("CRD %s: the chart's spec differs from %s; run `make chart-docs`", want.Name, f)
 		}
 		for k, v := range want.Annotations {
 			if got.Annotations[k] != v {

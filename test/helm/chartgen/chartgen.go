@@ -139,7 +139,7 @@ func Check(root string) error {
 		errs = append(errs, fmt.Errorf("%s is stale (no counterpart in config/crd/bases)", p))
 	}
 	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("%w\nrun `make helm-docs` (hack/helm-docs.sh) to regenerate", err)
+		return fmt.Errorf("%w\nrun `make chart-docs` (hack/helm-docs.sh) to regenerate", err)
 	}
 	return nil
 }

@@ -1,6 +1,6 @@
 // Command chartgen regenerates the derived files of charts/limiterd (the CRD and dashboard
 // copies, README.md) from the repository; with -check it changes nothing and exits 1 when any
-// of them is out of date. hack/helm-docs.sh and `make helm-docs` run it from the repository root.
+// of them is out of date. hack/helm-docs.sh and `make chart-docs` run it from the repository root.
 package main
 
 import (
