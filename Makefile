@@ -130,7 +130,7 @@ test-e2e: envtest build ## The end-to-end packages: bin/manager and bin/limiterd
 	$(TEST_ENV) $(GO) test -race -count=1 -timeout 30m $(E2E_PACKAGES)
 
 .PHONY: helm-test
-helm-test: envtest helm ## The chart's tests: lint, template, schema, docs, install into a test API server.
+helm-test: envtest helm helm-docs ## The chart's tests: lint, template, schema, docs, install into a test API server.
 	$(TEST_ENV) $(GO) test -race -count=1 ./test/helm/...
 
 SOAK_DURATION ?= 5m
@@ -162,9 +162,17 @@ manifests-crd: controller-gen ## Generate the RateLimitPolicy CRD into config/cr
 manifests-rbac: controller-gen ## Generate the operator's RBAC (config/rbac/role.yaml) from the markers in controllers/.
 	$(CONTROLLER_GEN) rbac:roleName=limiterd-operator paths=./controllers/... output:rbac:artifacts:config=config/rbac
 
+# The chart's README.md is helm-docs' rendering of README.md.gotmpl with the "# --" comments of
+# values.yaml, in file order. test/helm (TestReadmeCurrent) runs helm-docs with the same flags and
+# --dry-run, and fails when the committed README.md differs; it also checks the two copies.
+HELM_DOCS_FLAGS = --chart-search-root $(CHART) --sort-values-order file --log-level warning
+
 .PHONY: chart-docs
-chart-docs: ## Regenerate the chart's README.md and its copies of the CRD and the Grafana dashboard.
-	hack/helm-docs.sh
+chart-docs: helm-docs ## Regenerate the chart's README.md (helm-docs) and its copies of the CRD (config/crd/bases) and the Grafana dashboard (docs/grafana).
+	rm -f $(CHART)/files/crds/*.yaml
+	cp config/crd/bases/*.yaml $(CHART)/files/crds/
+	cp docs/grafana/limiterd.json $(CHART)/files/dashboards/limiterd.json
+	$(HELM_DOCS) $(HELM_DOCS_FLAGS)
 
 .PHONY: verify
 verify: verify-generated lint ## Everything a reviewer checks: generated files are current, and golangci-lint passes.

@@ -13,48 +13,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"sigs.k8s.io/yaml"
-
-	"github.com/limiterd/limiterd/test/helm/chartgen"
 )
-
-// TestGeneratedFilesCurrent checks that README.md and the copies of the CRD and the dashboard
-// are what `make chart-docs` generates from values.yaml, config/crd/bases and docs/grafana.
-func TestGeneratedFilesCurrent(t *testing.T) {
-	t.Parallel()
-	if err := chartgen.Check(repoRoot(t)); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// TestValuesDocumented checks that every value has a description in sentences and that the
-// README documents each.
-func TestValuesDocumented(t *testing.T) {
-	t.Parallel()
-	values, err := chartgen.ParseValues(filepath.Join(chartDir(t), "values.yaml"))
-	if err != nil {
-		t.Fatal(err) // names every key without a "# --" description
-	}
-	if len(values) < 100 {
-		t.Errorf("only %d documented values", len(values))
-	}
-	readme, err := os.ReadFile(filepath.Join(chartDir(t), "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, v := range values {
-		capital := strings.ToUpper(v.Description[:1]) == v.Description[:1] || strings.HasPrefix(v.Description, "limiterd")
-		if len(v.Description) < 12 || !strings.HasSuffix(v.Description, ".") || !capital {
-			t.Errorf("%s: description %q is not a sentence", v.Key, v.Description)
-		}
-		entry := "| `" + v.Key + "` |"
-		if v.Depth == 0 && v.Section {
-			entry = "### `" + v.Key + "`\n\n" + v.Description + "\n"
-		}
-		if !strings.Contains(string(readme), entry) {
-			t.Errorf("README.md does not document %s", v.Key)
-		}
-	}
-}
 
 // TestCRDMatchesConfig checks that the CRD the chart installs is config/crd/bases' one, with only
 // the chart's labels and the keep annotation added.
