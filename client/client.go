@@ -69,11 +69,12 @@ func (e *Error) Error() string {
 
 // Client asks limiterd for decisions. Create it with New.
 type Client struct {
-	allowURL string
-	policy   string
-	timeout  time.Duration
-	tls      *tls.Config
-	http     *http.Client
+	allowURL  string
+	refundURL string
+	policy    string
+	timeout   time.Duration
+	tls       *tls.Config
+	http      *http.Client
 }
 
 // Option configures a Client.
@@ -110,7 +111,7 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 	if u.RawQuery != "" || u.Fragment != "" {
 		return nil, fmt.Errorf("limiterd base URL %q: must have no query or fragment", baseURL)
 	}
-	c := &Client{allowURL: u.JoinPath("v1", "allow").String(), timeout: DefaultTimeout}
+	c := &Client{allowURL: u.JoinPath("v1", "allow").String(), refundURL: u.JoinPath("v1", "refund").String(), timeout: DefaultTimeout}
 	for _, o := range opts {
 		o(c)
 	}
@@ -169,20 +170,48 @@ func (c *Client) Peek(ctx context.Context, key string) (Decision, error) {
 	return c.AllowN(ctx, key, 0)
 }
 
-// AllowN asks whether the client key may spend cost units; a cost of 0 peeks (see Peek). It returns an *Error when limiterd
-// answers with an error status (the request was not decided and consumed nothing), and another
-// error when limiterd could not be asked or answered something that is not a decision.
+// AllowN asks whether the client key may spend cost units; a cost of 0 peeks (see Peek). It
+// returns an *Error when limiterd answers with an error status (the request was not decided and
+// consumed nothing), and another error when limiterd could not be asked or answered something
+// that is not a decision.
 func (c *Client) AllowN(ctx context.Context, key string, cost int64) (Decision, error) {
 	body, err := json.Marshal(allowRequest{Policy: c.policy, Key: key, Cost: cost})
 	if err != nil { // unreachable: strings and integers always marshal
 		return Decision{}, fmt.Errorf("encode decision request: %w", err)
 	}
+	return c.post(ctx, c.allowURL, body)
+}
+
+// refundRequest is the body of POST /v1/refund.
+type refundRequest struct {
+	Policy string `json:"policy,omitempty"`
+	Key    string `json:"key"`
+	Amount int64  `json:"amount"`
+}
+
+// Refund returns amount units (at least 1) to the client key's allowance, for example the part
+// of an estimated cost that was not used, and returns the client's state after it as Peek
+// would. limiterd clamps the refund so that the allowance never exceeds its limit.
+//
+// A refund is not idempotent: calling Refund again after an error whose outcome is unknown
+// (a timeout) may refund twice. Retry only when the error is an *Error (limiterd refunded
+// nothing), or keep a record of the refunds made.
+func (c *Client) Refund(ctx context.Context, key string, amount int64) (Decision, error) {
+	body, err := json.Marshal(refundRequest{Policy: c.policy, Key: key, Amount: amount})
+	if err != nil { // unreachable: strings and integers always marshal
+		return Decision{}, fmt.Errorf("encode refund request: %w", err)
+	}
+	return c.post(ctx, c.refundURL, body)
+}
+
+// post sends a JSON request and reads limiterd's decision.
+func (c *Client) post(ctx context.Context, target string, body []byte) (Decision, error) {
 	if c.timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.timeout)
 		defer cancel()
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.allowURL, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(body))
 	if err != nil {
 		return Decision{}, fmt.Errorf("limiterd request: %w", err)
 	}

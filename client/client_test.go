@@ -59,6 +59,31 @@ func TestAllowDecisions(t *testing.T) {
 	}
 }
 
+// TestRefund checks the reserve-then-refund pattern: an estimate is spent, the unused part is
+// refunded, and a refund is clamped to the limit.
+func TestRefund(t *testing.T) {
+	srv := startLimiterd(t, apiPolicy)
+	c, err := client.New(srv.URL, client.WithPolicy("default/api"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if d, err := c.AllowN(ctx, "carol", 2); err != nil || !d.Allowed {
+		t.Fatalf("reserve 2: %+v %v", d, err)
+	}
+	d, err := c.Refund(ctx, "carol", 1)
+	if err != nil || !d.Allowed || d.Remaining != 1 || d.RateLimit != `"standard";r=1;t=1` {
+		t.Fatalf("Refund(carol, 1) = %+v, %v; want 1 remaining", d, err)
+	}
+	if d, err := c.Refund(ctx, "carol", 5); err != nil || d.Remaining != 2 {
+		t.Fatalf("Refund(carol, 5) = %+v, %v; want 2 remaining, the limit", d, err)
+	}
+	var e *client.Error
+	if _, err := c.Refund(ctx, "carol", 0); !errors.As(err, &e) || e.StatusCode != 400 {
+		t.Fatalf("Refund(carol, 0): %v, want a 400 *client.Error", err)
+	}
+}
+
 func TestPolicySelection(t *testing.T) {
 	srv := startLimiterd(t, apiPolicy+"---"+otherPolicy)
 	c, err := client.New(srv.URL + "/")

@@ -60,6 +60,11 @@ var (
 	ErrUnknownPolicy = errors.New("unknown policy")
 	// ErrInvalidCost: the cost is negative.
 	ErrInvalidCost = errors.New("cost must not be negative")
+	// ErrInvalidAmount: a refund's amount is below 1.
+	ErrInvalidAmount = errors.New("amount must be a positive integer")
+	// ErrRefundNotApplied: the store failed and the policy's failure mode keeps no state to
+	// refund (Open, Closed): nothing was refunded.
+	ErrRefundNotApplied = errors.New("the store failed: nothing was refunded")
 )
 
 // Result is a decision with what it was made by.
@@ -341,6 +346,42 @@ func (e *Engine) Peek(ctx context.Context, policyID v1alpha1.PolicyID, key strin
 	r.Decision, err = b.store.Peek(ctx, key, tier.Limiter, e.opts.Clock())
 	if err != nil {
 		return Result{}, fmt.Errorf("read client state: %w", err)
+	}
+	return r, nil
+}
+
+// Refund returns amount units to the client's allowance under the named policy (see
+// limiter.RateLimiter.Refund: clamped so that the allowance never exceeds its limit), and
+// answers what a peek sees after it. It is not idempotent: a refund repeated (a retry after a
+// timeout, say) refunds again, so a caller that retries must make its refunds idempotent
+// itself. When the store fails, a policy whose failure mode is Local refunds its fallback's
+// state (Result.StoreError says so); the others return ErrRefundNotApplied. A refund is not
+// recorded by the Observer.
+func (e *Engine) Refund(ctx context.Context, policyID v1alpha1.PolicyID, key string, amount int64) (Result, error) {
+	if amount < 1 {
+		return Result{}, ErrInvalidAmount
+	}
+	b, err := e.find(policyID)
+	if err != nil {
+		return Result{}, err
+	}
+	now := e.opts.Clock()
+	tier := b.policy.Resolve(key)
+	r := Result{Policy: b.policy, Tier: tier, Outcome: Allowed}
+	r.Decision, r.StoreError = b.store.Refund(ctx, key, tier.Limiter, now, amount)
+	if r.StoreError != nil {
+		e.opts.Observer.StoreError(b.policy.ID)
+		if b.local == nil {
+			return Result{}, fmt.Errorf("%w: %w", ErrRefundNotApplied, r.StoreError)
+		}
+		r.Decision, _ = b.local.Refund(ctx, key, tier.Limiter, now, amount)
+	}
+	switch {
+	case r.Allowed:
+	case tier.DryRun:
+		r.Outcome, r.Allowed = DryRunRejected, true
+	default:
+		r.Outcome = Rejected
 	}
 	return r, nil
 }

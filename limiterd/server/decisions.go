@@ -31,6 +31,18 @@
 // 200; its fields describe the decision that would have been enforced. The answer never says
 // which algorithm decided.
 //
+// # Refunds
+//
+//	POST /v1/refund  {"policy": "<namespace>/<name>", "key": "<client key>", "amount": 3}
+//
+// returns amount units (1 to MaxCost) to the client's allowance, clamped so that it never
+// exceeds its limit: a token bucket's tokens come back exactly (to the fraction), a sliding
+// window forgets the newest admitted units still in its window. The answer is 200 with the body
+// and header fields of a peek after the refund. A refund is not idempotent: a retried refund
+// refunds again (up to the limit), so a caller that retries must keep its own record of the
+// refunds it made. When the store fails, failure mode Local refunds its fallback; Open and
+// Closed answer 503 and refund nothing.
+//
 // Errors answer {"error": "..."} and consume nothing: 400 for a malformed request (see
 // DecodeAllowRequest and DecodeAllowQuery: unknown fields and parameters are rejected so that a
 // typo never goes unnoticed) and for an omitted policy while several are loaded, 404 for an
@@ -57,6 +69,7 @@ import (
 var (
 	jsonContentType = []string{"application/json"}
 	allowGetPost    = []string{"GET, POST"}
+	allowPost       = []string{"POST"}
 	allowGet        = []string{"GET"}
 	allowGetDelete  = []string{"GET, DELETE"}
 	noSniff         = []string{"nosniff"}
@@ -89,6 +102,8 @@ func (h *Decisions) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch r.URL.Path {
 	case "/v1/allow":
 		h.allow(w, r)
+	case "/v1/refund":
+		h.refund(w, r)
 	default:
 		writeError(w, http.StatusNotFound, "no such path")
 	}
@@ -173,24 +188,30 @@ func engineErrorStatus(err error, log *slog.Logger) int {
 		return http.StatusServiceUnavailable
 	case errors.Is(err, engine.ErrUnknownPolicy):
 		return http.StatusNotFound
-	case errors.Is(err, engine.ErrPolicyRequired), errors.Is(err, engine.ErrInvalidCost):
+	case errors.Is(err, engine.ErrPolicyRequired), errors.Is(err, engine.ErrInvalidCost), errors.Is(err, engine.ErrInvalidAmount):
 		return http.StatusBadRequest
 	}
 	log.Error("request failed", "error", err)
 	return http.StatusInternalServerError
 }
 
-// writeDecision writes a decision's answer with one allocation for the header values.
+// writeDecision writes a decision's answer: 200 when allowed, else 429.
 func writeDecision(w http.ResponseWriter, res *engine.Result) {
+	status := http.StatusOK
+	if !res.Allowed {
+		status = http.StatusTooManyRequests
+	}
+	writeAnswer(w, res, status)
+}
+
+// writeAnswer writes a decision's JSON and header fields with status, with one allocation for
+// the header values. Retry-After is sent with a 429 only.
+func writeAnswer(w http.ResponseWriter, res *engine.Result, status int) {
 	h := w.Header()
 	h["Content-Type"] = jsonContentType
 	buf := buffers.Get().(*buffer)
 	defer buffers.Put(buf)
 	b := buf.b[:0]
-	status := http.StatusOK
-	if !res.Allowed {
-		status = http.StatusTooManyRequests
-	}
 	limited := res.Tier.Limiter.Limit() > 0
 	// A rejection without a retry time (a cost above the limit) has no Retry-After: no wait
 	// admits it.
