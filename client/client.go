@@ -42,11 +42,13 @@ type Decision struct {
 	Limit int64
 	// Remaining is how many more units the client could spend now.
 	Remaining int64
-	// ResetAfter is how long until the quota is whole again, in whole seconds.
+	// ResetAfter is how long until the quota is whole again, in milliseconds rounded up (whole
+	// seconds from a limiterd that does not answer resetAfterMs).
 	ResetAfter time.Duration
 	// RetryAfter is, for a rejected request, how long to wait before the same cost could be
-	// admitted, in whole seconds (at least 1); 0 when allowed, and 0 for a rejection that no
-	// wait cures: a cost above the tier's limit (Limit).
+	// admitted, in milliseconds rounded up (whole seconds from a limiterd that does not answer
+	// retryAfterMs); 0 when allowed, and 0 for a rejection that no wait cures: a cost above
+	// the tier's limit (Limit).
 	RetryAfter time.Duration
 	// RateLimitPolicy and RateLimit are the values of the header fields of the same names that
 	// limiterd answered (draft-ietf-httpapi-ratelimit-headers-10), "" when absent, for a
@@ -162,6 +164,8 @@ type answer struct {
 	Remaining         *int64 `json:"remaining"`
 	ResetAfterSeconds int64  `json:"resetAfterSeconds"`
 	RetryAfterSeconds int64  `json:"retryAfterSeconds"`
+	ResetAfterMs      *int64 `json:"resetAfterMs"`
+	RetryAfterMs      *int64 `json:"retryAfterMs"`
 }
 
 // Peek reports what a one-unit request of the client key would get now, consuming nothing:
@@ -248,7 +252,8 @@ func decode(resp *http.Response, data []byte) (Decision, error) {
 		return Decision{}, fmt.Errorf("limiterd's decision (%d) has no \"allowed\"", resp.StatusCode)
 	case *a.Allowed != (resp.StatusCode == http.StatusOK):
 		return Decision{}, fmt.Errorf("limiterd's decision says allowed=%t with status %d", *a.Allowed, resp.StatusCode)
-	case a.ResetAfterSeconds < 0 || a.RetryAfterSeconds < 0:
+	case a.ResetAfterSeconds < 0 || a.RetryAfterSeconds < 0,
+		a.ResetAfterMs != nil && *a.ResetAfterMs < 0, a.RetryAfterMs != nil && *a.RetryAfterMs < 0:
 		return Decision{}, errors.New("limiterd's decision has a negative duration")
 	}
 	d := Decision{
@@ -257,6 +262,12 @@ func decode(resp *http.Response, data []byte) (Decision, error) {
 		RetryAfter:      seconds(a.RetryAfterSeconds),
 		RateLimitPolicy: resp.Header.Get("RateLimit-Policy"),
 		RateLimit:       resp.Header.Get("RateLimit"),
+	}
+	if a.ResetAfterMs != nil {
+		d.ResetAfter = milliseconds(*a.ResetAfterMs)
+	}
+	if a.RetryAfterMs != nil {
+		d.RetryAfter = milliseconds(*a.RetryAfterMs)
 	}
 	if a.Limit != nil {
 		d.Limit = *a.Limit
@@ -273,6 +284,14 @@ func seconds(s int64) time.Duration {
 		return time.Duration(1<<63 - 1)
 	}
 	return time.Duration(s) * time.Second
+}
+
+// milliseconds converts whole milliseconds to a duration, saturating instead of overflowing.
+func milliseconds(ms int64) time.Duration {
+	if ms > int64(time.Duration(1<<63-1)/time.Millisecond) {
+		return time.Duration(1<<63 - 1)
+	}
+	return time.Duration(ms) * time.Millisecond
 }
 
 // errorOf describes an error answer.

@@ -294,3 +294,21 @@ func TestConcurrentCallsShareTheQuota(t *testing.T) {
 		t.Errorf("%d of 200 admitted, want the capacity, 2 (the clock does not move)", n)
 	}
 }
+
+// TestMillisecondsWin checks that the millisecond fields, when limiterd sends them, give the
+// exact waits that the seconds fields round up.
+func TestMillisecondsWin(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusTooManyRequests)
+		_, _ = w.Write([]byte(`{"allowed":false,"limit":1,"remaining":0,"resetAfterSeconds":1,"retryAfterSeconds":1,"resetAfterMs":70,"retryAfterMs":69}`))
+	}))
+	defer srv.Close()
+	c, err := client.New(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := c.Allow(context.Background(), "k")
+	if err != nil || d.RetryAfter != 69*time.Millisecond || d.ResetAfter != 70*time.Millisecond {
+		t.Fatalf("%+v %v, want a retry after 69ms and a reset after 70ms", d, err)
+	}
+}

@@ -56,7 +56,7 @@ func benchHandler(b *testing.B, h http.Handler) {
 
 // BenchmarkHandlerTrivial is the baseline: read the body, answer a fixed decision.
 func BenchmarkHandlerTrivial(b *testing.B) {
-	answer := []byte(`{"allowed":true,"limit":1000,"remaining":999,"resetAfterSeconds":1,"retryAfterSeconds":0}` + "\n")
+	answer := []byte(`{"allowed":true,"limit":1000,"remaining":999,"resetAfterSeconds":1,"retryAfterSeconds":0,"resetAfterMs":1000,"retryAfterMs":0}` + "\n")
 	benchHandler(b, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		w.Header().Set("Content-Type", "application/json")

@@ -14,7 +14,8 @@
 // status and Retry-After say whether and when one unit would be admitted). The answer is
 // 200 (allowed) or 429 (rejected) with the body
 //
-//	{"allowed":true,"limit":10,"remaining":9,"resetAfterSeconds":2,"retryAfterSeconds":0}
+//	{"allowed":true,"limit":10,"remaining":9,"resetAfterSeconds":2,"retryAfterSeconds":0,
+//	 "resetAfterMs":1500,"retryAfterMs":0}
 //
 // and the header fields of draft-ietf-httpapi-ratelimit-headers-10, named after the client's
 // tier:
@@ -24,10 +25,14 @@
 //	Retry-After: <seconds>            (429 only, unless no wait admits the cost)
 //
 // Durations are whole seconds rounded up, so waiting that long is always enough; Retry-After is
-// at least 1. A cost above the tier's limit can never be admitted: it answers 429 with
-// "retryAfterSeconds":0 and no Retry-After, and consumes nothing; the other fields describe the
-// client's state as it is. A tier without a limit (Unlimited) answers 200 with "limit" and "remaining" null
-// and no RateLimit fields, since it has no quota to advertise. A dry-run tier always answers
+// at least 1. resetAfterMs and retryAfterMs are the same durations in milliseconds, rounded up:
+// exact for tiers whose windows are shorter than a second (a 100 ms window answers a wait of
+// 70 ms as "retryAfterMs":70, where the seconds say 1).
+//
+// A cost above the tier's limit can never be admitted: it answers 429 with "retryAfterSeconds":0,
+// "retryAfterMs":0 and no Retry-After, and consumes nothing; the other fields describe the
+// client's state as it is. A tier without a limit (Unlimited) answers 200 with "limit" and
+// "remaining" null and no RateLimit fields, since it has no quota to advertise. A dry-run tier always answers
 // 200; its fields describe the decision that would have been enforced. The answer never says
 // which algorithm decided.
 //
@@ -59,6 +64,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/limiterd/limiterd/api/v1alpha1"
 	"github.com/limiterd/limiterd/limiterd/engine"
@@ -267,10 +273,27 @@ func writeAnswer(w http.ResponseWriter, res *engine.Result, status int) {
 	} else {
 		b = append(b, '0')
 	}
+	b = append(b, `,"resetAfterMs":`...)
+	b = strconv.AppendInt(b, milliseconds(res.ResetAfter), 10)
+	b = append(b, `,"retryAfterMs":`...)
+	if retry {
+		b = strconv.AppendInt(b, milliseconds(res.RetryAfter), 10)
+	} else {
+		b = append(b, '0')
+	}
 	b = append(b, "}\n"...)
 	buf.b = b
 	w.WriteHeader(status)
 	_, _ = w.Write(b)
+}
+
+// milliseconds returns d in whole milliseconds rounded up (0 for d <= 0), so that waiting that
+// long is always enough.
+func milliseconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d-1)/time.Millisecond) + 1
 }
 
 // writeError answers {"error": msg} with status.

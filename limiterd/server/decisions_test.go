@@ -22,9 +22,9 @@ func TestAllowTokenBucketAnswersAndHeaders(t *testing.T) {
 		status                      int
 		body, rateLimit, retryAfter string
 	}{
-		{200, `{"allowed":true,"limit":2,"remaining":1,"resetAfterSeconds":1,"retryAfterSeconds":0}`, `"standard";r=1;t=1`, ""},
-		{200, `{"allowed":true,"limit":2,"remaining":0,"resetAfterSeconds":2,"retryAfterSeconds":0}`, `"standard";r=0;t=2`, ""},
-		{429, `{"allowed":false,"limit":2,"remaining":0,"resetAfterSeconds":2,"retryAfterSeconds":1}`, `"standard";r=0;t=2`, "1"},
+		{200, `{"allowed":true,"limit":2,"remaining":1,"resetAfterSeconds":1,"retryAfterSeconds":0,"resetAfterMs":1000,"retryAfterMs":0}`, `"standard";r=1;t=1`, ""},
+		{200, `{"allowed":true,"limit":2,"remaining":0,"resetAfterSeconds":2,"retryAfterSeconds":0,"resetAfterMs":2000,"retryAfterMs":0}`, `"standard";r=0;t=2`, ""},
+		{429, `{"allowed":false,"limit":2,"remaining":0,"resetAfterSeconds":2,"retryAfterSeconds":1,"resetAfterMs":2000,"retryAfterMs":1000}`, `"standard";r=0;t=2`, "1"},
 	}
 	for i, w := range want {
 		a := serve(t, h, http.MethodPost, "/v1/allow", req)
@@ -96,7 +96,7 @@ func TestAllowCostAboveTheLimit(t *testing.T) {
 		t.Run(string(tier.Algorithm), func(t *testing.T) {
 			h := NewDecisions(newEngine(t, testsupport.NewClock(), newPolicy("api", tier)), nil)
 			for _, step := range []struct{ body, want, rateLimit string }{
-				{`{"key":"fresh","cost":4}`, `{"allowed":false,"limit":3,"remaining":3,"resetAfterSeconds":0,"retryAfterSeconds":0}`, `"standard";r=3;t=0`},
+				{`{"key":"fresh","cost":4}`, `{"allowed":false,"limit":3,"remaining":3,"resetAfterSeconds":0,"retryAfterSeconds":0,"resetAfterMs":0,"retryAfterMs":0}`, `"standard";r=3;t=0`},
 				{`{"key":"used","cost":1}`, `{"allowed":true,"limit":3,"remaining":2,"resetAfterSeconds":`, ``},
 				{`{"key":"used","cost":4}`, `{"allowed":false,"limit":3,"remaining":2,"resetAfterSeconds":`, ``},
 			} {
@@ -107,7 +107,7 @@ func TestAllowCostAboveTheLimit(t *testing.T) {
 				if step.rateLimit != "" && a.header.Get("RateLimit") != step.rateLimit {
 					t.Errorf("%s: RateLimit %q, want %q", step.body, a.header.Get("RateLimit"), step.rateLimit)
 				}
-				if a.status == 429 && (a.header.Get("Retry-After") != "" || !strings.Contains(a.body, `"retryAfterSeconds":0}`)) {
+				if a.status == 429 && (a.header.Get("Retry-After") != "" || !strings.Contains(a.body, `"retryAfterSeconds":0,`) || !strings.Contains(a.body, `"retryAfterMs":0}`)) {
 					t.Errorf("%s: Retry-After %q, body %s: want no retry time", step.body, a.header.Get("Retry-After"), a.body)
 				}
 			}
@@ -134,7 +134,7 @@ func TestAllowUnlimitedTierHasNoQuota(t *testing.T) {
 	h := NewDecisions(newEngine(t, testsupport.NewClock(), newPolicy("api", testsupport.UnlimitedTier("free"))), nil)
 	for range 3 {
 		a := serve(t, h, http.MethodPost, "/v1/allow", `{"key":"k","cost":1000000000}`)
-		if a.status != 200 || strings.TrimSpace(a.body) != `{"allowed":true,"limit":null,"remaining":null,"resetAfterSeconds":0,"retryAfterSeconds":0}` {
+		if a.status != 200 || strings.TrimSpace(a.body) != `{"allowed":true,"limit":null,"remaining":null,"resetAfterSeconds":0,"retryAfterSeconds":0,"resetAfterMs":0,"retryAfterMs":0}` {
 			t.Fatalf("%d %s", a.status, a.body)
 		}
 		for _, name := range []string{"RateLimit", "RateLimit-Policy", "Retry-After"} {
@@ -345,6 +345,53 @@ func TestAllowCostZeroPeeks(t *testing.T) {
 			clock.Advance(time.Minute)
 			if a := serve(t, h, http.MethodPost, "/v1/allow", `{"key":"k","cost":2}`); a.status != 200 {
 				t.Fatalf("after the window: %d %s, want the whole allowance", a.status, a.body)
+			}
+		})
+	}
+}
+
+// TestAllowMillisecondsAreExact checks that tiers with windows under a second answer exact
+// waits in retryAfterMs and resetAfterMs (rounded up to the next millisecond), where the
+// seconds fields and header fields round up to 1.
+func TestAllowMillisecondsAreExact(t *testing.T) {
+	for _, tc := range []struct {
+		tier  v1alpha1.Tier
+		steps []struct {
+			after time.Duration // the clock advances first
+			want  string        // the answer's body
+		}
+	}{
+		// One request per 100 ms window.
+		{testsupport.SlidingWindowTier("fast", 1, 100*time.Millisecond), []struct {
+			after time.Duration
+			want  string
+		}{
+			{0, `{"allowed":true,"limit":1,"remaining":0,"resetAfterSeconds":1,"retryAfterSeconds":0,"resetAfterMs":100,"retryAfterMs":0}`},
+			{30 * time.Millisecond, `{"allowed":false,"limit":1,"remaining":0,"resetAfterSeconds":1,"retryAfterSeconds":1,"resetAfterMs":70,"retryAfterMs":70}`},
+			{70 * time.Millisecond, `{"allowed":true,"limit":1,"remaining":0,"resetAfterSeconds":1,"retryAfterSeconds":0,"resetAfterMs":100,"retryAfterMs":0}`},
+		}},
+		// 3 tokens per 100 ms: one every 33.33 ms, a wait that rounds up to 34 ms.
+		{testsupport.TokenBucketTier("fast", 1, 3, 100*time.Millisecond), []struct {
+			after time.Duration
+			want  string
+		}{
+			{0, `{"allowed":true,"limit":1,"remaining":0,"resetAfterSeconds":1,"retryAfterSeconds":0,"resetAfterMs":34,"retryAfterMs":0}`},
+			{time.Millisecond, `{"allowed":false,"limit":1,"remaining":0,"resetAfterSeconds":1,"retryAfterSeconds":1,"resetAfterMs":33,"retryAfterMs":33}`},
+			{33 * time.Millisecond, `{"allowed":true,"limit":1,"remaining":0,"resetAfterSeconds":1,"retryAfterSeconds":0,"resetAfterMs":34,"retryAfterMs":0}`},
+		}},
+	} {
+		t.Run(string(tc.tier.Algorithm), func(t *testing.T) {
+			clock := testsupport.NewClock()
+			h := NewDecisions(newEngine(t, clock, newPolicy("api", tc.tier)), nil)
+			for i, s := range tc.steps {
+				clock.Advance(s.after)
+				a := serve(t, h, http.MethodPost, "/v1/allow", `{"key":"k"}`)
+				if strings.TrimSpace(a.body) != s.want {
+					t.Fatalf("step %d: %d %s\nwant %s", i, a.status, a.body, s.want)
+				}
+				if a.status == 429 && a.header.Get("Retry-After") != "1" {
+					t.Fatalf("step %d: Retry-After %q, want whole seconds rounded up", i, a.header.Get("Retry-After"))
+				}
 			}
 		})
 	}
