@@ -43,6 +43,9 @@ const (
 	// MaxDurationLength is the longest duration string the CRD accepts ("1s", "250ms").
 	// A decoded duration has lost its text, so Validate cannot check this bound.
 	MaxDurationLength = 64
+
+	// MaxBatchItems is the most items of one batch of decisions (POST /v1/allow:batch).
+	MaxBatchItems = 1000
 )
 
 // DefaultRefillPeriod is the refillPeriod of a token bucket that sets none.

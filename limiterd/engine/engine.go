@@ -250,7 +250,11 @@ func (e *Engine) Policies() *policy.Set {
 
 // find returns the policy a request names; "" names the only loaded policy.
 func (e *Engine) find(policyID v1alpha1.PolicyID) (*bound, error) {
-	s := e.current.Load()
+	return e.current.Load().find(policyID)
+}
+
+// find returns the policy a request names in the snapshot; "" names the only loaded policy.
+func (s *snapshot) find(policyID v1alpha1.PolicyID) (*bound, error) {
 	if s == nil {
 		return nil, ErrNotReady
 	}
@@ -298,18 +302,136 @@ func (e *Engine) Decide(ctx context.Context, policyID v1alpha1.PolicyID, key str
 	if r.StoreError != nil {
 		r.Decision = e.degraded(ctx, b, key, tier, start, cost)
 	}
-	switch {
-	case r.Allowed:
-		r.Outcome = Allowed
-	case tier.DryRun:
-		r.Outcome, r.Allowed = DryRunRejected, true
-	default:
-		r.Outcome = Rejected
-	}
+	r.Outcome = outcome(&r)
 	if cost > 0 {
 		b.tiers[tier.Index].Observe(r.Outcome, e.opts.Clock().Sub(start))
 	}
 	return r, nil
+}
+
+// BatchItem is one request of a batch: what Decide takes.
+type BatchItem struct {
+	Policy v1alpha1.PolicyID
+	Key    string
+	Cost   int64
+}
+
+// BatchResult is the answer to one item of a batch: its Result, or Err (one of the Err
+// variables, ErrNotReady excepted) when the item cannot be decided and consumed nothing.
+type BatchResult struct {
+	Result
+	Err error
+}
+
+// DecideBatch decides items, on one snapshot of the loaded policies and at one instant, and
+// writes the answer to items[i] to out[i]; len(out) must be len(items). Each answer is what
+// Decide would answer for the item, called for every item in turn: items on one client key are
+// decided in order, each on the state the previous one left, and a bad item fails alone; an
+// item of cost 0 is a peek, as for Decide. The
+// items of each policy go to its store in one call when the store is a limiter.BatchStore (one
+// pass over process memory, one round trip per Redis node), so that a batch costs less than
+// its items one by one. Each decision is observed as Decide observes it, with the batch's
+// time divided by its items as its duration. It returns ErrNotReady, and decides nothing,
+// before the first Swap.
+func (e *Engine) DecideBatch(ctx context.Context, items []BatchItem, out []BatchResult) error {
+	s := e.current.Load()
+	if s == nil {
+		return ErrNotReady
+	}
+	if len(items) == 0 {
+		return nil
+	}
+	start := e.opts.Clock()
+	// Group the items by policy, keeping their order within each group: different policies
+	// share no state, so only the order within a policy matters.
+	type group struct {
+		b     *bound
+		items []int
+	}
+	var groups []group
+	last := -1
+	for i, it := range items {
+		out[i] = BatchResult{}
+		b, err := s.find(it.Policy)
+		if err == nil && it.Cost < 0 {
+			err = ErrInvalidCost
+		}
+		if err != nil {
+			out[i].Err = err
+			continue
+		}
+		out[i].Policy, out[i].Tier = b.policy, b.policy.Resolve(it.Key)
+		if last < 0 || groups[last].b != b {
+			last = slices.IndexFunc(groups, func(g group) bool { return g.b == b })
+			if last < 0 {
+				groups = append(groups, group{b: b, items: make([]int, 0, len(items)-i)})
+				last = len(groups) - 1
+			}
+		}
+		groups[last].items = append(groups[last].items, i)
+	}
+	var (
+		reqs    []limiter.Request
+		answers []limiter.Answer
+	)
+	for _, g := range groups {
+		bs, ok := g.b.store.(limiter.BatchStore)
+		if !ok {
+			for _, i := range g.items {
+				r := &out[i]
+				if items[i].Cost == 0 {
+					r.Decision, r.StoreError = g.b.store.Peek(ctx, items[i].Key, r.Tier.Limiter, start)
+				} else {
+					r.Decision, r.StoreError = g.b.store.Decide(ctx, items[i].Key, r.Tier.Limiter, start, items[i].Cost)
+				}
+			}
+			continue
+		}
+		reqs, answers = reqs[:0], answers[:0]
+		for _, i := range g.items {
+			reqs = append(reqs, limiter.Request{Key: items[i].Key, Limiter: out[i].Tier.Limiter, Cost: items[i].Cost})
+		}
+		answers = slices.Grow(answers, len(reqs))[:len(reqs)]
+		bs.DecideBatch(ctx, reqs, start, answers)
+		for j, i := range g.items {
+			out[i].Decision, out[i].StoreError = answers[j].Decision, answers[j].Err
+		}
+	}
+	decided := 0 // peeks are not observed
+	for _, g := range groups {
+		for _, i := range g.items {
+			r := &out[i]
+			if r.StoreError != nil {
+				r.Decision = e.degraded(ctx, g.b, items[i].Key, r.Tier, start, items[i].Cost)
+			}
+			r.Outcome = outcome(&r.Result)
+			if items[i].Cost > 0 {
+				decided++
+			}
+		}
+	}
+	each := e.opts.Clock().Sub(start) / time.Duration(max(decided, 1))
+	for _, g := range groups {
+		for _, i := range g.items {
+			if items[i].Cost > 0 {
+				g.b.tiers[out[i].Tier.Index].Observe(out[i].Outcome, each)
+			}
+		}
+	}
+	return nil
+}
+
+// outcome sets how a decision ended, admitting a dry-run tier's rejection.
+func outcome(r *Result) Outcome {
+	switch {
+	case r.Allowed:
+		return Allowed
+	case r.Tier.DryRun:
+		r.Allowed = true
+		return DryRunRejected
+	default:
+		return Rejected
+	}
 }
 
 // degraded decides by the policy's failure mode after its store failed (cost 0: peeks).

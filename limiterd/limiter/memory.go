@@ -262,6 +262,24 @@ func (m *Memory) Decide(_ context.Context, key string, rl RateLimiter, now time.
 	return d, nil
 }
 
+// DecideBatch implements BatchStore: it decides every request in turn, in one pass over the
+// store, exactly as successive Decide (and Peek) calls would. It never fails.
+func (m *Memory) DecideBatch(_ context.Context, reqs []Request, now time.Time, out []Answer) {
+	for i := range reqs {
+		r := &reqs[i]
+		if r.Cost == 0 {
+			d, _ := m.apply(r.Key, r.Limiter, now, 1, opPeek)
+			out[i] = Answer{Decision: d}
+			continue
+		}
+		d, added := m.apply(r.Key, r.Limiter, now, r.Cost, opDecide)
+		if added && m.budget.over() {
+			m.budget.reclaim(m, now)
+		}
+		out[i] = Answer{Decision: d}
+	}
+}
+
 // Peek implements Store: what a one-unit decision would answer, without consuming anything or
 // creating state. It never fails.
 func (m *Memory) Peek(_ context.Context, key string, rl RateLimiter, now time.Time) (Decision, error) {

@@ -15,6 +15,10 @@ func TestMemoryConformance(t *testing.T) {
 	limitertest.Run(t, func(*testing.T) limiter.Store { return limiter.NewMemory(nil) })
 }
 
+func TestMemoryBatchConformance(t *testing.T) {
+	limitertest.RunBatch(t, func(*testing.T) limiter.BatchStore { return limiter.NewMemory(nil) })
+}
+
 func TestMemoryConcurrentDecisionsOnOneKey(t *testing.T) {
 	limitertest.RunConcurrent(t, limiter.NewMemory(nil), 16, 200, 1000)
 }

@@ -37,3 +37,31 @@ type LocalStore interface {
 }
 
 var _ LocalStore = (*Memory)(nil)
+
+// Request is one decision of a batch: Cost units for the client Key by Limiter; a Cost of 0 is
+// a peek (what Peek answers; nothing is consumed).
+type Request struct {
+	Key     string
+	Limiter RateLimiter
+	Cost    int64
+}
+
+// Answer is a store's answer to one Request of a batch: the Decision, or the error Decide would
+// have returned for it.
+type Answer struct {
+	Decision
+	Err error
+}
+
+// A BatchStore decides several requests in one call, with less overhead than one call each
+// (one pass over process memory, one round trip per Redis node).
+type BatchStore interface {
+	Store
+	// DecideBatch decides reqs at instant now (with the same proviso as Decide) and writes the
+	// answer to reqs[i] to out[i]; len(out) must be len(reqs). The answers are those of
+	// successive Decide (or Peek) calls in the order of reqs: requests on one key are decided
+	// in order, each on the state the previous one left.
+	DecideBatch(ctx context.Context, reqs []Request, now time.Time, out []Answer)
+}
+
+var _ BatchStore = (*Memory)(nil)

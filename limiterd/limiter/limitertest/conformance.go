@@ -399,3 +399,120 @@ func RunRefundRace(t *testing.T, store limiter.Store, workers, perWorker int, li
 		})
 	}
 }
+
+// RunBatch runs the conformance table against the batch path of stores made by newStore, each
+// case on a fresh store: the decisions and peeks (cost 0) of a case at one instant, up to a
+// strategy switch or a refund, go in one DecideBatch call and must answer what successive
+// calls answer (the table holds several steps on one key at one instant, so it checks that
+// they are decided in order); refunds are made by Refund between batches. It then checks that a
+// batch interleaving keys, algorithms and costs (one above the capacity, peeks) answers exactly
+// what the same requests answer one by one on other keys.
+func RunBatch(t *testing.T, newStore func(t *testing.T) limiter.BatchStore) {
+	for _, c := range Cases() {
+		t.Run(c.Name, func(t *testing.T) {
+			store := newStore(t)
+			rl := c.Strategy
+			var (
+				reqs  []limiter.Request
+				steps []int // the steps of reqs
+			)
+			check := func(step int, got limiter.Decision, err error, detail string) {
+				t.Helper()
+				s := c.Steps[step]
+				if err != nil {
+					t.Fatalf("step %d (%s): %v", step, detail, err)
+				}
+				want := limiter.Decision{Allowed: s.Allowed, Limit: got.Limit, Remaining: s.Remaining, ResetAfter: s.ResetAfter}
+				if !s.Allowed {
+					want.RetryAfter = s.RetryAfter
+				}
+				if s.ResetAfter < 0 {
+					got.ResetAfter, want.ResetAfter = 0, 0
+				}
+				if got != want {
+					t.Fatalf("step %d (%s at t0+%v):\n got  %+v\n want %+v", step, detail, s.At, got, want)
+				}
+			}
+			flush := func() {
+				t.Helper()
+				if len(reqs) == 0 {
+					return
+				}
+				out := make([]limiter.Answer, len(reqs))
+				store.DecideBatch(context.Background(), reqs, T0.Add(c.Steps[steps[0]].At), out)
+				for i, a := range out {
+					if a.Err == nil && a.Limit != reqs[i].Limiter.Limit() {
+						t.Fatalf("step %d: limit %d, want %d", steps[i], a.Limit, reqs[i].Limiter.Limit())
+					}
+					check(steps[i], a.Decision, a.Err, fmt.Sprintf("item %d of %d, key %s, cost %d", i, len(reqs), reqs[i].Key, reqs[i].Cost))
+				}
+				reqs, steps = reqs[:0], steps[:0]
+			}
+			for i, s := range c.Steps {
+				if len(steps) > 0 && c.Steps[steps[0]].At != s.At {
+					flush()
+				}
+				key, cost := s.Key, s.Cost
+				if key == "" {
+					key = "client"
+				}
+				if cost == 0 {
+					cost = 1
+				}
+				switch {
+				case s.Refund > 0:
+					flush()
+					d, err := store.Refund(context.Background(), key, rl, T0.Add(s.At), s.Refund)
+					check(i, d, err, "refund")
+				case s.Peek:
+					reqs, steps = append(reqs, limiter.Request{Key: key, Limiter: rl, Cost: 0}), append(steps, i)
+				default:
+					reqs, steps = append(reqs, limiter.Request{Key: key, Limiter: rl, Cost: cost}), append(steps, i)
+				}
+				if s.Then != nil {
+					flush()
+					rl = s.Then
+				}
+			}
+			flush()
+		})
+	}
+	t.Run("interleaved keys match one-by-one decisions", func(t *testing.T) {
+		var tb, sw limiter.RateLimiter = must(limiter.NewTokenBucket(5, 1, time.Second)), must(limiter.NewSlidingWindow(4, time.Second))
+		var reqs []limiter.Request
+		for i := range 60 {
+			rl, key := tb, fmt.Sprintf("tb-%d", i%3)
+			if i%2 == 1 {
+				rl, key = sw, fmt.Sprintf("sw-%d", i%5)
+			}
+			cost := int64(1 + i%3)
+			switch {
+			case i%17 == 0:
+				cost = 6 // above both capacities: rejected, consumes nothing
+			case i%7 == 0:
+				cost = 0 // a peek
+			}
+			reqs = append(reqs, limiter.Request{Key: key, Limiter: rl, Cost: cost})
+		}
+		// One store: the one-by-one decisions go to other keys.
+		store := newStore(t)
+		out := make([]limiter.Answer, len(reqs))
+		store.DecideBatch(context.Background(), reqs, T0, out)
+		for i, r := range reqs {
+			var want limiter.Decision
+			var err error
+			if r.Cost == 0 {
+				want, err = store.Peek(context.Background(), "one-by-one-"+r.Key, r.Limiter, T0)
+			} else {
+				want, err = store.Decide(context.Background(), "one-by-one-"+r.Key, r.Limiter, T0, r.Cost)
+			}
+			if err != nil {
+				t.Fatalf("request %d: %v", i, err)
+			}
+			if out[i].Err != nil || out[i].Decision != want {
+				t.Fatalf("request %d (key %s, cost %d): batch answered %+v (error %v), one by one %+v",
+					i, r.Key, r.Cost, out[i].Decision, out[i].Err, want)
+			}
+		}
+	})
+}
