@@ -294,6 +294,8 @@ func TestReplicasOnCluster(t *testing.T) {
 	defer c.Close()
 	limitertest.Run(t, func(t *testing.T) limiter.Store { return c.Store(t.Name()) })
 	limitertest.RunConcurrent(t, c.Store(t.Name()), 16, 20, 50)
+	// A batch's keys spread over the masters: one pipeline a node, decided in order.
+	limitertest.RunBatch(t, func(t *testing.T) limiter.BatchStore { return c.Store(t.Name()) })
 }
 
 // failureModePolicies has one token-bucket policy of 3 units an hour per failure mode, named

@@ -503,41 +503,60 @@ func (s *Store) run(ctx context.Context, key string, rl limiter.RateLimiter, now
 // written because the state changed meanwhile, and the decision must start over.
 func (s *Store) tokenBucket(ctx context.Context, cn *conn, k string, rl *limiter.TokenBucket, p *prepared,
 	nowS, nowN string, cost int64, mode mode) (d limiter.Decision, done bool, err error) {
-	capacity, rate, _ := rl.Params()
-	inc := p.unit
-	switch {
-	case mode == modeRefund && cost >= capacity:
-		inc = p.tau // a refund of the capacity or more fills any bucket
-	case cost > capacity:
-		inc = [3]string{} // never admitted
-	case cost != 1:
-		inc = limbs(rl.Interval(cost))
-	}
-	arr, err := tokenBucketScript.Exec(ctx, cn, []string{k}, tokenBucketArgs(mode, p, nowS, nowN, inc, s.c.slackMS)).ToArray()
+	args := tokenBucketArgs(mode, p, nowS, nowN, tokenBucketCost(rl, p, cost, mode), s.c.slackMS)
+	arr, err := tokenBucketScript.Exec(ctx, cn, []string{k}, args).ToArray()
 	if err != nil {
 		return d, false, fmt.Errorf("token bucket script: %w", err)
 	}
+	d, raw, at, err := tokenBucketAnswer(arr, rl, cost, mode)
+	if err != nil || raw == nil {
+		return d, err == nil, err
+	}
+	return s.convertTokenBucket(ctx, cn, k, rl, p, *raw, at, cost, mode)
+}
+
+// tokenBucketCost returns the interval of cost tokens as the script takes it: seconds "" when
+// the cost exceeds the capacity (never admitted), a full refill for a refund of the capacity or
+// more.
+func tokenBucketCost(rl *limiter.TokenBucket, p *prepared, cost int64, mode mode) [3]string {
+	capacity, _, _ := rl.Params()
+	switch {
+	case mode == modeRefund && cost >= capacity:
+		return p.tau // a refund of the capacity or more fills any bucket
+	case cost > capacity:
+		return [3]string{}
+	case cost != 1:
+		return limbs(rl.Interval(cost))
+	}
+	return p.unit
+}
+
+// tokenBucketAnswer reads the token-bucket script's answer: the decision, or, when another
+// strategy wrote the state, that state (raw) and the instant the script read it, for Go to
+// convert.
+func tokenBucketAnswer(arr []rueidis.RedisMessage, rl *limiter.TokenBucket, cost int64, mode mode) (d limiter.Decision, raw *string, at time.Time, err error) {
+	_, rate, _ := rl.Params()
 	ints, err := integers(arr, tbReplyState+1)
 	if err != nil {
-		return d, false, fmt.Errorf("token bucket script: malformed answer: %w", err)
+		return d, nil, at, fmt.Errorf("token bucket script: malformed answer: %w", err)
 	}
 	outcome, state := ints[tbReplyOutcome], ints[tbReplyState]
 	switch {
 	case (outcome == tbRefunded) != (mode == modeRefund) && outcome != tbConvert:
-		return d, false, fmt.Errorf("token bucket script: outcome %d in mode %s", outcome, mode)
+		return d, nil, at, fmt.Errorf("token bucket script: outcome %d in mode %s", outcome, mode)
 	case state == tbStateFresh && len(arr) == tbReplyState+1 && outcome != tbConvert,
 		state == tbStateTAT && len(arr) == tbReplyTATF+1 && outcome != tbConvert,
 		state == tbStateRaw && len(arr) == tbReplyRaw+1 && outcome == tbConvert:
 	default:
-		return d, false, fmt.Errorf("token bucket script: malformed answer: outcome %d, state %d, %d elements", outcome, state, len(arr))
+		return d, nil, at, fmt.Errorf("token bucket script: malformed answer: outcome %d, state %d, %d elements", outcome, state, len(arr))
 	}
-	at := time.Unix(ints[tbReplyNowS], ints[tbReplyNowN])
+	at = time.Unix(ints[tbReplyNowS], ints[tbReplyNowN])
 	if outcome == tbConvert {
-		raw, err := arr[tbReplyRaw].ToString()
+		r, err := arr[tbReplyRaw].ToString()
 		if err != nil {
-			return d, false, fmt.Errorf("token bucket script: malformed state: %w", err)
+			return d, nil, at, fmt.Errorf("token bucket script: malformed state: %w", err)
 		}
-		return s.convertTokenBucket(ctx, cn, k, rl, p, raw, at, cost, mode)
+		return d, &r, at, nil
 	}
 	var st limiter.State
 	if state == tbStateTAT {
@@ -546,22 +565,22 @@ func (s *Store) tokenBucket(ctx context.Context, cn *conn, k string, rl *limiter
 			err = fmt.Errorf("TAT %v out of range", tat)
 		}
 		if err != nil {
-			return d, false, fmt.Errorf("token bucket script: malformed state: %w", err)
+			return d, nil, at, fmt.Errorf("token bucket script: malformed state: %w", err)
 		}
 		st = rl.StateAt(tat[0]*1e9+tat[1], uint64(tat[2]))
 	}
 	switch mode {
 	case modePeek:
-		return rl.Peek(&st, at), true, nil
+		return rl.Peek(&st, at), nil, at, nil
 	case modeRefund: // the script refunded on this state exactly as Refund does
-		return rl.Refund(&st, at, cost), true, nil
+		return rl.Refund(&st, at, cost), nil, at, nil
 	case modeDecide:
 	}
 	d = rl.Decide(&st, at, cost)
 	if d.Allowed != (outcome == tbAdmitted) {
-		return limiter.Decision{}, false, fmt.Errorf("%w: script says %d, limiter %+v", errInconsistent, outcome, d)
+		return limiter.Decision{}, nil, at, fmt.Errorf("%w: script says %d, limiter %+v", errInconsistent, outcome, d)
 	}
-	return d, true, nil
+	return d, nil, at, nil
 }
 
 // tokenBucketArgs returns the token-bucket script's arguments: inc is the cost's interval
@@ -636,15 +655,25 @@ func parseTokenBucketState(raw string) (limiter.State, bool) {
 // slidingWindow runs the sliding-window script, which computes the whole decision.
 func (s *Store) slidingWindow(ctx context.Context, cn *conn, k string, rl *limiter.SlidingWindow, p *prepared,
 	nowS, nowN string, cost int64, mode mode) (limiter.Decision, error) {
+	arr, err := slidingWindowScript.Exec(ctx, cn, []string{k}, s.slidingWindowArgs(p, nowS, nowN, cost, mode)).ToArray()
+	if err != nil {
+		return limiter.Decision{}, fmt.Errorf("sliding window script: %w", err)
+	}
+	return slidingWindowAnswer(arr, rl)
+}
+
+// slidingWindowArgs returns the sliding-window script's arguments (nowS "": the server's clock).
+func (s *Store) slidingWindowArgs(p *prepared, nowS, nowN string, cost int64, mode mode) []string {
 	args := make([]string, swArgs)
 	args[swArgMode], args[swArgFingerprint] = string(mode), p.fp
 	args[swArgNowS], args[swArgNowN] = nowS, nowN
 	args[swArgLimit], args[swArgWindow], args[swArgCost] = p.limit, p.window, strconv.FormatInt(cost, 10)
 	args[swArgSlackMS], args[swArgRebase] = s.c.slackMS, rebaseThreshold
-	arr, err := slidingWindowScript.Exec(ctx, cn, []string{k}, args).ToArray()
-	if err != nil {
-		return limiter.Decision{}, fmt.Errorf("sliding window script: %w", err)
-	}
+	return args
+}
+
+// slidingWindowAnswer reads the sliding-window script's answer.
+func slidingWindowAnswer(arr []rueidis.RedisMessage, rl *limiter.SlidingWindow) (limiter.Decision, error) {
 	ints, err := integers(arr, swReplyLen)
 	if err == nil && len(arr) != swReplyLen {
 		err = fmt.Errorf("%d elements", len(arr))

@@ -1,0 +1,182 @@
+package redis
+
+import (
+	"context"
+	"crypto/sha1" //nolint:gosec // Redis names scripts by their SHA-1
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/limiterd/limiterd/limiterd/limiter"
+)
+
+var _ limiter.BatchStore = (*Store)(nil)
+
+// The SHA-1 digests EVALSHA names the decision scripts by.
+var (
+	tokenBucketSHA   = scriptSHA(tokenBucketSource)
+	slidingWindowSHA = scriptSHA(slidingWindowSource)
+)
+
+func scriptSHA(source string) string {
+	sum := sha1.Sum([]byte(source)) //nolint:gosec // not for security: the script's name in Redis
+	return hex.EncodeToString(sum[:])
+}
+
+// DecideBatch implements limiter.BatchStore. The requests (decisions and peeks) that need Redis
+// are sent as one pipeline of EVALSHA calls of the decision scripts, in their order: one write
+// and one round trip for a single server, one for each node a Redis Cluster spreads their keys
+// over. Redis runs a connection's commands in order, so requests on one key (one slot, one
+// node) are decided in order. Unlimited requests and rejections in the reject cache are
+// answered without Redis, as Decide answers them. The batch goes through the circuit breaker
+// as one call, within one Options.Timeout.
+//
+// A few requests take their own round trips, in order, after the pipeline: those whose script
+// Redis did not know (NOSCRIPT, after a restart or SCRIPT FLUSH; they run as Decide runs,
+// loading it) and those of a token bucket whose state another strategy wrote (converted as
+// Decide converts). Neither changed the client's state in the pipeline, so they are decided on
+// the state the pipeline left; only if another caller loads the script, or converts the state,
+// during the pipeline can a later request on the same key have been decided before them.
+func (s *Store) DecideBatch(ctx context.Context, reqs []limiter.Request, now time.Time, out []limiter.Answer) {
+	var epoch uint64
+	if s.cache != nil {
+		epoch = s.c.trust.epoch.Load() // before the round trip: see cacheTrust
+	}
+	pending := make([]int, 0, len(reqs)) // the requests Redis decides
+	for i, r := range reqs {
+		if r.Limiter.Algorithm() == limiter.AlgorithmUnlimited {
+			if r.Cost == 0 {
+				out[i] = limiter.Answer{Decision: r.Limiter.Peek(nil, now)}
+			} else {
+				out[i] = limiter.Answer{Decision: r.Limiter.Decide(nil, now, r.Cost)}
+			}
+			continue
+		}
+		if s.cache != nil && r.Cost > 0 {
+			if d, ok := s.cache.get(r.Key, r.Limiter, r.Cost, now); ok {
+				s.c.cacheHits.Add(1)
+				out[i] = limiter.Answer{Decision: d}
+				continue
+			}
+		}
+		pending = append(pending, i)
+	}
+	if len(pending) == 0 {
+		return
+	}
+	if err := s.guardedBatch(ctx, reqs, pending, now, out); err != nil {
+		for _, i := range pending {
+			out[i] = limiter.Answer{Err: err}
+		}
+	}
+	for _, i := range pending {
+		if out[i].Err != nil {
+			out[i].Err = fmt.Errorf("redis store: policy %s: decide: %w", s.policy, out[i].Err)
+			continue
+		}
+		if d := out[i].Decision; s.cache != nil && reqs[i].Cost > 0 && !d.Allowed && d.RetryAfter > 0 {
+			s.cache.put(reqs[i].Key, reqs[i].Limiter, reqs[i].Cost, now, d, epoch)
+		}
+	}
+}
+
+// guardedBatch runs a batch within the timeout, through the circuit breaker, as one call: it
+// failed if any of its requests failed. It returns the error of a batch that did not run.
+func (s *Store) guardedBatch(ctx context.Context, reqs []limiter.Request, pending []int, now time.Time, out []limiter.Answer) error {
+	probe, err := s.c.breaker.allow()
+	if err != nil {
+		return err
+	}
+	timed, cancel := context.WithTimeout(ctx, s.c.opts.Timeout)
+	defer cancel()
+	err = s.runBatch(timed, reqs, pending, now, out)
+	failed := err != nil
+	for _, i := range pending {
+		failed = failed || out[i].Err != nil
+	}
+	if failed && (ctx.Err() != nil || errors.Is(err, ErrClosed)) {
+		s.c.breaker.abandon(probe)
+	} else {
+		s.c.breaker.done(probe, failed)
+	}
+	return err
+}
+
+// runBatch decides the pending requests: one pipeline, then the requests that need their own
+// round trips (see DecideBatch).
+func (s *Store) runBatch(ctx context.Context, reqs []limiter.Request, pending []int, now time.Time, out []limiter.Answer) error {
+	cn, err := s.c.get()
+	if err != nil {
+		return err
+	}
+	var nowS, nowN string
+	if s.c.opts.Clock == CallerClock {
+		sec, ns := split(now.UnixNano())
+		nowS, nowN = strconv.FormatInt(sec, 10), strconv.FormatInt(ns, 10)
+	}
+	cmds := make(rueidis.Commands, 0, len(pending))
+	sent := make([]int, 0, len(pending)) // the requests of cmds
+	for _, i := range pending {
+		r := reqs[i]
+		k, p := s.key(r.Key), s.c.prepare(r.Limiter)
+		mode, cost := requestMode(r)
+		switch rl := r.Limiter.(type) {
+		case *limiter.TokenBucket:
+			args := tokenBucketArgs(mode, p, nowS, nowN, tokenBucketCost(rl, p, cost, mode), s.c.slackMS)
+			cmds = append(cmds, cn.B().Evalsha().Sha1(tokenBucketSHA).Numkeys(1).Key(k).Arg(args...).Build())
+		case *limiter.SlidingWindow:
+			args := s.slidingWindowArgs(p, nowS, nowN, cost, mode)
+			cmds = append(cmds, cn.B().Evalsha().Sha1(slidingWindowSHA).Numkeys(1).Key(k).Arg(args...).Build())
+		default:
+			out[i] = limiter.Answer{Err: fmt.Errorf("unsupported algorithm %s", r.Limiter.Algorithm())}
+			continue
+		}
+		sent = append(sent, i)
+	}
+	var again []int // decided after the pipeline, in order
+	for j, res := range cn.DoMulti(ctx, cmds...) {
+		i := sent[j]
+		arr, err := res.ToArray()
+		if err != nil {
+			if rerr, ok := rueidis.IsRedisErr(err); ok && rerr.IsNoScript() {
+				again = append(again, i)
+				continue
+			}
+			out[i] = limiter.Answer{Err: fmt.Errorf("%s script: %w", reqs[i].Limiter.Algorithm(), err)}
+			continue
+		}
+		var d limiter.Decision
+		switch rl := reqs[i].Limiter.(type) {
+		case *limiter.TokenBucket:
+			var raw *string
+			mode, cost := requestMode(reqs[i])
+			d, raw, _, err = tokenBucketAnswer(arr, rl, cost, mode)
+			if err == nil && raw != nil {
+				again = append(again, i)
+				continue
+			}
+		case *limiter.SlidingWindow:
+			d, err = slidingWindowAnswer(arr, rl)
+		}
+		out[i] = limiter.Answer{Decision: d, Err: err}
+	}
+	for _, i := range again {
+		mode, cost := requestMode(reqs[i])
+		d, err := s.run(ctx, reqs[i].Key, reqs[i].Limiter, now, cost, mode)
+		out[i] = limiter.Answer{Decision: d, Err: err}
+	}
+	return nil
+}
+
+// requestMode returns the script mode and cost of a batch's request: a peek of one unit for a
+// cost of 0.
+func requestMode(r limiter.Request) (mode, int64) {
+	if r.Cost == 0 {
+		return modePeek, 1
+	}
+	return modeDecide, r.Cost
+}
