@@ -53,6 +53,26 @@
 // typo never goes unnoticed) and for an omitted policy while several are loaded, 404 for an
 // unknown policy or path, 405 for another method, 413 for a body over 64 KiB, 503 before any
 // policy is loaded. The request's Content-Type is not checked (curl -d sends a form type).
+//
+// # Batches
+//
+//	POST /v1/allow:batch   {"items": [{"policy": "...", "key": "...", "cost": 1}, ...]}
+//
+// decides up to MaxBatchItems (1000) items in one call and answers 200 with
+//
+//	{"results": [<one result per item, in the order of the items>]}
+//
+// where each result is the body a single call would answer for the item (its "allowed" says
+// what its status would have been), or {"error": "...", "status": 400} for an item that is no
+// valid request (DecodeAllowRequest) or names no policy while several are loaded, and
+// {"error": "...", "status": 404} for an unknown policy. A bad item consumes nothing and fails
+// alone. Items are decided in order, on one snapshot of the policies and at one instant: items
+// on one client key are decided as successive single calls would be. The answer has no
+// RateLimit or Retry-After fields (they would describe one item). The whole batch is refused,
+// and nothing is decided, for a malformed body, a body that is not an object with the one field
+// "items" holding an array (400), more than MaxBatchItems items or a body over
+// MaxBatchBodyBytes (2 MiB) (413), another method than POST (405), and before any policy is
+// loaded (503).
 package server
 
 import (
@@ -110,6 +130,8 @@ func (h *Decisions) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.allow(w, r)
 	case "/v1/refund":
 		h.refund(w, r)
+	case "/v1/allow:batch":
+		h.batch(w, r)
 	default:
 		writeError(w, http.StatusNotFound, "no such path")
 	}
@@ -156,13 +178,19 @@ func (h *Decisions) allow(w http.ResponseWriter, r *http.Request) {
 
 // readBody reads a request body of at most MaxBodyBytes into buf.
 func readBody(w http.ResponseWriter, r *http.Request, buf []byte) ([]byte, int, error) {
-	if r.ContentLength > MaxBodyBytes {
-		return buf, http.StatusRequestEntityTooLarge, errBodyTooLarge
+	return readBodyUpTo(w, r, buf, MaxBodyBytes, errBodyTooLarge)
+}
+
+// readBodyUpTo reads a request body of at most limit bytes into buf; tooLarge is the error of
+// a larger one.
+func readBodyUpTo(w http.ResponseWriter, r *http.Request, buf []byte, limit int64, tooLarge error) ([]byte, int, error) {
+	if r.ContentLength > limit {
+		return buf, http.StatusRequestEntityTooLarge, tooLarge
 	}
-	body := http.MaxBytesReader(w, r.Body, MaxBodyBytes)
+	body := http.MaxBytesReader(w, r.Body, limit)
 	for {
 		if len(buf) == cap(buf) {
-			buf = slices.Grow(buf, cap(buf))
+			buf = slices.Grow(buf, max(cap(buf), 1024))
 		}
 		n, err := body.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
@@ -174,7 +202,7 @@ func readBody(w http.ResponseWriter, r *http.Request, buf []byte) ([]byte, int, 
 		case errors.Is(err, io.EOF):
 			return buf, 0, nil
 		case errors.As(err, &tooLarge):
-			return buf, http.StatusRequestEntityTooLarge, errBodyTooLarge
+			return buf, http.StatusRequestEntityTooLarge, tooLarge
 		default:
 			return buf, http.StatusBadRequest, errRequest("cannot read the body: " + err.Error())
 		}
@@ -255,6 +283,17 @@ func writeAnswer(w http.ResponseWriter, res *engine.Result, status int) {
 		}
 		b = b[:0]
 	}
+	b = appendDecision(b, res, retry)
+	b = append(b, '\n')
+	buf.b = b
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}
+
+// appendDecision appends the JSON object that answers a decision, the body of a single call and
+// an item of a batch's results; retry says whether it names a retry time.
+func appendDecision(b []byte, res *engine.Result, retry bool) []byte {
+	limited := res.Tier.Limiter.Limit() > 0
 	b = append(b, `{"allowed":`...)
 	b = strconv.AppendBool(b, res.Allowed)
 	if limited {
@@ -281,10 +320,7 @@ func writeAnswer(w http.ResponseWriter, res *engine.Result, status int) {
 	} else {
 		b = append(b, '0')
 	}
-	b = append(b, "}\n"...)
-	buf.b = b
-	w.WriteHeader(status)
-	_, _ = w.Write(b)
+	return append(b, '}')
 }
 
 // milliseconds returns d in whole milliseconds rounded up (0 for d <= 0), so that waiting that
