@@ -154,7 +154,7 @@ func runManagerAsServiceAccount(t *testing.T, env *testenv.Env, manager string) 
 	}()
 
 	for _, path := range []string{"/healthz", "/readyz"} {
-		testenv.Eventually(t, timeout, func() error { return probe("http://" + probes + path) })
+		testsupport.Eventually(t, timeout, "probe "+path, func() error { return probe("http://" + probes + path) })
 	}
 
 	ns := env.Namespace(t)

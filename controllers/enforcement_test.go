@@ -15,6 +15,7 @@ import (
 
 	limiterdv1alpha1 "github.com/limiterd/limiterd/api/v1alpha1"
 	"github.com/limiterd/limiterd/internal/testenv"
+	"github.com/limiterd/limiterd/internal/testsupport"
 )
 
 func TestSetEnforcement(t *testing.T) {
@@ -178,7 +179,7 @@ func TestStatusNamespaceAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), lease) })
-	testenv.Eventually(t, timeout, func() error {
+	testsupport.Eventually(t, timeout, "enforcement status", func() error {
 		got := &limiterdv1alpha1.RateLimitPolicy{}
 		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(p), got); err != nil {
 			return err

@@ -16,6 +16,7 @@ import (
 
 	limiterdv1alpha1 "github.com/limiterd/limiterd/api/v1alpha1"
 	"github.com/limiterd/limiterd/internal/testenv"
+	"github.com/limiterd/limiterd/internal/testsupport"
 )
 
 func TestLegacyServers(t *testing.T) {
@@ -132,7 +133,7 @@ func TestLegacyConfigMapRemoved(t *testing.T) {
 	}
 	waitStatusName := func(p *limiterdv1alpha1.RateLimitPolicy, want string) {
 		t.Helper()
-		testenv.Eventually(t, timeout, func() error {
+		testsupport.Eventually(t, timeout, "status name "+want, func() error {
 			got := &limiterdv1alpha1.RateLimitPolicy{}
 			if err := env.Client.Get(ctx, client.ObjectKeyFromObject(p), got); err != nil {
 				return err

@@ -23,6 +23,7 @@ import (
 
 	limiterdv1alpha1 "github.com/limiterd/limiterd/api/v1alpha1"
 	"github.com/limiterd/limiterd/internal/testenv"
+	"github.com/limiterd/limiterd/internal/testsupport"
 )
 
 // getConfigMap returns the policy's ConfigMap, in namespace (limiterd's).
@@ -219,7 +220,7 @@ func TestConfigMapDriftIsRestored(t *testing.T) {
 		if err := env.Client.Update(ctx, cm); err != nil {
 			t.Fatal(err)
 		}
-		testenv.Eventually(t, timeout, func() error { return restored(&corev1.ConfigMap{}) })
+		testsupport.Eventually(t, timeout, "ConfigMap restored after an edit", func() error { return restored(&corev1.ConfigMap{}) })
 		waitEvent(t, env.Client, p, corev1.EventTypeNormal, ReasonRestored)
 	})
 
@@ -230,7 +231,7 @@ func TestConfigMapDriftIsRestored(t *testing.T) {
 		if err := env.Client.Update(ctx, cm); err != nil {
 			t.Fatal(err)
 		}
-		testenv.Eventually(t, timeout, func() error { return restored(&corev1.ConfigMap{}) })
+		testsupport.Eventually(t, timeout, "ConfigMap label restored", func() error { return restored(&corev1.ConfigMap{}) })
 	})
 
 	t.Run("deleted", func(t *testing.T) {
@@ -238,7 +239,7 @@ func TestConfigMapDriftIsRestored(t *testing.T) {
 		if err := env.Client.Delete(ctx, cm); err != nil {
 			t.Fatal(err)
 		}
-		testenv.Eventually(t, timeout, func() error {
+		testsupport.Eventually(t, timeout, "ConfigMap recreated", func() error {
 			var again corev1.ConfigMap
 			if err := restored(&again); err != nil {
 				return err
@@ -297,7 +298,7 @@ func TestDeletedPolicyConfigMapIsDeleted(t *testing.T) {
 			return nil
 		}
 	}
-	testenv.Eventually(t, timeout, gone(leftover))
+	testsupport.Eventually(t, timeout, "leftover ConfigMap gone", gone(leftover))
 
 	p := newPolicy(ns, "short-lived")
 	if err := env.Client.Create(ctx, p); err != nil {
@@ -309,7 +310,7 @@ func TestDeletedPolicyConfigMapIsDeleted(t *testing.T) {
 	if err := env.Client.Delete(ctx, p); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, timeout, gone(cm))
+	testsupport.Eventually(t, timeout, "ConfigMap of the deleted policy gone", gone(cm))
 	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(unrelated), &corev1.ConfigMap{}); err != nil {
 		t.Errorf("a ConfigMap of no policy: %v, want kept", err)
 	}
@@ -501,7 +502,7 @@ func loosenCRD(t *testing.T, env *testenv.Env) {
 	admitted := func() error {
 		return env.Client.Create(ctx, invalid.DeepCopy(), client.DryRunAll)
 	}
-	testenv.Eventually(t, timeout, admitted)
+	testsupport.Eventually(t, timeout, "invalid policy admitted without the CRD validation", admitted)
 	t.Cleanup(func() {
 		crd := &apiextensionsv1.CustomResourceDefinition{}
 		if err := env.Client.Get(ctx, key, crd); err != nil {
@@ -511,7 +512,7 @@ func loosenCRD(t *testing.T, env *testenv.Env) {
 		if err := env.Client.Update(ctx, crd); err != nil {
 			t.Fatalf("restore CRD: %v", err)
 		}
-		testenv.Eventually(t, timeout, func() error {
+		testsupport.Eventually(t, timeout, "invalid policy refused by the restored CRD", func() error {
 			err := admitted()
 			switch {
 			case err == nil:

@@ -115,7 +115,7 @@ func newPolicy(namespace, name string) *limiterdv1alpha1.RateLimitPolicy {
 func waitReady(t *testing.T, c client.Client, key client.ObjectKey, gen int64, reason string) *limiterdv1alpha1.RateLimitPolicy {
 	t.Helper()
 	p := &limiterdv1alpha1.RateLimitPolicy{}
-	testenv.Eventually(t, timeout, func() error {
+	testsupport.Eventually(t, timeout, "policy Ready reason "+reason, func() error {
 		if err := c.Get(context.Background(), key, p); err != nil {
 			return err
 		}
@@ -133,7 +133,7 @@ func waitReady(t *testing.T, c client.Client, key client.ObjectKey, gen int64, r
 func waitEvent(t *testing.T, c client.Client, p *limiterdv1alpha1.RateLimitPolicy, eventType, reason string) *eventsv1.Event {
 	t.Helper()
 	var found *eventsv1.Event
-	testenv.Eventually(t, timeout, func() error {
+	testsupport.Eventually(t, timeout, "policy event "+reason, func() error {
 		var list eventsv1.EventList
 		if err := c.List(context.Background(), &list, client.InNamespace(p.Namespace)); err != nil {
 			return err

@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/limiterd/limiterd/internal/testenv"
+	"github.com/limiterd/limiterd/internal/testsupport"
 	"github.com/limiterd/limiterd/limiterd/adminauth"
 )
 
@@ -142,7 +143,7 @@ func TestAdminKubernetesAuth(t *testing.T) {
 	empty := env.Namespace(t) // no policy ConfigMaps: policies come from the file
 	d := start(t, hooks{}, "--policy-file", policyFile(t, t.TempDir(), policies),
 		"--kubeconfig", env.KubeconfigPath(), "--namespace", empty, "--status-interval", "0")
-	testenv.Eventually(t, 30*time.Second, func() error {
+	testsupport.Eventually(t, 30*time.Second, "limiterd ready", func() error {
 		if status, body := adminCall(t, http.MethodGet, d.admin+"/readyz", ""); status != 200 {
 			return fmt.Errorf("/readyz: %d %s", status, body)
 		}

@@ -163,17 +163,6 @@ func metric(t *testing.T, admin, sample string) float64 {
 	return 0
 }
 
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	end := time.Now().Add(reloadDeadline)
-	for !cond() {
-		if time.Now().After(end) {
-			t.Fatalf("%s: not within %v", what, reloadDeadline)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func get(t *testing.T, url string) (int, string) {
 	t.Helper()
 	resp, err := http.Get(url)
@@ -219,7 +208,7 @@ func TestEndToEnd(t *testing.T) {
 
 	// Same policy, new algorithm for the default tier: served without a restart.
 	replaceFile(t, path, slidingWindowPolicy)
-	eventually(t, "sliding window served", func() bool {
+	testsupport.Eventually(t, reloadDeadline, "sliding window served", func() bool {
 		return decide(t, d.decisions, "bob").policy == `"standard";q=5;w=60`
 	})
 	if got := metric(t, d.admin, `limiterd_policy_reloads_total{result="success"}`); got != successes+1 {
@@ -233,7 +222,7 @@ func TestEndToEnd(t *testing.T) {
 	// An invalid file: the failure is counted and the last good policy keeps serving.
 	failures := metric(t, d.admin, `limiterd_policy_reloads_total{result="failure"}`)
 	replaceFile(t, path, strings.Replace(slidingWindowPolicy, "limit: 5", "limit: 0", 1))
-	eventually(t, "failure counted", func() bool {
+	testsupport.Eventually(t, reloadDeadline, "failure counted", func() bool {
 		return metric(t, d.admin, `limiterd_policy_reloads_total{result="failure"}`) == failures+1
 	})
 	if got := decide(t, d.decisions, "carol"); got.status != 200 || got.policy != `"standard";q=5;w=60` {
@@ -351,7 +340,7 @@ func TestGracefulShutdown(t *testing.T) {
 
 	// New connections are refused once the listener is closed.
 	addr := strings.TrimPrefix(d.decisions, "http://")
-	eventually(t, "listener closed", func() bool {
+	testsupport.Eventually(t, reloadDeadline, "listener closed", func() bool {
 		c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
 		if err != nil {
 			return true

@@ -329,20 +329,3 @@ func Main(m *testing.M) {
 	}
 	os.Exit(code)
 }
-
-// Eventually calls condition every 100ms until it returns nil, and fails t with the last error
-// if that has not happened within timeout.
-func Eventually(t testing.TB, timeout time.Duration, condition func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := condition()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: %v", timeout, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}

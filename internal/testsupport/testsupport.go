@@ -1,5 +1,6 @@
 // Package testsupport holds helpers shared by the module's tests: a clock that moves only when
-// told, builders of RateLimitPolicy tiers, and a log sink safe for concurrent writes.
+// told, builders of RateLimitPolicy tiers, a log sink safe for concurrent writes, and the one
+// polling helper (Eventually).
 //
 // It is a normal package so that tests of several packages can share it, but it is meant to be
 // imported only by _test.go files, never by production code.
@@ -7,6 +8,7 @@ package testsupport
 
 import (
 	"bytes"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -105,3 +107,40 @@ func NewEngine(t testing.TB, now func() time.Time, policies ...*v1alpha1.RateLim
 	e.Swap(set)
 	return e
 }
+
+// Eventually calls condition until it holds (true, or a nil error), and fails t, naming what
+// did not happen and the condition's last error, if that has not happened within timeout. It
+// polls every few milliseconds at first and backs off to 200ms, so a short wait ends quickly
+// and a long one (an API server, a cluster) is not hammered.
+func Eventually[C func() bool | func() error](t testing.TB, timeout time.Duration, what string, condition C) {
+	t.Helper()
+	var check func() error
+	switch c := any(condition).(type) {
+	case func() bool:
+		check = func() error {
+			if c() {
+				return nil
+			}
+			return errNotYet
+		}
+	case func() error:
+		check = c
+	}
+	deadline := time.Now().Add(timeout)
+	for interval := 5 * time.Millisecond; ; interval = min(2*interval, 200*time.Millisecond) {
+		err := check()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			if errors.Is(err, errNotYet) {
+				t.Fatalf("%s: not within %v", what, timeout)
+			}
+			t.Fatalf("%s: not within %v: %v", what, timeout, err)
+		}
+		time.Sleep(interval)
+	}
+}
+
+// errNotYet is the error of a boolean condition that does not hold.
+var errNotYet = errors.New("condition does not hold")

@@ -97,7 +97,7 @@ func TestPublisherKeepsItsLease(t *testing.T) {
 	hasRecord := func(want v1alpha1.ReplicaRecord) *coordinationv1.Lease {
 		t.Helper()
 		var got *coordinationv1.Lease
-		testenv.Eventually(t, waitTimeout, func() error {
+		testsupport.Eventually(t, waitTimeout, "record published", func() error {
 			l, rep, err := readLease(bg, env.Client, ns, "limiterd-0")
 			if err != nil {
 				return err
@@ -120,7 +120,7 @@ func TestPublisherKeepsItsLease(t *testing.T) {
 	}
 
 	t.Run("renews every interval", func(t *testing.T) {
-		testenv.Eventually(t, waitTimeout, func() error {
+		testsupport.Eventually(t, waitTimeout, "Lease renewed", func() error {
 			l, rep, err := readLease(bg, env.Client, ns, "limiterd-0")
 			if err != nil {
 				return err
@@ -196,7 +196,7 @@ func TestPublisherPublishesChangesBeforeTheInterval(t *testing.T) {
 		cancel()
 		<-done
 	}()
-	testenv.Eventually(t, waitTimeout, func() error {
+	testsupport.Eventually(t, waitTimeout, "Lease limiterd-1 created", func() error {
 		_, _, err := readLease(context.Background(), env.Client, ns, "limiterd-1")
 		return err
 	})
@@ -279,7 +279,7 @@ func TestWithdrawAfterAnInterruptedRenewal(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- pub.Run(ctx) }()
-	testenv.Eventually(t, waitTimeout, func() error {
+	testsupport.Eventually(t, waitTimeout, "Lease limiterd-2 created", func() error {
 		_, _, err := readLease(context.Background(), env.Client, ns, "limiterd-2")
 		return err
 	})
@@ -335,7 +335,7 @@ func TestLeaseOwnedByItsPod(t *testing.T) {
 		ctx, cancel := context.WithCancel(bg)
 		done := make(chan error, 1)
 		go func() { done <- pub.Run(ctx) }()
-		testenv.Eventually(t, waitTimeout, func() error {
+		testsupport.Eventually(t, waitTimeout, "Lease owned by its Pod", func() error {
 			l, rep, err := readLease(bg, env.Client, ns, pod.Name)
 			switch {
 			case err != nil:

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/limiterd/limiterd/api/v1alpha1"
+	"github.com/limiterd/limiterd/internal/testsupport"
 	"github.com/limiterd/limiterd/limiterd/engine"
 )
 
@@ -106,18 +107,6 @@ func (w *watched) capacity(name string) int64 {
 	return p.Default.Limiter.Limit()
 }
 
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, deadline time.Duration, what string, cond func() bool) {
-	t.Helper()
-	end := time.Now().Add(deadline)
-	for !cond() {
-		if time.Now().After(end) {
-			t.Fatalf("%s: not within %v", what, deadline)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func writeFile(t *testing.T, path, content string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
@@ -139,7 +128,7 @@ func TestFileReloadsOnWriteInPlace(t *testing.T) {
 		t.Fatalf("capacity %d after load, want 10", got)
 	}
 	writeFile(t, w.path, policyYAML("api", 20))
-	eventually(t, reloadDeadline, "write in place served", func() bool { return w.capacity("api") == 20 })
+	testsupport.Eventually(t, reloadDeadline, "write in place served", func() bool { return w.capacity("api") == 20 })
 }
 
 func TestFileReloadsOnRenameOver(t *testing.T) {
@@ -150,13 +139,13 @@ func TestFileReloadsOnRenameOver(t *testing.T) {
 	if err := os.Rename(tmp, w.path); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, reloadDeadline, "rename over served", func() bool { return w.capacity("api") == 30 })
+	testsupport.Eventually(t, reloadDeadline, "rename over served", func() bool { return w.capacity("api") == 30 })
 	// And again: the watch survives the replaced inode.
 	writeFile(t, tmp, policyYAML("api", 31))
 	if err := os.Rename(tmp, w.path); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, reloadDeadline, "second rename served", func() bool { return w.capacity("api") == 31 })
+	testsupport.Eventually(t, reloadDeadline, "second rename served", func() bool { return w.capacity("api") == 31 })
 }
 
 // TestFileReloadsOnConfigMapSwap replays how the kubelet updates a ConfigMap volume: the file
@@ -191,9 +180,9 @@ func TestFileReloadsOnConfigMapSwap(t *testing.T) {
 	if err := os.RemoveAll(filepath.Join(dir, "..ts-1")); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, reloadDeadline, "ConfigMap swap served", func() bool { return w.capacity("api") == 40 })
+	testsupport.Eventually(t, reloadDeadline, "ConfigMap swap served", func() bool { return w.capacity("api") == 40 })
 	publish("3", policyYAML("api", 41))
-	eventually(t, reloadDeadline, "second ConfigMap swap served", func() bool { return w.capacity("api") == 41 })
+	testsupport.Eventually(t, reloadDeadline, "second ConfigMap swap served", func() bool { return w.capacity("api") == 41 })
 }
 
 func TestFileReloadsWhenItsSymlinkTargetChanges(t *testing.T) {
@@ -208,7 +197,7 @@ func TestFileReloadsWhenItsSymlinkTargetChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	writeFile(t, target, policyYAML("api", 50))
-	eventually(t, reloadDeadline, "symlink target change served", func() bool { return w.capacity("api") == 50 })
+	testsupport.Eventually(t, reloadDeadline, "symlink target change served", func() bool { return w.capacity("api") == 50 })
 }
 
 func TestFileInvalidChangeKeepsTheLastGoodPolicies(t *testing.T) {
@@ -216,7 +205,7 @@ func TestFileInvalidChangeKeepsTheLastGoodPolicies(t *testing.T) {
 	s0, f0 := w.reloads.counts()
 	for _, bad := range []string{invalidYAML, "spec: [unclosed", "", "apiVersion: limiterd.dev/v1alpha1\nkind: RateLimitPolicy\nmetadata: {name: api}\nspec: {defaultTier: a, tiers: [{name: a, algorithm: Unlimited}]}\nunknownField: 1\n"} {
 		writeFile(t, w.path, bad)
-		eventually(t, reloadDeadline, fmt.Sprintf("failure of %q counted", bad), func() bool {
+		testsupport.Eventually(t, reloadDeadline, fmt.Sprintf("failure of %q counted", bad), func() bool {
 			_, f := w.reloads.counts()
 			return f > f0
 		})
@@ -230,7 +219,7 @@ func TestFileInvalidChangeKeepsTheLastGoodPolicies(t *testing.T) {
 	}
 	// A valid file is picked up again.
 	writeFile(t, w.path, policyYAML("api", 11))
-	eventually(t, reloadDeadline, "fixed file served", func() bool { return w.capacity("api") == 11 })
+	testsupport.Eventually(t, reloadDeadline, "fixed file served", func() bool { return w.capacity("api") == 11 })
 }
 
 func TestFileRemovedKeepsItsPoliciesUntilItIsBack(t *testing.T) {
@@ -239,7 +228,7 @@ func TestFileRemovedKeepsItsPoliciesUntilItIsBack(t *testing.T) {
 	if err := os.Remove(w.path); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, reloadDeadline, "removal counted as a failure", func() bool {
+	testsupport.Eventually(t, reloadDeadline, "removal counted as a failure", func() bool {
 		_, f := w.reloads.counts()
 		return f == f0+1
 	})
@@ -247,7 +236,7 @@ func TestFileRemovedKeepsItsPoliciesUntilItIsBack(t *testing.T) {
 		t.Fatalf("after removal: capacity %d, want the last good 10", got)
 	}
 	writeFile(t, w.path, policyYAML("api", 12))
-	eventually(t, reloadDeadline, "recreated file served", func() bool { return w.capacity("api") == 12 })
+	testsupport.Eventually(t, reloadDeadline, "recreated file served", func() bool { return w.capacity("api") == 12 })
 }
 
 // TestFileWatchSurvivesItsDirectoryRecreated deletes the policy file's directory and makes it
@@ -277,13 +266,13 @@ func TestFileWatchSurvivesItsDirectoryRecreated(t *testing.T) {
 		}
 		capacity++
 		writeFile(t, w.path, policyYAML("api", capacity))
-		eventually(t, reloadDeadline, "file in the recreated directory served", func() bool { return w.capacity("api") == int64(capacity) })
+		testsupport.Eventually(t, reloadDeadline, "file in the recreated directory served", func() bool { return w.capacity("api") == int64(capacity) })
 		if ok := <-w.watches; !ok {
 			t.Fatalf("round %d: watch reported lost again, want recovered", round)
 		}
 		capacity++
 		writeFile(t, w.path, policyYAML("api", capacity))
-		eventually(t, reloadDeadline, "later change served", func() bool { return w.capacity("api") == int64(capacity) })
+		testsupport.Eventually(t, reloadDeadline, "later change served", func() bool { return w.capacity("api") == int64(capacity) })
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 
 	"github.com/limiterd/limiterd/api/v1alpha1"
 	"github.com/limiterd/limiterd/internal/testenv"
+	"github.com/limiterd/limiterd/internal/testsupport"
 	"github.com/limiterd/limiterd/limiterd/engine"
 	"github.com/limiterd/limiterd/limiterd/metrics"
 	"github.com/limiterd/limiterd/limiterd/server"
@@ -81,7 +82,7 @@ func startKube(t *testing.T, env *testenv.Env, namespace, policyNamespace string
 // waitSynced waits for the source's first sync.
 func (r *kubeRig) waitSynced(t *testing.T) {
 	t.Helper()
-	testenv.Eventually(t, waitTimeout, func() error { return r.kube.Ready(context.Background()) })
+	testsupport.Eventually(t, waitTimeout, "kube source ready", func() error { return r.kube.Ready(context.Background()) })
 }
 
 // generation returns the generation of policy id the engine serves, -1 when it serves none.
@@ -168,7 +169,7 @@ func put(t *testing.T, c client.Client, cm *corev1.ConfigMap) {
 // fails if that takes longer than within.
 func (r *kubeRig) waitServed(t *testing.T, id v1alpha1.PolicyID, generation int64, within time.Duration) {
 	t.Helper()
-	eventually(t, within, fmt.Sprintf("serve %s at generation %d", id, generation), func() bool {
+	testsupport.Eventually(t, within, fmt.Sprintf("serve %s at generation %d", id, generation), func() bool {
 		return r.generation(id) == generation
 	})
 }
@@ -227,7 +228,7 @@ func TestKubeFollowsConfigMaps(t *testing.T) {
 		bad := policyConfigMap(t, ns, shop, "api", 10, 5)
 		bad.Data[v1alpha1.ConfigMapDataKey] = "spec: {tiers: [" // cut short
 		put(t, env.Client, bad)
-		testenv.Eventually(t, waitTimeout, func() error {
+		testsupport.Eventually(t, waitTimeout, "reload failure counted", func() error {
 			if got := r.reloads(t, metrics.ReloadFailure); got != failures+1 {
 				return fmt.Errorf("reload failures %d, want %d", got, failures+1)
 			}
@@ -251,7 +252,7 @@ func TestKubeFollowsConfigMaps(t *testing.T) {
 		// A good version again clears the rejection.
 		put(t, env.Client, policyConfigMap(t, ns, shop, "api", 10, 6))
 		r.waitServed(t, api, 6, swapDeadline)
-		testenv.Eventually(t, waitTimeout, func() error {
+		testsupport.Eventually(t, waitTimeout, "rejections cleared by a good version", func() error {
 			if rej := r.kube.Rejections(); len(rej) != 0 {
 				return fmt.Errorf("rejections %+v after a good version", rej)
 			}
@@ -273,7 +274,7 @@ func TestKubeFollowsConfigMaps(t *testing.T) {
 				cm := policyConfigMap(t, ns, shop, policy, 3, 1)
 				mutate(cm)
 				put(t, env.Client, cm)
-				testenv.Eventually(t, waitTimeout, func() error {
+				testsupport.Eventually(t, waitTimeout, "reload failure counted", func() error {
 					if got := r.reloads(t, metrics.ReloadFailure); got <= failures {
 						return fmt.Errorf("reload failures %d, want more than %d", got, failures)
 					}
@@ -290,7 +291,7 @@ func TestKubeFollowsConfigMaps(t *testing.T) {
 		if err := env.Client.Delete(context.Background(), policyConfigMap(t, ns, shop, "api", 10, 6)); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, waitTimeout, "policy removed", func() bool { return r.generation(api) == -1 })
+		testsupport.Eventually(t, waitTimeout, "policy removed", func() bool { return r.generation(api) == -1 })
 		if got := r.kube.ConfigMapOf(api); got != "" {
 			t.Errorf("ConfigMapOf(%s) = %q after its ConfigMap was deleted", api, got)
 		}
@@ -306,7 +307,7 @@ func TestKubeFollowsConfigMaps(t *testing.T) {
 		cm := policyConfigMap(t, ns, shop, "other", 5, 7)
 		cm.Labels = map[string]string{"app": "unrelated"}
 		put(t, env.Client, cm)
-		eventually(t, waitTimeout, "policy removed", func() bool { return r.generation(other) == -1 })
+		testsupport.Eventually(t, waitTimeout, "policy removed", func() bool { return r.generation(other) == -1 })
 	})
 }
 

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/limiterd/limiterd/internal/testcerts"
+	"github.com/limiterd/limiterd/internal/testsupport"
 )
 
 // serveTLS serves a handler answering "ok" over TLS with c until the test ends, and returns its
@@ -145,19 +146,11 @@ func TestRotationUnderLoad(t *testing.T) {
 			}
 		})
 	}
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(90 * time.Second) // the files are re-read within a minute at worst
-		for !cond() {
-			if time.Now().After(deadline) {
-				close(stop)
-				wg.Wait()
-				t.Fatalf("%s: not within 90s", what)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	waitFor("first requests", func() bool { return requests.Load() > 20 })
+	var halted sync.Once
+	halt := func() { halted.Do(func() { close(stop); wg.Wait() }) }
+	defer halt()                    // a failed wait stops the clients too
+	const within = 90 * time.Second // the files are re-read within a minute at worst
+	testsupport.Eventually(t, within, "first requests", func() bool { return requests.Load() > 20 })
 
 	second := ca.Server(t)
 	// The certificate first, then the key a little later: in between they do not match.
@@ -169,11 +162,10 @@ func TestRotationUnderLoad(t *testing.T) {
 	}
 	time.Sleep(200 * time.Millisecond)
 	testcerts.Write(t, dir, second, nil)
-	waitFor("the new certificate served", func() bool { return lastSerial.Load() == second.Serial.String() })
+	testsupport.Eventually(t, within, "the new certificate served", func() bool { return lastSerial.Load() == second.Serial.String() })
 	before := requests.Load()
-	waitFor("requests after the rotation", func() bool { return requests.Load() > before+20 })
-	close(stop)
-	wg.Wait()
+	testsupport.Eventually(t, within, "requests after the rotation", func() bool { return requests.Load() > before+20 })
+	halt()
 	if failures.Load() != 0 {
 		t.Fatalf("%d of %d requests failed across the rotation; first: %v", failures.Load(), requests.Load(), firstErr)
 	}

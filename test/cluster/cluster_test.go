@@ -32,6 +32,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	limiterdv1alpha1 "github.com/limiterd/limiterd/api/v1alpha1"
+	"github.com/limiterd/limiterd/internal/testsupport"
 )
 
 const (
@@ -157,7 +158,7 @@ func testInstall(t *testing.T, n *node) {
 func readyPods(t *testing.T, n *node, selector string, want int) []corev1.Pod {
 	t.Helper()
 	var pods []corev1.Pod
-	eventually(t, 3*time.Minute, fmt.Sprintf("%d Ready pods %s", want, selector), func() error {
+	testsupport.Eventually(t, 3*time.Minute, fmt.Sprintf("%d Ready pods %s", want, selector), func() error {
 		list, err := n.cs.CoreV1().Pods(namespace).List(context.Background(), metav1.ListOptions{LabelSelector: selector})
 		if err != nil {
 			return err
@@ -231,7 +232,7 @@ func getPolicy(t *testing.T, n *node) *limiterdv1alpha1.RateLimitPolicy {
 // waitEnforced waits until the policy's current generation is rendered and status.enforced is want.
 func waitEnforced(t *testing.T, n *node, want string) {
 	t.Helper()
-	eventually(t, 90*time.Second, "policy enforced "+want, func() error {
+	testsupport.Eventually(t, 90*time.Second, "policy enforced "+want, func() error {
 		p := getPolicy(t, n)
 		if p.Status.ObservedGeneration != p.Generation || p.Status.Enforced != want || p.Status.EnforcedReplicas != p.Status.Replicas {
 			return fmt.Errorf("generation %d, status %+v", p.Generation, p.Status)
@@ -490,7 +491,7 @@ func testRollingRestart(t *testing.T, n *node) {
 	if _, err := n.cs.AppsV1().Deployments(namespace).Patch(ctx, release, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 3*time.Minute, "rollout complete", func() error {
+	testsupport.Eventually(t, 3*time.Minute, "rollout complete", func() error {
 		d, err := n.cs.AppsV1().Deployments(namespace).Get(ctx, release, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -524,7 +525,7 @@ func testRollingRestart(t *testing.T, n *node) {
 	}
 	// Every old replica withdrew its status record: the Leases are those of the new pods.
 	pods := readyPods(t, n, limiterdSelector, 2)
-	eventually(t, 10*time.Second, "Leases of the new pods only", func() error {
+	testsupport.Eventually(t, 10*time.Second, "Leases of the new pods only", func() error {
 		if got, want := leaseNames(replicaLeases(t, n)), podNames(pods); !slices.Equal(got, want) {
 			return fmt.Errorf("Leases %v, pods %v", got, want)
 		}
@@ -569,7 +570,7 @@ func watchReadyEndpoints(t *testing.T, n *node) (minSeen *int, stop func()) {
 // (minAvailable 1), a second at once is refused.
 func testPDB(t *testing.T, n *node) {
 	ctx := context.Background()
-	eventually(t, 30*time.Second, "PDB allows one disruption", func() error {
+	testsupport.Eventually(t, 30*time.Second, "PDB allows one disruption", func() error {
 		pdb, err := n.cs.PolicyV1().PodDisruptionBudgets(namespace).Get(ctx, release, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -605,7 +606,7 @@ func testReplicaLeaves(t *testing.T, n *node) {
 	}
 	// From the moment one pod is terminating until the status says 1/1.
 	var gone time.Time
-	eventually(t, time.Minute, "a pod terminating", func() error {
+	testsupport.Eventually(t, time.Minute, "a pod terminating", func() error {
 		for _, p := range limiterdPods(t, n) {
 			if p.DeletionTimestamp != nil {
 				gone = time.Now()
@@ -614,7 +615,7 @@ func testReplicaLeaves(t *testing.T, n *node) {
 		}
 		return errors.New("none")
 	})
-	eventually(t, duration+30*time.Second, "status 1/1", func() error {
+	testsupport.Eventually(t, duration+30*time.Second, "status 1/1", func() error {
 		if p := getPolicy(t, n); p.Status.Enforced != "1/1" {
 			return fmt.Errorf("status %q", p.Status.Enforced)
 		}
@@ -625,7 +626,7 @@ func testReplicaLeaves(t *testing.T, n *node) {
 	// The terminating pod keeps serving for its shutdown delay; its record must go when it stops,
 	// not when the record expires.
 	pods := readyPods(t, n, limiterdSelector, 1)
-	eventually(t, 10*time.Second, "one Lease", func() error {
+	testsupport.Eventually(t, 10*time.Second, "one Lease", func() error {
 		if got := leaseNames(replicaLeases(t, n)); !slices.Equal(got, podNames(pods)) {
 			return fmt.Errorf("Leases %v", got)
 		}
@@ -647,7 +648,7 @@ func testRedis(t *testing.T, n *node) {
 	}
 	stopRedis := sync.OnceFunc(func() { _ = redis.Process.Kill(); _ = redis.Wait() })
 	t.Cleanup(stopRedis)
-	eventually(t, 10*time.Second, "redis-server listening", func() error {
+	testsupport.Eventually(t, 10*time.Second, "redis-server listening", func() error {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
 		if err == nil {
 			_ = c.Close()
@@ -838,7 +839,7 @@ func prometheusToken(t *testing.T, n *node) string {
 func testUninstall(t *testing.T, n *node) {
 	ctx := context.Background()
 	n.helm(t, "uninstall", release, "--namespace", namespace, "--wait", "--timeout", "3m")
-	eventually(t, time.Minute, "the release's pods gone", func() error {
+	testsupport.Eventually(t, time.Minute, "the release's pods gone", func() error {
 		list, err := n.cs.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + release})
 		if err != nil {
 			return err
@@ -854,7 +855,7 @@ func testUninstall(t *testing.T, n *node) {
 	}
 	_ = getPolicy(t, n)
 	// No status Lease outlives its pod.
-	eventually(t, 30*time.Second, "no status Leases left", func() error {
+	testsupport.Eventually(t, 30*time.Second, "no status Leases left", func() error {
 		if got := leaseNames(replicaLeases(t, n)); len(got) > 0 {
 			return fmt.Errorf("Leases %v remain", got)
 		}

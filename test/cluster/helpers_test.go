@@ -200,22 +200,6 @@ func (n *node) helm(t *testing.T, args ...string) string {
 	return out
 }
 
-// eventually retries f every 200ms until it returns nil or timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v: %v", what, timeout, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
 // decision is one answer of the decisions API.
 type decision struct {
 	status     int

@@ -20,6 +20,7 @@ import (
 	"github.com/limiterd/limiterd/api/v1alpha1"
 	"github.com/limiterd/limiterd/controllers"
 	"github.com/limiterd/limiterd/internal/testenv"
+	"github.com/limiterd/limiterd/internal/testsupport"
 )
 
 // enforcedDeadline is how soon after a policy is created its status must say that every
@@ -62,7 +63,7 @@ func checkAdmission(t *testing.T, env *testenv.Env) {
 	}
 
 	// The admission policy takes effect once the API server has loaded it.
-	testenv.Eventually(t, waitTimeout, func() error {
+	testsupport.Eventually(t, waitTimeout, "limiterd-a refused the Lease of limiterd-b", func() error {
 		err := a.Create(ctx, replicaLease(statusNamespace, "limiterd-b", true))
 		if err == nil {
 			_ = env.Client.Delete(ctx, replicaLease(statusNamespace, "limiterd-b", true))
@@ -215,7 +216,7 @@ func TestEnforcementStatus(t *testing.T) {
 				}
 			}
 		}
-		testenv.Eventually(t, waitTimeout, func() error {
+		testsupport.Eventually(t, waitTimeout, "dry-run rejections counted", func() error {
 			got := current(t)
 			if d := got.Status.DryRunRejected; d == nil || *d != 6 {
 				return fmt.Errorf("dryRunRejected %v, want 6", d)
@@ -226,7 +227,7 @@ func TestEnforcementStatus(t *testing.T) {
 
 	t.Run("a crashed replica drops out once its record expires", func(t *testing.T) {
 		replicas[2].kill()
-		testenv.Eventually(t, waitTimeout, func() error {
+		testsupport.Eventually(t, waitTimeout, "enforced by 2/2", func() error {
 			got := current(t)
 			if err := enforcedAs(got, 1, metav1.ConditionTrue, controllers.ReasonEnforced, "2/2"); err != nil {
 				return err
@@ -275,7 +276,7 @@ func TestEnforcementStatus(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, name := range []string{"limiterd-0", "limiterd-1"} {
-			testenv.Eventually(t, waitTimeout, func() error {
+			testsupport.Eventually(t, waitTimeout, name+" reports the rejection", func() error {
 				l := &coordinationv1.Lease{}
 				if err := env.Client.Get(ctx, client.ObjectKey{Namespace: statusNamespace, Name: name}, l); err != nil {
 					return err

@@ -158,7 +158,7 @@ func installCRDWithKubectl(t *testing.T, env *testenv.Env) {
 			t.Fatal(err)
 		}
 	}
-	testenv.Eventually(t, waitTimeout, func() error {
+	testsupport.Eventually(t, waitTimeout, "CRDs installed", func() error {
 		if err := env.Client.List(ctx, &crds); err != nil {
 			return err
 		}
@@ -171,7 +171,7 @@ func installCRDWithKubectl(t *testing.T, env *testenv.Env) {
 	mustKubectl(t, env, "", "wait", "--for=condition=Established", "--timeout=60s", "crd/ratelimitpolicies.limiterd.dev")
 	// The API server's discovery and the scheme's client learn the kind anew: wait until a
 	// list succeeds.
-	testenv.Eventually(t, waitTimeout, func() error {
+	testsupport.Eventually(t, waitTimeout, "ratelimitpolicies served", func() error {
 		_, errOut, err := kubectl(env, "", "get", "ratelimitpolicies", "--all-namespaces")
 		if err != nil {
 			return fmt.Errorf("%w: %s", err, errOut)
@@ -213,7 +213,7 @@ func startLimiterd(t *testing.T, name, kubeconfig, binary string, args ...string
 	args = append([]string{"--kubeconfig", kubeconfig, "--addr", decisions, "--admin-addr", admin, "--admin-insecure-no-auth",
 		"--shutdown-delay", "0s"}, args...)
 	l := &limiterd{process: startProcess(t, name, kubeconfig, binary, args...), decisions: "http://" + decisions, admin: "http://" + admin}
-	testenv.Eventually(t, waitTimeout, func() error {
+	testsupport.Eventually(t, waitTimeout, name+" ready", func() error {
 		if !l.running() {
 			t.Fatalf("%s exited: %v\n%s", name, l.err, l.logs)
 		}

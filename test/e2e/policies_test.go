@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/limiterd/limiterd/internal/testenv"
+	"github.com/limiterd/limiterd/internal/testsupport"
 )
 
 // changeDeadline is how soon after `kubectl apply` returns limiterd must decide by the change.
@@ -130,7 +131,7 @@ func TestPoliciesFollowKubectl(t *testing.T) {
 	}
 
 	mustKubectl(t, env, fmt.Sprintf(tokenBucketPolicy, ns), "apply", "-f", "-")
-	testenv.Eventually(t, waitTimeout, func() error {
+	testsupport.Eventually(t, waitTimeout, "policy served", func() error {
 		a, err := decide(c, ld.decisions, policyID, "first")
 		switch {
 		case err != nil:
@@ -236,7 +237,7 @@ func TestPoliciesFollowKubectl(t *testing.T) {
 	t.Run("a deleted policy answers 404", func(t *testing.T) {
 		// The operator deletes the policy's ConfigMap (in limiterd's namespace: no owner reference).
 		mustKubectl(t, env, "", "delete", "ratelimitpolicy", "-n", ns, "api")
-		testenv.Eventually(t, waitTimeout, func() error {
+		testsupport.Eventually(t, waitTimeout, "policy change served", func() error {
 			a, err := decide(c, ld.decisions, policyID, "k")
 			switch {
 			case err != nil:

@@ -35,6 +35,7 @@ import (
 
 	"github.com/limiterd/limiterd/api/v1alpha1"
 	"github.com/limiterd/limiterd/internal/testenv"
+	"github.com/limiterd/limiterd/internal/testsupport"
 )
 
 const crdName = "ratelimitpolicies.limiterd.dev"
@@ -121,7 +122,7 @@ func (s *apiServer) checkStatusAdmission(t *testing.T, sa, operatorSA string) {
 	}
 
 	// The policy takes effect once the API server has loaded it.
-	testenv.Eventually(t, 30*time.Second, func() error {
+	testsupport.Eventually(t, 30*time.Second, "limiterd-a refused the Lease of limiterd-b", func() error {
 		err := a.Create(ctx, replicaLease("limiterd-b", true))
 		if err == nil {
 			_ = s.client.Delete(ctx, replicaLease("limiterd-b", true))
@@ -323,7 +324,7 @@ func (s *apiServer) checkOperatorDeletes(t *testing.T, sa string) {
 		t.Fatal(err)
 	}
 	// The admission policy takes effect once the API server has loaded it.
-	testenv.Eventually(t, 30*time.Second, func() error {
+	testsupport.Eventually(t, 30*time.Second, "operator refused to delete a ConfigMap of no policy", func() error {
 		err := op.Delete(ctx, secret.DeepCopy())
 		if err == nil {
 			t.Fatalf("the operator deleted ConfigMap tenant/app-config, which no policy controls")

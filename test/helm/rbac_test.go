@@ -25,7 +25,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/limiterd/limiterd/api/v1alpha1"
-	"github.com/limiterd/limiterd/internal/testenv"
 	"github.com/limiterd/limiterd/internal/testsupport"
 )
 
@@ -81,7 +80,7 @@ func TestBinariesRunWithChartRBAC(t *testing.T) {
 		args(deployment(limiterdName), map[string]string{"addr": decisions, "admin-addr": admin, "kubeconfig": kubeconfig, "status-interval": "1s"}),
 		[]string{"POD_NAME=" + pod})
 	for _, url := range []string{"http://" + opProbes + "/readyz", "http://" + admin + "/readyz"} {
-		testenv.Eventually(t, 2*time.Minute, func() error { return httpStatus(url, http.StatusOK) })
+		testsupport.Eventually(t, 2*time.Minute, url+" answers 200", func() error { return httpStatus(url, http.StatusOK) })
 	}
 
 	// A policy of namespace shop is rendered into the release namespace and served.
@@ -95,13 +94,13 @@ func TestBinariesRunWithChartRBAC(t *testing.T) {
 		t.Fatal(err)
 	}
 	allow := "http://" + decisions + "/v1/allow?policy=shop/api&key=k"
-	testenv.Eventually(t, time.Minute, func() error { return httpStatus(allow, http.StatusOK) })
+	testsupport.Eventually(t, time.Minute, "policy of namespace shop served", func() error { return httpStatus(allow, http.StatusOK) })
 	cmKey := client.ObjectKey{Namespace: namespace, Name: v1alpha1.ConfigMapName(v1alpha1.NewPolicyID("shop", "api"))}
 	if err := s.client.Get(ctx, cmKey, &corev1.ConfigMap{}); err != nil {
 		t.Errorf("the policy's ConfigMap %s: %v", cmKey, err)
 	}
 	// The operator reports every replica enforcing it, from limiterd's status Lease.
-	testenv.Eventually(t, time.Minute, func() error {
+	testsupport.Eventually(t, time.Minute, "policy enforced 1/1", func() error {
 		if err := s.client.Get(ctx, client.ObjectKeyFromObject(policy), policy); err != nil {
 			return err
 		}
@@ -137,7 +136,7 @@ func TestBinariesRunWithChartRBAC(t *testing.T) {
 	if err := s.client.Delete(ctx, policy); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, time.Minute, func() error {
+	testsupport.Eventually(t, time.Minute, "ConfigMap of the deleted policy gone", func() error {
 		err := s.client.Get(ctx, cmKey, &corev1.ConfigMap{})
 		if !apierrors.IsNotFound(err) {
 			return fmt.Errorf("ConfigMap of the deleted policy: %w, want NotFound", err)

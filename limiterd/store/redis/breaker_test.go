@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/limiterd/limiterd/internal/testsupport"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -134,10 +135,10 @@ func TestBreakerDuringPause(t *testing.T) {
 		close(stop)
 		wg.Wait()
 	}()
-	waitFor(t, "decisions succeed", 10*time.Second, func() bool { return ok.Load() > 100 })
+	testsupport.Eventually(t, 10*time.Second, "decisions succeed", func() bool { return ok.Load() > 100 })
 
 	srv.Pause(t)
-	waitFor(t, "breaker opens", 10*time.Second, c.BreakerOpen)
+	testsupport.Eventually(t, 10*time.Second, "breaker opens", c.BreakerOpen)
 	counting.Store(true)
 	time.Sleep(window)
 	counting.Store(false)
@@ -155,7 +156,7 @@ func TestBreakerDuringPause(t *testing.T) {
 
 	srv.Resume(t)
 	okAt := ok.Load()
-	waitFor(t, "decisions succeed after SIGCONT", 20*time.Second, func() bool { return ok.Load() > okAt+100 && !c.BreakerOpen() })
+	testsupport.Eventually(t, 20*time.Second, "decisions succeed after SIGCONT", func() bool { return ok.Load() > okAt+100 && !c.BreakerOpen() })
 	if c.BreakerTrips() < 1 {
 		t.Errorf("trips %d, want at least 1", c.BreakerTrips())
 	}

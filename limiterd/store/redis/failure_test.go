@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/limiterd/limiterd/internal/testsupport"
 	"github.com/limiterd/limiterd/limiterd/limiter"
 	"github.com/limiterd/limiterd/limiterd/store/redis/redistest"
 )
@@ -60,18 +61,6 @@ func (l *load) halt() {
 	l.wg.Wait()
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, within time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, within)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // redisProcesses ignores the goroutines that wait for redis-server processes of the tests.
 var redisProcesses = []goleak.Option{
 	goleak.IgnoreAnyFunction("github.com/limiterd/limiterd/limiterd/store/redis/redistest.(*Server).start.func1"),
@@ -114,27 +103,27 @@ func TestOutage(t *testing.T) {
 	rl := tokenBucket(t, 1_000_000, 1_000_000, time.Second)
 	l := startLoad(s, rl, 8)
 
-	waitFor(t, "decisions succeed", 10*time.Second, func() bool { return l.ok.Load() > 100 })
+	testsupport.Eventually(t, 10*time.Second, "decisions succeed", func() bool { return l.ok.Load() > 100 })
 	srv.Stop()
 	failedAt := l.failed.Load()
-	waitFor(t, "decisions fail while redis is down", 10*time.Second, func() bool { return l.failed.Load() > failedAt+100 })
+	testsupport.Eventually(t, 10*time.Second, "decisions fail while redis is down", func() bool { return l.failed.Load() > failedAt+100 })
 	if err := c.Ping(context.Background()); err == nil {
 		t.Error("Ping succeeds while redis is down")
 	}
 	srv.Restart(t)
 	okAt := l.ok.Load()
-	waitFor(t, "decisions succeed after a restart", 20*time.Second, func() bool { return l.ok.Load() > okAt+100 })
+	testsupport.Eventually(t, 20*time.Second, "decisions succeed after a restart", func() bool { return l.ok.Load() > okAt+100 })
 	if err := c.Ping(context.Background()); err != nil {
 		t.Errorf("Ping after the restart: %v", err)
 	}
 
 	srv.Pause(t)
 	failedAt = l.failed.Load()
-	waitFor(t, "decisions time out while redis is paused", 10*time.Second, func() bool { return l.failed.Load() > failedAt+50 })
+	testsupport.Eventually(t, 10*time.Second, "decisions time out while redis is paused", func() bool { return l.failed.Load() > failedAt+50 })
 	time.Sleep(pause)
 	srv.Resume(t)
 	okAt = l.ok.Load()
-	waitFor(t, "decisions succeed after a pause", 20*time.Second, func() bool { return l.ok.Load() > okAt+100 })
+	testsupport.Eventually(t, 20*time.Second, "decisions succeed after a pause", func() bool { return l.ok.Load() > okAt+100 })
 	l.halt()
 	if longest := time.Duration(l.longest.Load()); longest > bound {
 		t.Errorf("a decision took %v; the timeout is %v", longest, timeout)
@@ -188,7 +177,7 @@ func TestUnreachableAtStart(t *testing.T) {
 		t.Fatalf("a decision took %v to fail", took)
 	}
 	srv.Restart(t)
-	waitFor(t, "decisions succeed once redis is up", 20*time.Second, func() bool {
+	testsupport.Eventually(t, 20*time.Second, "decisions succeed once redis is up", func() bool {
 		_, err := c.Store(t.Name()).Decide(context.Background(), "k", rl, time.Now(), 1)
 		return err == nil
 	})
