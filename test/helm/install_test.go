@@ -580,7 +580,9 @@ func TestInstall(t *testing.T) {
 
 	// 4. Uninstall: everything goes but the CRD and the policies.
 	t.Run("uninstall keeps the CRD and the policies", func(t *testing.T) {
-		s.helm(t, "uninstall", release, "--namespace", namespace, "--wait=false")
+		// --wait returns once every resource helm deleted is gone, so a CRD it had deleted would
+		// be gone by now: the API server finishes a CRD's deletion by itself.
+		s.helm(t, "uninstall", release, "--namespace", namespace, "--wait")
 		s.mustNotExist(t,
 			&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: limiterdName}},
 			&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: operatorName}},
@@ -591,8 +593,6 @@ func TestInstall(t *testing.T) {
 			&admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: statusPolicyName}},
 			&admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: statusPolicyName}},
 		)
-		// The API server deletes a CRD asynchronously: give a deletion time to show.
-		time.Sleep(2 * time.Second)
 		crd := s.getCRD(t)
 		if crd == nil || crd.DeletionTimestamp != nil {
 			t.Fatalf("CRD deleted by uninstall: %v", crd)
