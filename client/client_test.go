@@ -30,7 +30,7 @@ func TestAllowDecisions(t *testing.T) {
 		{Allowed: false, Limit: 2, Remaining: 0, ResetAfter: 2 * time.Second, RetryAfter: time.Second,
 			RateLimitPolicy: `"standard";q=2;w=2`, RateLimit: `"standard";r=0;t=2`},
 	} {
-		got, err := c.Allow(context.Background(), "alice")
+		got, err := c.Allow(t.Context(), "alice")
 		if err != nil {
 			t.Fatalf("request %d: %v", i, err)
 		}
@@ -40,21 +40,21 @@ func TestAllowDecisions(t *testing.T) {
 	}
 	// A peek consumes nothing; a cost is spent at once; an unlimited tier has no quota.
 	for range 2 {
-		if d, err := c.Peek(context.Background(), "bob"); err != nil || !d.Allowed || d.Remaining != 2 {
+		if d, err := c.Peek(t.Context(), "bob"); err != nil || !d.Allowed || d.Remaining != 2 {
 			t.Errorf("Peek(bob) = %+v, %v", d, err)
 		}
 	}
-	if d, err := c.AllowN(context.Background(), "bob", 2); err != nil || !d.Allowed || d.Remaining != 0 {
+	if d, err := c.AllowN(t.Context(), "bob", 2); err != nil || !d.Allowed || d.Remaining != 0 {
 		t.Errorf("AllowN(bob, 2) = %+v, %v", d, err)
 	}
-	if d, err := c.Peek(context.Background(), "bob"); err != nil || d.Allowed || d.RetryAfter != time.Second {
+	if d, err := c.Peek(t.Context(), "bob"); err != nil || d.Allowed || d.RetryAfter != time.Second {
 		t.Errorf("Peek(bob) after spending 2 = %+v, %v", d, err)
 	}
-	if d, err := c.AllowN(context.Background(), "bob", 1); err != nil || d.Allowed || d.RetryAfter != time.Second {
+	if d, err := c.AllowN(t.Context(), "bob", 1); err != nil || d.Allowed || d.RetryAfter != time.Second {
 		t.Errorf("bob after spending 2 = %+v, %v", d, err)
 	}
 	want := client.Decision{Allowed: true}
-	if d, err := c.AllowN(context.Background(), "svc:billing", 1000); err != nil || d != want {
+	if d, err := c.AllowN(t.Context(), "svc:billing", 1000); err != nil || d != want {
 		t.Errorf("unlimited = %+v, %v; want %+v", d, err, want)
 	}
 }
@@ -67,7 +67,7 @@ func TestRefund(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
+	ctx := t.Context()
 	if d, err := c.AllowN(ctx, "carol", 2); err != nil || !d.Allowed {
 		t.Fatalf("reserve 2: %+v %v", d, err)
 	}
@@ -90,7 +90,7 @@ func TestPolicySelection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = c.Allow(context.Background(), "alice")
+	_, err = c.Allow(t.Context(), "alice")
 	var e *client.Error
 	if !errors.As(err, &e) || e.StatusCode != http.StatusBadRequest || e.Message != "several policies are loaded: name one" {
 		t.Fatalf("no policy among two: %v, want a 400 *client.Error", err)
@@ -99,7 +99,7 @@ func TestPolicySelection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d, err := c.Allow(context.Background(), "alice"); err != nil || d.Limit != 100 || d.Remaining != 99 {
+	if d, err := c.Allow(t.Context(), "alice"); err != nil || d.Limit != 100 || d.Remaining != 99 {
 		t.Fatalf("shop/other: %+v, %v", d, err)
 	}
 }
@@ -120,9 +120,9 @@ func TestErrorAnswers(t *testing.T) {
 		status int
 		msg    string
 	}{
-		{"unknown policy", func() (client.Decision, error) { return unknown.Allow(context.Background(), "a") }, 404, `unknown policy "default/nope"`},
-		{"empty key", func() (client.Decision, error) { return c.Allow(context.Background(), "") }, 400, "key is required"},
-		{"negative cost", func() (client.Decision, error) { return c.AllowN(context.Background(), "a", -1) }, 400, "cost must be an integer between 0 and 1000000000"},
+		{"unknown policy", func() (client.Decision, error) { return unknown.Allow(t.Context(), "a") }, 404, `unknown policy "default/nope"`},
+		{"empty key", func() (client.Decision, error) { return c.Allow(t.Context(), "") }, 400, "key is required"},
+		{"negative cost", func() (client.Decision, error) { return c.AllowN(t.Context(), "a", -1) }, 400, "cost must be an integer between 0 and 1000000000"},
 	} {
 		d, err := tc.call()
 		var e *client.Error
@@ -162,7 +162,7 @@ func TestAnswersThatAreNotLimiterd(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = c.Allow(context.Background(), "a")
+		_, err = c.Allow(t.Context(), "a")
 		var e *client.Error
 		if err == nil || errors.As(err, &e) != tc.typed || !strings.Contains(err.Error(), tc.errSubstr) {
 			t.Errorf("%s: %v (typed %t), want one containing %q (typed %t)", tc.name, err, errors.As(err, &e), tc.errSubstr, tc.typed)
@@ -185,7 +185,7 @@ func TestTimeout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Allow(context.Background(), "a"); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := c.Allow(t.Context(), "a"); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("slow limiterd: %v, want context.DeadlineExceeded", err)
 	}
 	// The caller's context bounds the call too.
@@ -193,7 +193,7 @@ func TestTimeout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	if _, err := unbounded.Allow(ctx, "a"); !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled context: %v, want context.Canceled", err)
@@ -208,7 +208,7 @@ func TestUnreachable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = c.Allow(context.Background(), "a")
+	_, err = c.Allow(t.Context(), "a")
 	var e *client.Error
 	if err == nil || errors.As(err, &e) || !strings.Contains(err.Error(), "ask limiterd") {
 		t.Fatalf("closed server: %v, want an untyped error", err)
@@ -236,7 +236,7 @@ func TestPathPrefix(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d, err := c.Allow(context.Background(), "alice"); err != nil || !d.Allowed {
+	if d, err := c.Allow(t.Context(), "alice"); err != nil || !d.Allowed {
 		t.Fatalf("behind a prefix: %+v %v", d, err)
 	}
 }
@@ -257,7 +257,7 @@ func TestConnectionsAreReused(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 20 {
-		if _, err := c.Allow(context.Background(), "k"); err != nil {
+		if _, err := c.Allow(t.Context(), "k"); err != nil {
 			t.Fatalf("call %d: %v", i, err)
 		}
 	}
@@ -278,7 +278,7 @@ func TestConcurrentCallsShareTheQuota(t *testing.T) {
 	for range 8 {
 		wg.Go(func() {
 			for range 25 {
-				d, err := c.Allow(context.Background(), "shared")
+				d, err := c.Allow(t.Context(), "shared")
 				if err != nil {
 					t.Error(err)
 					return

@@ -1,7 +1,6 @@
 package controllers
 
 import (
-	"context"
 	"strings"
 	"testing"
 
@@ -36,7 +35,7 @@ func TestAdmissionMatchesValidate(t *testing.T) {
 					t.Fatal(err)
 				}
 				obj.SetNamespace(ns)
-				apiErr := env.Client.Create(context.Background(), obj, client.DryRunAll)
+				apiErr := env.Client.Create(t.Context(), obj, client.DryRunAll)
 
 				if dir == "valid" {
 					if goErr != nil {

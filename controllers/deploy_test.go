@@ -42,7 +42,7 @@ func TestDeployConfigDefault(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
 	defer cancel()
 
 	rendered := run(t, env.Command(ctx, "kubectl", "kustomize", filepath.Join(root, "config", "default")), nil)
@@ -116,7 +116,7 @@ func checkPodSecurity(t *testing.T, name string, spec *corev1.PodSpec) {
 // leader election, and checks it renders a policy, restores a deleted ConfigMap (an event) and
 // answers its probes.
 func runManagerAsServiceAccount(t *testing.T, env *testenv.Env, manager string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 
 	kubeconfig, err := env.UserKubeconfig(envtest.User{

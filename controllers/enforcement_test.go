@@ -178,7 +178,7 @@ func TestStatusNamespaceAlone(t *testing.T) {
 	if err := env.Client.Create(ctx, lease); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), lease) })
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), lease) }) // the test's context is done by then
 	testsupport.Eventually(t, timeout, "enforcement status", func() error {
 		got := &limiterdv1alpha1.RateLimitPolicy{}
 		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(p), got); err != nil {

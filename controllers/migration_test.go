@@ -1,7 +1,6 @@
 package controllers
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"testing"
@@ -65,7 +64,7 @@ func TestLegacyConfigMapRemoved(t *testing.T) {
 	t.Parallel()
 	env := testenv.Shared(t)
 	ns, cmNS, statusNS := env.Namespace(t), env.Namespace(t), env.Namespace(t)
-	ctx := context.Background()
+	ctx := t.Context()
 
 	// As the earlier operator left them: policies whose status names their ConfigMap, controlled
 	// by the policy, in the policy's namespace.

@@ -31,7 +31,7 @@ func getConfigMap(t *testing.T, c client.Client, namespace string, p *limiterdv1
 	t.Helper()
 	cm := &corev1.ConfigMap{}
 	key := client.ObjectKey{Namespace: namespace, Name: limiterdv1alpha1.ConfigMapName(p.ID())}
-	if err := c.Get(context.Background(), key, cm); err != nil {
+	if err := c.Get(t.Context(), key, cm); err != nil {
 		t.Fatalf("get ConfigMap of policy %s: %v", p.ID(), err)
 	}
 	return cm
@@ -74,7 +74,7 @@ func TestCreateAndUpdateRenderConfigMap(t *testing.T) {
 	env := testenv.Shared(t)
 	ns := env.Namespace(t)
 	cmNS, _ := startOperator(t, env, ns)
-	ctx := context.Background()
+	ctx := t.Context()
 
 	p := newPolicy(ns, "public-api")
 	if err := env.Client.Create(ctx, p); err != nil {
@@ -117,7 +117,7 @@ func TestResyncWritesNothing(t *testing.T) {
 	env := testenv.Shared(t)
 	ns := env.Namespace(t)
 	cmNS, stopOperator := startOperator(t, env, ns)
-	ctx := context.Background()
+	ctx := t.Context()
 
 	p := newPolicy(ns, "steady")
 	if err := env.Client.Create(ctx, p); err != nil {
@@ -194,7 +194,7 @@ func TestConfigMapDriftIsRestored(t *testing.T) {
 	env := testenv.Shared(t)
 	ns := env.Namespace(t)
 	cmNS, _ := startOperator(t, env, ns)
-	ctx := context.Background()
+	ctx := t.Context()
 
 	p := newPolicy(ns, "drift")
 	if err := env.Client.Create(ctx, p); err != nil {
@@ -267,7 +267,7 @@ func TestDeletedPolicyConfigMapIsDeleted(t *testing.T) {
 	env := testenv.Shared(t)
 	ns := env.Namespace(t)
 	cmNS := env.Namespace(t)
-	ctx := context.Background()
+	ctx := t.Context()
 
 	// Left behind by a policy deleted while no operator ran, and a ConfigMap that is no policy's.
 	ghost := newPolicy(ns, "ghost")
@@ -340,7 +340,7 @@ func TestTooLargePolicyIsNotWritten(t *testing.T) {
 	env := testenv.Shared(t)
 	ns := env.Namespace(t)
 	cmNS, _ := startOperator(t, env, ns)
-	ctx := context.Background()
+	ctx := t.Context()
 
 	t.Run("new", func(t *testing.T) {
 		p := newPolicy(ns, "too-large")
@@ -395,7 +395,7 @@ func TestConfigMapOfAnotherPolicyIsLeftAlone(t *testing.T) {
 	env := testenv.Shared(t)
 	ns := env.Namespace(t)
 	cmNS, _ := startOperator(t, env, ns)
-	ctx := context.Background()
+	ctx := t.Context()
 
 	// A ConfigMap of the name of policy "taken", carrying another policy (as a hash collision of
 	// long names would).
@@ -424,7 +424,7 @@ func TestConfigMapOfAnotherPolicyIsLeftAlone(t *testing.T) {
 // not run in parallel (parallel tests wait for it) and restores the CRD before it ends.
 func TestInvalidPolicyKeepsLastGoodConfigMap(t *testing.T) {
 	env := testenv.Shared(t)
-	ctx := context.Background()
+	ctx := t.Context()
 	loosenCRD(t, env)
 	ns := env.Namespace(t)
 	cmNS, _ := startOperator(t, env, ns)
@@ -482,7 +482,7 @@ func TestInvalidPolicyKeepsLastGoodConfigMap(t *testing.T) {
 // ends; then it restores the CRD and waits until the API server validates again.
 func loosenCRD(t *testing.T, env *testenv.Env) {
 	t.Helper()
-	ctx := context.Background()
+	ctx := context.Background() // also used by the cleanup, after the test's context is done
 	key := client.ObjectKey{Name: "ratelimitpolicies." + limiterdv1alpha1.GroupVersion.Group}
 	crd := &apiextensionsv1.CustomResourceDefinition{}
 	if err := env.Client.Get(ctx, key, crd); err != nil {

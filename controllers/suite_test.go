@@ -71,7 +71,7 @@ func startOperatorWith(t *testing.T, env *testenv.Env, namespace, configMapNames
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
 	var once sync.Once
@@ -116,7 +116,7 @@ func waitReady(t *testing.T, c client.Client, key client.ObjectKey, gen int64, r
 	t.Helper()
 	p := &limiterdv1alpha1.RateLimitPolicy{}
 	testsupport.Eventually(t, timeout, "policy Ready reason "+reason, func() error {
-		if err := c.Get(context.Background(), key, p); err != nil {
+		if err := c.Get(t.Context(), key, p); err != nil {
 			return err
 		}
 		ready := meta.FindStatusCondition(p.Status.Conditions, ConditionReady)
@@ -135,7 +135,7 @@ func waitEvent(t *testing.T, c client.Client, p *limiterdv1alpha1.RateLimitPolic
 	var found *eventsv1.Event
 	testsupport.Eventually(t, timeout, "policy event "+reason, func() error {
 		var list eventsv1.EventList
-		if err := c.List(context.Background(), &list, client.InNamespace(p.Namespace)); err != nil {
+		if err := c.List(t.Context(), &list, client.InNamespace(p.Namespace)); err != nil {
 			return err
 		}
 		for i := range list.Items {

@@ -179,7 +179,7 @@ func TestKeyBySubjectFirst(t *testing.T) {
 	h := middleware.New(startLimiterd(t, apiPolicy),
 		middleware.KeyBy(middleware.FirstOf(subject, middleware.ClientIP())))(a)
 	authed := func(user string) int {
-		r := httptest.NewRequest(http.MethodGet, "/", nil).WithContext(context.WithValue(context.Background(), subjectKey{}, user))
+		r := httptest.NewRequest(http.MethodGet, "/", nil).WithContext(context.WithValue(t.Context(), subjectKey{}, user))
 		r.RemoteAddr = "192.0.2.1:1"
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, r)
@@ -361,7 +361,7 @@ func TestRequestGoneIsDropped(t *testing.T) {
 	hooked := 0
 	h := middleware.New(startLimiterd(t, apiPolicy), middleware.FailOpen(false),
 		middleware.OnError(func(*http.Request, error) { hooked++ }))(a)
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	r := httptest.NewRequest(http.MethodGet, "/", nil).WithContext(ctx)
 	r.RemoteAddr = "192.0.2.1:1"

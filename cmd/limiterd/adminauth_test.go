@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -91,7 +90,7 @@ func TestAdminTokenFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := serve(context.Background(), cfg, io.Discard, hooks{}); err == nil || !strings.Contains(err.Error(), "at least 16 bytes") {
+	if err := serve(t.Context(), cfg, io.Discard, hooks{}); err == nil || !strings.Contains(err.Error(), "at least 16 bytes") {
 		t.Errorf("a short token: %v, want refused", err)
 	}
 }
@@ -111,7 +110,7 @@ func TestAdminInsecureNoAuthWarns(t *testing.T) {
 // ratelimitpolicies/clients in the policy's namespace.
 func TestAdminKubernetesAuth(t *testing.T) {
 	env := testenv.New(t)
-	ctx := context.Background()
+	ctx := t.Context()
 	clientset, err := kubernetes.NewForConfig(env.Config)
 	if err != nil {
 		t.Fatal(err)
@@ -235,7 +234,7 @@ func mustCreate(t *testing.T, create func() error) {
 // serviceAccountToken creates a service account and returns a token of it from TokenRequest.
 func serviceAccountToken(t *testing.T, c kubernetes.Interface, namespace, name string) string {
 	t.Helper()
-	ctx := context.Background()
+	ctx := t.Context()
 	if _, err := c.CoreV1().ServiceAccounts(namespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -324,7 +323,7 @@ func forgeToken(t *testing.T, token string, key *ecdsa.PrivateKey, shift time.Du
 
 func adminCall(t *testing.T, method, url, token string) (int, string) {
 	t.Helper()
-	req, err := http.NewRequestWithContext(context.Background(), method, url, nil)
+	req, err := http.NewRequestWithContext(t.Context(), method, url, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

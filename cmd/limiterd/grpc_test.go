@@ -88,7 +88,7 @@ func startGRPC(t *testing.T, clock func() time.Time, timeout time.Duration) *grp
 	}
 	e := engine.New(engine.Options{Clock: clock})
 	e.Swap(set)
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	g := &grpcUnderTest{stop: cancel, done: make(chan error, 1), engine: e}
 	addrs := make(chan net.Addr, 1)
 	log := slog.New(slog.DiscardHandler)
@@ -119,12 +119,12 @@ func allowRequest() *rlsv3.RateLimitRequest {
 
 func TestServeGRPCDecidesAndReportsHealth(t *testing.T) {
 	g := startGRPC(t, time.Now, time.Minute)
-	h, err := healthpb.NewHealthClient(g.conn).Check(context.Background(), &healthpb.HealthCheckRequest{})
+	h, err := healthpb.NewHealthClient(g.conn).Check(t.Context(), &healthpb.HealthCheckRequest{})
 	if err != nil || h.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 		t.Fatalf("health: %v %v, want SERVING", h, err)
 	}
 	for i, want := range []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT} {
-		resp, err := g.rls.ShouldRateLimit(context.Background(), allowRequest())
+		resp, err := g.rls.ShouldRateLimit(t.Context(), allowRequest())
 		if err != nil || resp.GetOverallCode() != want {
 			t.Fatalf("request %d: %v %v, want %v", i, resp, err, want)
 		}
@@ -162,7 +162,7 @@ func TestServeGRPCStopLetsCallsInFlightFinish(t *testing.T) {
 	gt.armed.Store(true)
 	answered := make(chan error, 1)
 	go func() {
-		resp, err := g.rls.ShouldRateLimit(context.Background(), allowRequest())
+		resp, err := g.rls.ShouldRateLimit(t.Context(), allowRequest())
 		if err == nil && resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
 			err = io.ErrUnexpectedEOF
 		}
@@ -191,7 +191,7 @@ func TestServeGRPCStopCancelsCallsAfterTheTimeout(t *testing.T) {
 	gt.armed.Store(true)
 	answered := make(chan error, 1)
 	go func() {
-		_, err := g.rls.ShouldRateLimit(context.Background(), allowRequest())
+		_, err := g.rls.ShouldRateLimit(t.Context(), allowRequest())
 		answered <- err
 	}()
 	<-gt.entered
@@ -212,7 +212,7 @@ func TestServeGRPCListenError(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	err = serveGRPC(context.Background(), nil, ln.Addr().String(), time.Second, engine.New(engine.Options{}), slog.Default(), nil)
+	err = serveGRPC(t.Context(), nil, ln.Addr().String(), time.Second, engine.New(engine.Options{}), slog.Default(), nil)
 	if err == nil || !strings.Contains(err.Error(), "listen for grpc") {
 		t.Fatalf("serveGRPC on a busy port: %v", err)
 	}

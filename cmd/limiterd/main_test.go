@@ -41,7 +41,7 @@ func start(t *testing.T, h hooks, args ...string) *daemonUnderTest {
 	}
 	addrs := make(chan [2]net.Addr, 1)
 	h.listening = func(decisions, admin net.Addr) { addrs <- [2]net.Addr{decisions, admin} }
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	d.stop = cancel
 	go func() { d.done <- serve(ctx, cfg, d.logs, h) }()
 	select {
@@ -267,7 +267,7 @@ func TestStartupFailsWithoutALoadablePolicy(t *testing.T) {
 	} {
 		var stderr testsupport.SyncBuffer
 		args = append([]string{"--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"}, args...)
-		if err := run(context.Background(), args, io.Discard, &stderr); err == nil {
+		if err := run(t.Context(), args, io.Discard, &stderr); err == nil {
 			t.Errorf("%s: started", name)
 		}
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -123,7 +122,7 @@ func TestSIGTERMDrainsUnderLoad(t *testing.T) {
 	}
 	defer conn.Close()
 	health := healthpb.NewHealthClient(conn)
-	if h, err := health.Check(context.Background(), &healthpb.HealthCheckRequest{}); err != nil || h.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+	if h, err := health.Check(t.Context(), &healthpb.HealthCheckRequest{}); err != nil || h.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 		t.Fatalf("gRPC health before SIGTERM: %v %v", h, err)
 	}
 
@@ -185,11 +184,11 @@ func TestSIGTERMDrainsUnderLoad(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	if h, err := health.Check(context.Background(), &healthpb.HealthCheckRequest{}); err != nil || h.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
+	if h, err := health.Check(t.Context(), &healthpb.HealthCheckRequest{}); err != nil || h.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
 		t.Errorf("gRPC health during the delay: %v %v, want NOT_SERVING", h, err)
 	}
 	rls := rlsv3.NewRateLimitServiceClient(conn)
-	if resp, err := rls.ShouldRateLimit(context.Background(), allowRequest()); err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+	if resp, err := rls.ShouldRateLimit(t.Context(), allowRequest()); err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
 		t.Errorf("gRPC decision during the delay: %v %v, want OK", resp, err)
 	}
 

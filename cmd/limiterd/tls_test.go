@@ -55,26 +55,26 @@ func TestTLSServers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if dec, err := c.Allow(context.Background(), "alice"); err != nil || !dec.Allowed || dec.Limit != 3 {
+	if dec, err := c.Allow(t.Context(), "alice"); err != nil || !dec.Allowed || dec.Limit != 3 {
 		t.Fatalf("decision over mutual TLS: %+v %v", dec, err)
 	}
 	bare, err := client.New(decisions, client.WithTLSConfig(trust), client.WithTimeout(10*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := bare.Allow(context.Background(), "alice"); err == nil {
+	if _, err := bare.Allow(t.Context(), "alice"); err == nil {
 		t.Error("a client without a certificate was served")
 	}
 	plain, err := client.New(d.decisions, client.WithTimeout(10*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := plain.Allow(context.Background(), "alice"); err == nil {
+	if _, err := plain.Allow(t.Context(), "alice"); err == nil {
 		t.Error("a plaintext client was served")
 	}
 
 	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: trust.Clone()}, Timeout: 10 * time.Second}
-	req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, admin+"/healthz", nil)
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, admin+"/healthz", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func TestGRPCOverTLS(t *testing.T) {
 	if err := d.addTLS(tlsFlags{certFile: files.Cert, keyFile: files.Key, clientCAFile: files.CA}); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	for _, loop := range d.background {
 		go func() { _ = loop(ctx) }()
@@ -122,7 +122,7 @@ func TestGRPCOverTLS(t *testing.T) {
 			return err
 		}
 		defer conn.Close()
-		callCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		callCtx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 		defer cancel()
 		_, err = rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(callCtx, allowRequest())
 		return err

@@ -18,7 +18,7 @@ func TestMain(m *testing.M) { Main(m) }
 func TestSharedServesTheCRD(t *testing.T) {
 	env := Shared(t)
 	var list limiterdv1alpha1.RateLimitPolicyList
-	if err := env.Client.List(context.Background(), &list); err != nil {
+	if err := env.Client.List(t.Context(), &list); err != nil {
 		t.Fatalf("list RateLimitPolicies: %v", err)
 	}
 	if Shared(t) != env {
@@ -30,7 +30,7 @@ func TestSharedServesTheCRD(t *testing.T) {
 // subprocesses given KubeconfigPath, keep working, and the objects survive in etcd.
 func TestRestartAPIServer(t *testing.T) {
 	env := New(t)
-	ctx := context.Background()
+	ctx := t.Context()
 	ns := env.Namespace(t)
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "kept"}, Data: map[string]string{"k": "v"}}
 	if err := env.Client.Create(ctx, cm); err != nil {

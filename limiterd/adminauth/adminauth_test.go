@@ -40,12 +40,12 @@ func TestToken(t *testing.T) {
 		t.Fatalf("the token: %v, %v", u, err)
 	}
 	for _, attrs := range []authorizer.AttributesRecord{PolicyClients(u, "delete", "a", "api"), ListPolicies(u, "b"), Path(u, "get", "/metrics")} {
-		if ok, _, err := a.Authorize(context.Background(), attrs); !ok || err != nil {
+		if ok, _, err := a.Authorize(t.Context(), attrs); !ok || err != nil {
 			t.Errorf("the token's user may not %s: %v", describe(attrs), err)
 		}
 	}
 	other := &user.DefaultInfo{Name: "alice"}
-	if ok, _, _ := a.Authorize(context.Background(), PolicyClients(other, "delete", "a", "api")); ok {
+	if ok, _, _ := a.Authorize(t.Context(), PolicyClients(other, "delete", "a", "api")); ok {
 		t.Error("another user is authorized by the token's Auth")
 	}
 	for _, weak := range []string{"", "short", "0123456789abcdef 01"} {
@@ -100,16 +100,16 @@ func TestWithToken(t *testing.T) {
 	if err != nil || u.GetName() != "alice" {
 		t.Fatalf("alice: %v %v", u, err)
 	}
-	if ok, _, _ := a.Authorize(context.Background(), PolicyClients(u, "delete", "a", "api")); ok {
+	if ok, _, _ := a.Authorize(t.Context(), PolicyClients(u, "delete", "a", "api")); ok {
 		t.Error("alice may delete")
 	}
-	if ok, _, _ := a.Authorize(context.Background(), PolicyClients(u, "get", "a", "api")); !ok {
+	if ok, _, _ := a.Authorize(t.Context(), PolicyClients(u, "get", "a", "api")); !ok {
 		t.Error("alice may not get")
 	}
 	if u, err = a.Authenticate(request(goodToken)); err != nil || u.GetName() != TokenUser {
 		t.Fatalf("the token: %v %v", u, err)
 	}
-	if ok, _, _ := a.Authorize(context.Background(), PolicyClients(u, "delete", "a", "api")); !ok {
+	if ok, _, _ := a.Authorize(t.Context(), PolicyClients(u, "delete", "a", "api")); !ok {
 		t.Error("the token may not delete")
 	}
 	if _, err := a.Authenticate(request("nobody")); !errors.Is(err, ErrUnauthenticated) {
@@ -123,7 +123,7 @@ func TestOpen(t *testing.T) {
 	if err != nil || u.GetName() != user.Anonymous {
 		t.Fatalf("Open: %v %v", u, err)
 	}
-	if ok, _, err := a.Authorize(context.Background(), PolicyClients(u, "delete", "a", "api")); !ok || err != nil {
+	if ok, _, err := a.Authorize(t.Context(), PolicyClients(u, "delete", "a", "api")); !ok || err != nil {
 		t.Errorf("Open refuses: %v", err)
 	}
 }

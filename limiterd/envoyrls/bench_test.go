@@ -112,7 +112,7 @@ func listenLoopback(b *testing.B) net.Listener {
 // runs.
 func runLoad(b *testing.B, keys []string, decide func(ctx context.Context, key string) error) {
 	b.Helper()
-	ctx := context.Background()
+	ctx := b.Context()
 	// Warm up: open the connections and fill the engine with the keys.
 	for i := range min(len(keys), 1000) {
 		if err := decide(ctx, keys[i]); err != nil {

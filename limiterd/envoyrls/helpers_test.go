@@ -93,7 +93,7 @@ func headerMap(t testing.TB, resp *rlsv3.RateLimitResponse) map[string]string {
 // remaining returns what the engine reports as the client's remaining quota, consuming nothing.
 func remaining(t testing.TB, e *engine.Engine, policyID v1alpha1.PolicyID, key string) int64 {
 	t.Helper()
-	r, err := e.Peek(context.Background(), policyID, key)
+	r, err := e.Peek(t.Context(), policyID, key)
 	if err != nil {
 		t.Fatalf("peek %s %q: %v", policyID, key, err)
 	}

@@ -1,7 +1,6 @@
 package envoyrls
 
 import (
-	"context"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -49,7 +48,7 @@ func TestSingleDescriptorOKThenOverLimit(t *testing.T) {
 		{ok, 0, 2 * time.Second, `"standard";r=0;t=2`, ""},
 		{overLimit, 0, 2 * time.Second, `"standard";r=0;t=2`, "1"},
 	} {
-		resp, err := c.ShouldRateLimit(context.Background(), req)
+		resp, err := c.ShouldRateLimit(t.Context(), req)
 		if err != nil {
 			t.Fatalf("request %d: %v", i, err)
 		}
@@ -75,11 +74,11 @@ func TestSingleDescriptorOKThenOverLimit(t *testing.T) {
 	}
 	// Half a token back after 0.5 s: still over limit; a whole one after 1 s.
 	clock.Advance(500 * time.Millisecond)
-	if resp, err := c.ShouldRateLimit(context.Background(), req); err != nil || resp.GetOverallCode() != overLimit {
+	if resp, err := c.ShouldRateLimit(t.Context(), req); err != nil || resp.GetOverallCode() != overLimit {
 		t.Fatalf("after 0.5 s: %v %v, want OVER_LIMIT", resp, err)
 	}
 	clock.Advance(500 * time.Millisecond)
-	if resp, err := c.ShouldRateLimit(context.Background(), req); err != nil || resp.GetOverallCode() != ok {
+	if resp, err := c.ShouldRateLimit(t.Context(), req); err != nil || resp.GetOverallCode() != ok {
 		t.Fatalf("after 1 s: %v %v, want OK", resp, err)
 	}
 }
@@ -107,7 +106,7 @@ func TestHeadersMatchTheHTTPAPI(t *testing.T) {
 				h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/allow?policy=default/api&key=k&cost="+strconv.FormatInt(cost, 10), nil))
 				req := request("api", entries("k", "v"))
 				req.HitsAddend = uint32(cost)
-				resp, err := c.ShouldRateLimit(context.Background(), req)
+				resp, err := c.ShouldRateLimit(t.Context(), req)
 				if err != nil {
 					t.Fatalf("request %d: %v", i, err)
 				}
@@ -135,12 +134,12 @@ func TestSeveralDescriptorsAreDecidedIndependently(t *testing.T) {
 	c := dial(t, e)
 	busy := request("api", entries("user", "busy"))
 	busy.HitsAddend = 5
-	if resp, err := c.ShouldRateLimit(context.Background(), busy); err != nil || resp.GetOverallCode() != ok {
+	if resp, err := c.ShouldRateLimit(t.Context(), busy); err != nil || resp.GetOverallCode() != ok {
 		t.Fatalf("exhaust busy: %v %v", resp, err)
 	}
 
 	both := request("api", entries("user", "idle"), entries("user", "busy"), entries("user", "other"))
-	resp, err := c.ShouldRateLimit(context.Background(), both)
+	resp, err := c.ShouldRateLimit(t.Context(), both)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +169,7 @@ func TestSeveralDescriptorsAreDecidedIndependently(t *testing.T) {
 
 	// All under their limits: the headers describe the one with the least left.
 	clock.Advance(5 * time.Second)
-	resp, err = c.ShouldRateLimit(context.Background(), request("api", entries("user", "a"), entries("user", "idle"), entries("user", "b")))
+	resp, err = c.ShouldRateLimit(t.Context(), request("api", entries("user", "a"), entries("user", "idle"), entries("user", "b")))
 	if err != nil || resp.GetOverallCode() != ok {
 		t.Fatalf("all under: %v %v", resp, err)
 	}
@@ -186,10 +185,10 @@ func TestOverLimitHeadersDescribeTheLongestWait(t *testing.T) {
 	p.Spec.Envoy = &v1alpha1.Envoy{DescriptorKey: "client"}
 	c := dial(t, newEngine(t, clock, p))
 	req := request("api", entries("client", "f"), entries("client", "s"), entries("client", "f2"))
-	if _, err := c.ShouldRateLimit(context.Background(), req); err != nil {
+	if _, err := c.ShouldRateLimit(t.Context(), req); err != nil {
 		t.Fatal(err)
 	}
-	resp, err := c.ShouldRateLimit(context.Background(), req)
+	resp, err := c.ShouldRateLimit(t.Context(), req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +205,7 @@ func TestDomainNamesThePolicy(t *testing.T) {
 		newPolicy("edge", "api", testsupport.TokenBucketTier("e", 10, 1, time.Second)))
 	c := dial(t, e)
 	for domain, tier := range map[string]string{"api": "d", "default/api": "d", "edge/api": "e"} {
-		resp, err := c.ShouldRateLimit(context.Background(), request(domain, entries("k", "v")))
+		resp, err := c.ShouldRateLimit(t.Context(), request(domain, entries("k", "v")))
 		if err != nil {
 			t.Fatalf("domain %q: %v", domain, err)
 		}
@@ -246,7 +245,7 @@ func TestErrorsConsumeNothing(t *testing.T) {
 			codes.InvalidArgument, "descriptor 0: the request's hits_addend 1000000001 is more than 1000000000"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			resp, err := c.ShouldRateLimit(context.Background(), tc.req)
+			resp, err := c.ShouldRateLimit(t.Context(), tc.req)
 			st, _ := status.FromError(err)
 			if st.Code() != tc.code || !strings.Contains(st.Message(), tc.msg) {
 				t.Fatalf("got %v %v, want %v containing %q", resp, err, tc.code, tc.msg)
@@ -260,7 +259,7 @@ func TestErrorsConsumeNothing(t *testing.T) {
 
 func TestNotReadyIsUnavailable(t *testing.T) {
 	c := dial(t, newEngine(t, testsupport.NewClock()))
-	_, err := c.ShouldRateLimit(context.Background(), request("api", entries("k", "a")))
+	_, err := c.ShouldRateLimit(t.Context(), request("api", entries("k", "a")))
 	if status.Code(err) != codes.Unavailable {
 		t.Fatalf("got %v, want Unavailable", err)
 	}
@@ -290,7 +289,7 @@ func TestHitsAddendIsTheCost(t *testing.T) {
 	} {
 		req := request("api", tc.descriptor)
 		req.HitsAddend = tc.requestHits
-		resp, err := c.ShouldRateLimit(context.Background(), req)
+		resp, err := c.ShouldRateLimit(t.Context(), req)
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
@@ -305,7 +304,7 @@ func TestHitsAddendIsTheCost(t *testing.T) {
 	// its headers win over a rejection that a wait cures.
 	req := request("api", entries("k", "g"))
 	req.HitsAddend = 101
-	resp, err := c.ShouldRateLimit(context.Background(), req)
+	resp, err := c.ShouldRateLimit(t.Context(), req)
 	if err != nil || resp.GetOverallCode() != overLimit {
 		t.Fatalf("cost above capacity: %v %v, want OVER_LIMIT", resp, err)
 	}
@@ -331,10 +330,10 @@ func TestNeverAdmittedBeatsAWait(t *testing.T) {
 			descriptors = append(descriptors, d)
 		}
 		// Exhaust the "wait" client first, so that its second request waits a second.
-		if _, err := c.ShouldRateLimit(context.Background(), request("api", entries("k", "wait-"+order[0]))); err != nil {
+		if _, err := c.ShouldRateLimit(t.Context(), request("api", entries("k", "wait-"+order[0]))); err != nil {
 			t.Fatal(err)
 		}
-		resp, err := c.ShouldRateLimit(context.Background(), request("api", descriptors...))
+		resp, err := c.ShouldRateLimit(t.Context(), request("api", descriptors...))
 		if err != nil || resp.GetOverallCode() != overLimit {
 			t.Fatalf("%v: %v %v, want OVER_LIMIT", order, resp, err)
 		}
@@ -359,7 +358,7 @@ func TestDescriptorKeySelectsTheClient(t *testing.T) {
 	if rec.Code != http.StatusOK {
 		t.Fatalf("HTTP: %d %s", rec.Code, rec.Body)
 	}
-	resp, err := c.ShouldRateLimit(context.Background(), request("edge/ip",
+	resp, err := c.ShouldRateLimit(t.Context(), request("edge/ip",
 		entries("generic_key", "api", "remote_address", "10.0.0.1"),
 		entries("remote_address", "10.0.0.9", "remote_address", "10.0.0.1"), // the first entry counts
 		entries("generic_key", "api"),                                       // not limited by this policy
@@ -382,12 +381,12 @@ func TestDescriptorKeySelectsTheClient(t *testing.T) {
 	}
 
 	// Only unlimited descriptors: OK, no headers.
-	resp, err = c.ShouldRateLimit(context.Background(), request("edge/ip", entries("generic_key", "api")))
+	resp, err = c.ShouldRateLimit(t.Context(), request("edge/ip", entries("generic_key", "api")))
 	if err != nil || resp.GetOverallCode() != ok || len(resp.GetResponseHeadersToAdd()) != 0 {
 		t.Fatalf("no remote_address: %v %v, want OK without headers", resp, err)
 	}
 	// An empty value is no client key.
-	_, err = c.ShouldRateLimit(context.Background(), request("edge/ip", entries("remote_address", "")))
+	_, err = c.ShouldRateLimit(t.Context(), request("edge/ip", entries("remote_address", "")))
 	if st, _ := status.FromError(err); st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), "client key is empty") {
 		t.Fatalf("empty value: %v, want InvalidArgument", err)
 	}
@@ -398,7 +397,7 @@ func TestWholeDescriptorIsTheDefaultKey(t *testing.T) {
 	e := newEngine(t, clock, newPolicy("default", "api", testsupport.TokenBucketTier("standard", 10, 1, time.Second)))
 	c := dial(t, e)
 	d := entries("a", "x=1&y", "b%", "")
-	if _, err := c.ShouldRateLimit(context.Background(), request("api", d)); err != nil {
+	if _, err := c.ShouldRateLimit(t.Context(), request("api", d)); err != nil {
 		t.Fatal(err)
 	}
 	if got := remaining(t, e, "default/api", "a=x%3D1%26y&b%25="); got != 9 {
@@ -471,7 +470,7 @@ func TestUnlimitedAndDryRunTiers(t *testing.T) {
 	p.Spec.Overrides = []v1alpha1.Override{{Tier: "trial", Clients: []string{"k=t"}}}
 	c := dial(t, newEngine(t, clock, p))
 	for range 3 {
-		resp, err := c.ShouldRateLimit(context.Background(), request("api", entries("k", "u"), entries("k", "t")))
+		resp, err := c.ShouldRateLimit(t.Context(), request("api", entries("k", "u"), entries("k", "t")))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -500,7 +499,7 @@ func TestDescriptorHitsZeroPeeks(t *testing.T) {
 		d.HitsAddend = wrapperspb.UInt64(0)
 		req := request("api", d)
 		req.HitsAddend = 5 // the descriptor's own 0 wins
-		resp, err := c.ShouldRateLimit(context.Background(), req)
+		resp, err := c.ShouldRateLimit(t.Context(), req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -512,7 +511,7 @@ func TestDescriptorHitsZeroPeeks(t *testing.T) {
 		}
 	}
 	for i := range 2 {
-		resp, err := c.ShouldRateLimit(context.Background(), request("api", entries("k", "p")))
+		resp, err := c.ShouldRateLimit(t.Context(), request("api", entries("k", "p")))
 		if err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
 			t.Fatalf("request %d after the peeks: %v %v, want OK: a peek consumed", i, resp, err)
 		}

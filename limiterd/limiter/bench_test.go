@@ -1,7 +1,6 @@
 package limiter_test
 
 import (
-	"context"
 	"fmt"
 	"runtime"
 	"sync/atomic"
@@ -40,7 +39,7 @@ func BenchmarkHotKey(b *testing.B) {
 	b.Run("limiterd/Memory.Decide(time.Now)", func(b *testing.B) {
 		tb := mustTB(b, 100, 500, time.Millisecond)
 		m := limiter.NewMemory(nil)
-		ctx := context.Background()
+		ctx := b.Context()
 		b.ReportAllocs()
 		for i := 0; i < b.N; i++ {
 			_, _ = m.Decide(ctx, "hot-client", tb, time.Now(), 1)
@@ -59,7 +58,7 @@ func BenchmarkHotKey(b *testing.B) {
 	b.Run("limiterd/Memory.Decide", func(b *testing.B) {
 		tb := mustTB(b, 100, 500, time.Millisecond)
 		m := limiter.NewMemory(nil)
-		ctx := context.Background()
+		ctx := b.Context()
 		now := limitertest.T0
 		b.ReportAllocs()
 		for i := 0; i < b.N; i++ {
@@ -126,7 +125,7 @@ func BenchmarkManyClients(b *testing.B) {
 		tb := mustTB(b, 100, 10, time.Second)
 		before := heapInUse()
 		m := limiter.NewMemory(nil)
-		ctx := context.Background()
+		ctx := b.Context()
 		for _, k := range keys {
 			m.Decide(ctx, k, tb, now, 1)
 		}
@@ -148,7 +147,7 @@ func BenchmarkParallel(b *testing.B) {
 	keys := clientKeys(100_000)
 	tb := mustTB(b, 100, 10, time.Second)
 	m := limiter.NewMemory(nil)
-	ctx := context.Background()
+	ctx := b.Context()
 	var worker atomic.Int64
 	b.ReportAllocs()
 	b.ResetTimer()

@@ -1,7 +1,6 @@
 package limiter_test
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -46,7 +45,7 @@ func mustSW(t testing.TB, limit int64, window time.Duration) *limiter.SlidingWin
 }
 
 func TestMemorySweepDropsOnlyFreshClients(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	budget := limiter.NewBudget(0, 0)
 	m := limiter.NewMemory(budget)
 	tb := mustTB(t, 2, 1, time.Second)
@@ -76,7 +75,7 @@ func TestMemorySweepDropsOnlyFreshClients(t *testing.T) {
 }
 
 func TestMemoryBudgetEvictsClosestToFresh(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	const max = 1000
 	budget := limiter.NewBudget(max, 0)
 	m := limiter.NewMemory(budget)
@@ -98,7 +97,7 @@ func TestMemoryBudgetEvictsClosestToFresh(t *testing.T) {
 }
 
 func TestMemoryEvictionPrefersFreshState(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	budget := limiter.NewBudget(1, 0)
 	m := limiter.NewMemory(budget)
 	tb := mustTB(t, 10, 1, time.Second)
@@ -112,7 +111,7 @@ func TestMemoryEvictionPrefersFreshState(t *testing.T) {
 }
 
 func TestMemoryResetAndPeek(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	m := limiter.NewMemory(nil)
 	tb := mustTB(t, 2, 1, time.Minute)
 	t0 := limitertest.T0
@@ -140,7 +139,7 @@ func TestMemoryResetAndPeek(t *testing.T) {
 // (nothing to refund) creates no state, for either algorithm, and that a refund of a tracked
 // client keeps the budget's bytes as they were.
 func TestMemoryRefundKeepsNoNewClient(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	budget := limiter.NewBudget(0, 0)
 	m := limiter.NewMemory(budget)
 	t0 := limitertest.T0
@@ -160,7 +159,7 @@ func TestMemoryRefundKeepsNoNewClient(t *testing.T) {
 }
 
 func TestMemoryCloseReturnsItsClients(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	budget := limiter.NewBudget(10, 0)
 	m := limiter.NewMemory(budget)
 	tb := mustTB(t, 2, 1, time.Hour)
@@ -187,7 +186,7 @@ func TestMemoryCloseReturnsItsClients(t *testing.T) {
 }
 
 func TestMemoryEvictsFromTheLargestStore(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	budget := limiter.NewBudget(100, 0)
 	small, large := limiter.NewMemory(budget), limiter.NewMemory(budget)
 	tb := mustTB(t, 10, 1, time.Hour)
@@ -213,7 +212,7 @@ func TestMemoryEvictsFromTheLargestStore(t *testing.T) {
 // client's key is much longer than those of the clients evicted to make room: the store evicts
 // as many clients as the bound needs, not a fixed number.
 func TestMemoryByteBudgetHoldsForALongKey(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	tb := mustTB(t, 10, 1, time.Hour)
 	t0 := limitertest.T0
 	// Measure what one short-key client costs, then bound the budget at 100 of them.

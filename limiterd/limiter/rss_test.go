@@ -3,7 +3,6 @@
 package limiter_test
 
 import (
-	"context"
 	"os"
 	"runtime/debug"
 	"strconv"
@@ -56,7 +55,7 @@ func TestByteBudgetBoundsRSSUnderALongKeyFlood(t *testing.T) {
 	var peak int64
 	for i := range keys {
 		copy(key, strconv.Itoa(i)) // a fresh string each time, as a request's key would be
-		m.Decide(context.Background(), string(key), tb, now, 1)
+		m.Decide(t.Context(), string(key), tb, now, 1)
 		if budget.Bytes() > containerLimit/2+keyLen+64 {
 			t.Fatalf("after %d keys the budget holds %d bytes, bound %d", i+1, budget.Bytes(), containerLimit/2)
 		}

@@ -61,7 +61,7 @@ func TestDecisionsByPolicyTierAndResult(t *testing.T) {
 	m := New(budget)
 	e := engine.New(engine.Options{Budget: budget, Observer: m})
 	e.Swap(compileSet(t, apiPolicy(v1alpha1.FailureModeOpen)))
-	ctx := context.Background()
+	ctx := t.Context()
 	for _, key := range []string{"alice", "alice", "alice", "bob", "shadow-carol", "shadow-carol"} {
 		if _, err := e.Decide(ctx, "default/api", key, 1); err != nil {
 			t.Fatal(err)
@@ -143,7 +143,7 @@ func TestBudgetMetrics(t *testing.T) {
 	now := time.Unix(1700000000, 0)
 	e := engine.New(engine.Options{Budget: budget, Observer: m, Clock: func() time.Time { return now }})
 	e.Swap(compileSet(t, apiPolicy(v1alpha1.FailureModeOpen)))
-	ctx := context.Background()
+	ctx := t.Context()
 	for i := range 600 {
 		if _, err := e.Decide(ctx, "default/api", fmt.Sprintf("client-%d", i), 1); err != nil {
 			t.Fatal(err)
@@ -202,7 +202,7 @@ func TestStoreErrorsByPolicy(t *testing.T) {
 	e := engine.New(engine.Options{Observer: m, NewStore: func(v1alpha1.PolicyID) limiter.Store { return failingStore{} }})
 	e.Swap(compileSet(t, apiPolicy(v1alpha1.FailureModeOpen)))
 	for range 3 {
-		if _, err := e.Decide(context.Background(), "", "alice", 1); err != nil {
+		if _, err := e.Decide(t.Context(), "", "alice", 1); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -296,7 +296,7 @@ func TestSeriesOfRemovedPoliciesAndTiersAreDeleted(t *testing.T) {
 	e.Swap(compileSet(t, apiPolicy(v1alpha1.FailureModeOpen), other))
 	for _, id := range []v1alpha1.PolicyID{"default/api", "default/other"} {
 		for _, key := range []string{"alice", "shadow-carol"} {
-			if _, err := e.Decide(context.Background(), id, key, 1); err != nil {
+			if _, err := e.Decide(t.Context(), id, key, 1); err != nil {
 				t.Fatal(err)
 			}
 		}

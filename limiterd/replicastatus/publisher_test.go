@@ -72,7 +72,7 @@ func TestPublisherKeepsItsLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- pub.Run(ctx) }()
 	stopped := false
@@ -91,7 +91,7 @@ func TestPublisherKeepsItsLease(t *testing.T) {
 			t.Logf("publisher logs:\n%s", logs)
 		}
 	})
-	bg := context.Background()
+	bg := t.Context()
 
 	// hasRecord waits until the Lease holds want.
 	hasRecord := func(want v1alpha1.ReplicaRecord) *coordinationv1.Lease {
@@ -189,7 +189,7 @@ func TestPublisherPublishesChangesBeforeTheInterval(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- pub.Run(ctx) }()
 	defer func() {
@@ -197,7 +197,7 @@ func TestPublisherPublishesChangesBeforeTheInterval(t *testing.T) {
 		<-done
 	}()
 	testsupport.Eventually(t, waitTimeout, "Lease limiterd-1 created", func() error {
-		_, _, err := readLease(context.Background(), env.Client, ns, "limiterd-1")
+		_, _, err := readLease(t.Context(), env.Client, ns, "limiterd-1")
 		return err
 	})
 	want := v1alpha1.ReplicaRecord{"ns/a": {Generation: 7, State: v1alpha1.ReplicaServing}}
@@ -206,7 +206,7 @@ func TestPublisherPublishesChangesBeforeTheInterval(t *testing.T) {
 	// Within MaxChangeDelay (and a renewal is an hour away); the API round trips get a margin.
 	deadline := time.Now().Add(MaxChangeDelay + 5*time.Second)
 	for {
-		_, rep, err := readLease(context.Background(), env.Client, ns, "limiterd-1")
+		_, rep, err := readLease(t.Context(), env.Client, ns, "limiterd-1")
 		if err == nil && fmt.Sprint(rep.Record) == fmt.Sprint(want) {
 			break
 		}
@@ -265,7 +265,7 @@ func TestWithdrawAfterAnInterruptedRenewal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	leases := &interruptedRenewals{LeasesGetter: clientset.CoordinationV1(), cancel: cancel, hit: make(chan struct{})}
 	logs := &testsupport.SyncBuffer{}
@@ -280,7 +280,7 @@ func TestWithdrawAfterAnInterruptedRenewal(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- pub.Run(ctx) }()
 	testsupport.Eventually(t, waitTimeout, "Lease limiterd-2 created", func() error {
-		_, _, err := readLease(context.Background(), env.Client, ns, "limiterd-2")
+		_, _, err := readLease(t.Context(), env.Client, ns, "limiterd-2")
 		return err
 	})
 	leases.armed.Store(true)
@@ -288,7 +288,7 @@ func TestWithdrawAfterAnInterruptedRenewal(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	if _, _, err := readLease(context.Background(), env.Client, ns, "limiterd-2"); !apierrors.IsNotFound(err) {
+	if _, _, err := readLease(t.Context(), env.Client, ns, "limiterd-2"); !apierrors.IsNotFound(err) {
 		t.Errorf("lease after a renewal interrupted by the shutdown: %v, want not found\nlogs:\n%s", err, logs)
 	}
 }
@@ -302,7 +302,7 @@ func TestLeaseOwnedByItsPod(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bg := context.Background()
+	bg := t.Context()
 	pod, err := clientset.CoreV1().Pods(ns).Create(bg, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "limiterd-3"},
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "limiterd", Image: "limiterd"}}},

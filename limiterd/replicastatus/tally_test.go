@@ -1,7 +1,6 @@
 package replicastatus
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -99,7 +98,7 @@ func (f observeFunc) Observe(o engine.Outcome, _ time.Duration) { f(o) }
 func decide(t *testing.T, e *engine.Engine, id v1alpha1.PolicyID, key string, n int) {
 	t.Helper()
 	for range n {
-		if _, err := e.Decide(context.Background(), id, key, 1); err != nil {
+		if _, err := e.Decide(t.Context(), id, key, 1); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -78,7 +78,7 @@ func watchFile(t *testing.T, dir, name, content string) *watched {
 			t.Fatalf("initial load: %v", err)
 		}
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	go func() { w.stopped <- f.Watch(ctx) }()
 	t.Cleanup(func() {
 		cancel()

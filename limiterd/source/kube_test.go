@@ -67,7 +67,7 @@ func startKube(t *testing.T, env *testenv.Env, namespace, policyNamespace string
 		}
 	}})
 	r.decisions = server.NewDecisions(e, log)
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- r.kube.Run(ctx) }()
 	t.Cleanup(func() {
@@ -82,7 +82,7 @@ func startKube(t *testing.T, env *testenv.Env, namespace, policyNamespace string
 // waitSynced waits for the source's first sync.
 func (r *kubeRig) waitSynced(t *testing.T) {
 	t.Helper()
-	testsupport.Eventually(t, waitTimeout, "kube source ready", func() error { return r.kube.Ready(context.Background()) })
+	testsupport.Eventually(t, waitTimeout, "kube source ready", func() error { return r.kube.Ready(t.Context()) })
 }
 
 // generation returns the generation of policy id the engine serves, -1 when it serves none.
@@ -149,7 +149,7 @@ func policyConfigMap(t *testing.T, namespace, policyNamespace, name string, capa
 // put creates or updates cm, and returns when the API server has stored it.
 func put(t *testing.T, c client.Client, cm *corev1.ConfigMap) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
 	defer cancel()
 	current := &corev1.ConfigMap{}
 	err := c.Get(ctx, client.ObjectKeyFromObject(cm), current)
@@ -288,7 +288,7 @@ func TestKubeFollowsConfigMaps(t *testing.T) {
 	})
 
 	t.Run("a deleted ConfigMap's policy answers 404", func(t *testing.T) {
-		if err := env.Client.Delete(context.Background(), policyConfigMap(t, ns, shop, "api", 10, 6)); err != nil {
+		if err := env.Client.Delete(t.Context(), policyConfigMap(t, ns, shop, "api", 10, 6)); err != nil {
 			t.Fatal(err)
 		}
 		testsupport.Eventually(t, waitTimeout, "policy removed", func() bool { return r.generation(api) == -1 })
@@ -358,7 +358,7 @@ func TestKubeServesOnePolicyNamespace(t *testing.T) {
 func TestKubeNotReadyBeforeSync(t *testing.T) {
 	p, target, _, _ := newTestPipeline(t)
 	k := NewKube(nil, p, KubeOptions{})
-	if err := k.Ready(context.Background()); !errors.Is(err, ErrNotSynced) {
+	if err := k.Ready(t.Context()); !errors.Is(err, ErrNotSynced) {
 		t.Errorf("Ready before Run: %v, want ErrNotSynced", err)
 	}
 	// Synced swaps the empty set once, and only when nothing was swapped yet.
@@ -418,7 +418,7 @@ func TestKubeSurvivesAPIServerRestart(t *testing.T) {
 	if err := env.StopAPIServer(); err != nil && !strings.Contains(err.Error(), "timeout waiting for process kube-apiserver to stop") {
 		t.Fatal(err)
 	}
-	short, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	short, cancel := context.WithTimeout(t.Context(), 2*time.Second)
 	defer cancel()
 	if err := env.Client.Get(short, client.ObjectKey{Namespace: ns, Name: "rlp-" + ns + ".api"}, &corev1.ConfigMap{}); err == nil {
 		t.Fatal("the API server still answers after StopAPIServer")
@@ -426,7 +426,7 @@ func TestKubeSurvivesAPIServerRestart(t *testing.T) {
 	// Outage: the source keeps what it has, and keeps deciding (capacity 2, refill 1/s).
 	allowed, rejected := 0, 0
 	for i := range 20 {
-		res, err := r.engine.Decide(context.Background(), id, "client", 1)
+		res, err := r.engine.Decide(t.Context(), id, "client", 1)
 		if err != nil {
 			t.Fatalf("decision %d during the outage: %v", i, err)
 		}

@@ -22,7 +22,7 @@ import (
 // address.
 func serveTLS(t *testing.T, c *Config) string {
 	t.Helper()
-	ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
+	ln, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +32,7 @@ func serveTLS(t *testing.T, c *Config) string {
 		ErrorLog:          nil,
 	}
 	go func() { _ = srv.Serve(tls.NewListener(ln, c.ServerConfig())) }()
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() { _ = c.Run(ctx); close(done) }()
 	t.Cleanup(func() {

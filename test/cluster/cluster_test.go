@@ -159,7 +159,7 @@ func readyPods(t *testing.T, n *node, selector string, want int) []corev1.Pod {
 	t.Helper()
 	var pods []corev1.Pod
 	testsupport.Eventually(t, 3*time.Minute, fmt.Sprintf("%d Ready pods %s", want, selector), func() error {
-		list, err := n.cs.CoreV1().Pods(namespace).List(context.Background(), metav1.ListOptions{LabelSelector: selector})
+		list, err := n.cs.CoreV1().Pods(namespace).List(t.Context(), metav1.ListOptions{LabelSelector: selector})
 		if err != nil {
 			return err
 		}
@@ -183,7 +183,7 @@ func readyPods(t *testing.T, n *node, selector string, want int) []corev1.Pod {
 
 func limiterdPods(t *testing.T, n *node) []corev1.Pod {
 	t.Helper()
-	list, err := n.cs.CoreV1().Pods(namespace).List(context.Background(), metav1.ListOptions{LabelSelector: limiterdSelector})
+	list, err := n.cs.CoreV1().Pods(namespace).List(t.Context(), metav1.ListOptions{LabelSelector: limiterdSelector})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +202,7 @@ func podReady(p *corev1.Pod) bool {
 // apply server-side applies a manifest, as kubectl apply --server-side does.
 func apply(t *testing.T, n *node, manifest string) {
 	t.Helper()
-	ctx := context.Background()
+	ctx := t.Context()
 	if _, err := n.cs.CoreV1().Namespaces().Get(ctx, policyNS, metav1.GetOptions{}); apierrors.IsNotFound(err) {
 		if _, err := n.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: policyNS}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -223,7 +223,7 @@ func apply(t *testing.T, n *node, manifest string) {
 func getPolicy(t *testing.T, n *node) *limiterdv1alpha1.RateLimitPolicy {
 	t.Helper()
 	var p limiterdv1alpha1.RateLimitPolicy
-	if err := n.c.Get(context.Background(), client.ObjectKey{Namespace: policyNS, Name: "api"}, &p); err != nil {
+	if err := n.c.Get(t.Context(), client.ObjectKey{Namespace: policyNS, Name: "api"}, &p); err != nil {
 		t.Fatal(err)
 	}
 	return &p
@@ -245,7 +245,7 @@ func waitEnforced(t *testing.T, n *node, want string) {
 
 func serviceURL(t *testing.T, n *node, name string, port int32) string {
 	t.Helper()
-	svc, err := n.cs.CoreV1().Services(namespace).Get(context.Background(), name, metav1.GetOptions{})
+	svc, err := n.cs.CoreV1().Services(namespace).Get(t.Context(), name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -314,7 +314,7 @@ func admitted(t *testing.T, pods []corev1.Pod, key string, total int) int {
 // testForgedLease checks the status Leases come from the real pods, and that a pod's own bound
 // token (read from the kubelet's volume for that pod) cannot write another replica's Lease.
 func testForgedLease(t *testing.T, n *node) {
-	ctx := context.Background()
+	ctx := t.Context()
 	pods := limiterdPods(t, n)
 	leases := replicaLeases(t, n)
 	names := podNames(pods)
@@ -372,7 +372,7 @@ func podToken(t *testing.T, n *node, p corev1.Pod) string {
 
 func replicaLeases(t *testing.T, n *node) []coordinationv1.Lease {
 	t.Helper()
-	list, err := n.cs.CoordinationV1().Leases(namespace).List(context.Background(), metav1.ListOptions{LabelSelector: "limiterd.dev/replica"})
+	list, err := n.cs.CoordinationV1().Leases(namespace).List(t.Context(), metav1.ListOptions{LabelSelector: "limiterd.dev/replica"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -474,7 +474,7 @@ func (l *load) fail(msg string) {
 func (l *load) finish() { close(l.stop); l.wg.Wait() }
 
 func testRollingRestart(t *testing.T, n *node) {
-	ctx := context.Background()
+	ctx := t.Context()
 	pdb, err := n.cs.PolicyV1().PodDisruptionBudgets(namespace).Get(ctx, release, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -548,7 +548,7 @@ func watchReadyEndpoints(t *testing.T, n *node) (minSeen *int, stop func()) {
 				return
 			case <-time.After(100 * time.Millisecond):
 			}
-			slices, err := n.cs.DiscoveryV1().EndpointSlices(namespace).List(context.Background(), metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=" + release})
+			slices, err := n.cs.DiscoveryV1().EndpointSlices(namespace).List(t.Context(), metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=" + release})
 			if err != nil {
 				continue
 			}
@@ -569,7 +569,7 @@ func watchReadyEndpoints(t *testing.T, n *node) (minSeen *int, stop func()) {
 // testPDB evicts through the Eviction API, as kubectl drain does: one of two replicas may go
 // (minAvailable 1), a second at once is refused.
 func testPDB(t *testing.T, n *node) {
-	ctx := context.Background()
+	ctx := t.Context()
 	testsupport.Eventually(t, 30*time.Second, "PDB allows one disruption", func() error {
 		pdb, err := n.cs.PolicyV1().PodDisruptionBudgets(namespace).Get(ctx, release, metav1.GetOptions{})
 		if err != nil {
@@ -598,7 +598,7 @@ func testPDB(t *testing.T, n *node) {
 // testReplicaLeaves scales limiterd to one replica: the leaving replica withdraws its record, so
 // the status reads 1/1 at once, not 2/2 until the record expires.
 func testReplicaLeaves(t *testing.T, n *node) {
-	ctx := context.Background()
+	ctx := t.Context()
 	lease := replicaLeases(t, n)[0]
 	duration := time.Duration(*lease.Spec.LeaseDurationSeconds) * time.Second
 	if _, err := n.cs.AppsV1().Deployments(namespace).Patch(ctx, release, types.MergePatchType, []byte(`{"spec":{"replicas":1}}`), metav1.PatchOptions{}); err != nil {
@@ -690,7 +690,7 @@ func testRedis(t *testing.T, n *node) {
 // Service's endpoints, and checks that every metric the Grafana dashboard queries exists with the
 // labels and label values the dashboard uses.
 func testMetrics(t *testing.T, n *node) {
-	ctx := context.Background()
+	ctx := t.Context()
 	// The target labels Prometheus adds to each series scraped through a ServiceMonitor.
 	targetLabels := []string{"namespace", "pod", "service", "endpoint", "instance", "job", "container"}
 	slices2, err := n.cs.DiscoveryV1().EndpointSlices(namespace).List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=" + release + "-admin"})
@@ -811,7 +811,7 @@ func testMetrics(t *testing.T, n *node) {
 // ClusterRole, as a Prometheus scraping through the ServiceMonitor has.
 func prometheusToken(t *testing.T, n *node) string {
 	t.Helper()
-	ctx := context.Background()
+	ctx := t.Context()
 	const ns = "monitoring"
 	if _, err := n.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
@@ -837,7 +837,7 @@ func prometheusToken(t *testing.T, n *node) string {
 // -------------------------------------------------------------------------------------- uninstall
 
 func testUninstall(t *testing.T, n *node) {
-	ctx := context.Background()
+	ctx := t.Context()
 	n.helm(t, "uninstall", release, "--namespace", namespace, "--wait", "--timeout", "3m")
 	testsupport.Eventually(t, time.Minute, "the release's pods gone", func() error {
 		list, err := n.cs.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + release})
@@ -882,7 +882,7 @@ func readSysctls(t *testing.T) map[string]string {
 
 // testNodeDown stops the node twice and checks that nothing it made is left on the machine.
 func testNodeDown(t *testing.T, n *node, sysctlsBefore map[string]string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	for range 2 {
 		if _, err := command(t, ctx, nodeScript(t), "down"); err != nil {

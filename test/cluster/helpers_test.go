@@ -136,7 +136,7 @@ func nodeScript(t *testing.T) string { return filepath.Join(repoRoot(t), "hack",
 // startNode runs `node.sh up` and stops the node when the test ends (LIMITERD_KEEP_NODE=1 keeps it).
 func startNode(t *testing.T) *node {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	start := time.Now()
 	out, err := command(t, ctx, nodeScript(t), "up")
@@ -149,7 +149,7 @@ func startNode(t *testing.T) *node {
 			t.Logf("LIMITERD_KEEP_NODE=1: the node keeps running; stop it with make node-down")
 			return
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute) // the test's context is done
 		defer cancel()
 		if _, err := command(t, ctx, nodeScript(t), "down"); err != nil {
 			t.Errorf("stop the node: %v", err)
@@ -191,7 +191,7 @@ func startNode(t *testing.T) *node {
 // helm runs the pinned helm against the node.
 func (n *node) helm(t *testing.T, args ...string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	out, err := command(t, ctx, os.Getenv("HELM"), append([]string{"--kubeconfig", n.kubeconfig}, args...)...)
 	if err != nil {

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -53,7 +52,7 @@ func replicaLease(namespace, name string, labelled bool) *coordinationv1.Lease {
 // checkAdmission checks that limiterd's service account may write only the Lease of its own
 // pod, labelled as a replica record, in the status namespace.
 func checkAdmission(t *testing.T, env *testenv.Env) {
-	ctx := context.Background()
+	ctx := t.Context()
 	a := clientFor(t, env, impersonatingKubeconfig(t, env, "limiterd-a"))
 	denied := func(what string, err error, message string) {
 		t.Helper()
@@ -146,7 +145,7 @@ func enforcedAs(p *v1alpha1.RateLimitPolicy, gen int64, status metav1.ConditionS
 func TestEnforcementStatus(t *testing.T) {
 	managerBin, limiterdBin := binaries(t)
 	env := testenv.New(t)
-	ctx := context.Background()
+	ctx := t.Context()
 	createNamespace(t, env, statusNamespace)
 	installLimiterdAccess(t, env)
 	t.Run("limiterd writes only its own record", func(t *testing.T) { checkAdmission(t, env) })

@@ -148,7 +148,7 @@ func installCRDWithKubectl(t *testing.T, env *testenv.Env) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
+	ctx := t.Context()
 	var crds apiextensionsv1.CustomResourceDefinitionList
 	if err := env.Client.List(ctx, &crds); err != nil {
 		t.Fatal(err)

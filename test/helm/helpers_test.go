@@ -88,7 +88,7 @@ func helmCmd(t testing.TB, ctx context.Context, args ...string) *exec.Cmd {
 func runHelm(t testing.TB, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
 	// Generous: on a cold machine other packages compile and start API servers at the same time.
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
 	defer cancel()
 	cmd := helmCmd(t, ctx, args...)
 	var o, e bytes.Buffer

@@ -22,7 +22,7 @@ func makeOutput(t testing.TB, args ...string) string {
 	if _, err := exec.LookPath("make"); err != nil {
 		t.Fatalf("make: %v", err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "make", append([]string{"-s", "--no-print-directory", "-C", repoRoot(t)}, args...)...)
 	var out, errOut bytes.Buffer
@@ -179,7 +179,7 @@ func TestDockerfiles(t *testing.T) {
 			}
 
 			// Every package of the binary (and its embedded files) is under a copied path.
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 			defer cancel()
 			cmd := exec.CommandContext(ctx, "go", "list", "-deps", "-f", `{{if .Module}}{{if .Module.Main}}{{.Dir}}{{end}}{{end}}`, tc.pkg)
 			cmd.Dir = root

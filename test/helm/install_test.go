@@ -112,7 +112,7 @@ func replicaLease(name string, labelled bool) *coordinationv1.Lease {
 // replica's record, and that other users (the operator's ServiceAccount) are not restricted.
 func (s *apiServer) checkStatusAdmission(t *testing.T, sa, operatorSA string) {
 	t.Helper()
-	ctx := context.Background()
+	ctx := t.Context()
 	a := s.asServiceAccount(t, namespace, sa, "limiterd-a")
 	denied := func(what string, err error, message string) {
 		t.Helper()
@@ -207,7 +207,7 @@ func (s *apiServer) installServiceMonitorCRD(t *testing.T) {
 			}},
 		},
 	}
-	ctx := context.Background()
+	ctx := t.Context()
 	if err := s.client.Create(ctx, crd); err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +217,7 @@ func (s *apiServer) installServiceMonitorCRD(t *testing.T) {
 // waitEstablished waits until a CRD is established.
 func (s *apiServer) waitEstablished(t *testing.T, name string) {
 	t.Helper()
-	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		var crd apiextensionsv1.CustomResourceDefinition
 		if err := s.client.Get(ctx, client.ObjectKey{Name: name}, &crd); err != nil {
 			return false, client.IgnoreNotFound(err)
@@ -238,7 +238,7 @@ func (s *apiServer) waitEstablished(t *testing.T, name string) {
 func (s *apiServer) getCRD(t *testing.T) *apiextensionsv1.CustomResourceDefinition {
 	t.Helper()
 	var crd apiextensionsv1.CustomResourceDefinition
-	err := s.client.Get(context.Background(), client.ObjectKey{Name: crdName}, &crd)
+	err := s.client.Get(t.Context(), client.ObjectKey{Name: crdName}, &crd)
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
@@ -252,7 +252,7 @@ func (s *apiServer) getCRD(t *testing.T) *apiextensionsv1.CustomResourceDefiniti
 func (s *apiServer) mustExist(t *testing.T, objs ...client.Object) {
 	t.Helper()
 	for _, o := range objs {
-		if err := s.client.Get(context.Background(), client.ObjectKeyFromObject(o), o); err != nil {
+		if err := s.client.Get(t.Context(), client.ObjectKeyFromObject(o), o); err != nil {
 			t.Errorf("%T %s/%s: %v", o, o.GetNamespace(), o.GetName(), err)
 		}
 	}
@@ -262,7 +262,7 @@ func (s *apiServer) mustExist(t *testing.T, objs ...client.Object) {
 func (s *apiServer) mustNotExist(t *testing.T, objs ...client.Object) {
 	t.Helper()
 	for _, o := range objs {
-		err := s.client.Get(context.Background(), client.ObjectKeyFromObject(o), o)
+		err := s.client.Get(t.Context(), client.ObjectKeyFromObject(o), o)
 		if !apierrors.IsNotFound(err) {
 			t.Errorf("%T %s/%s still exists after uninstall (err %v)", o, o.GetNamespace(), o.GetName(), err)
 		}
@@ -279,7 +279,7 @@ func (s *apiServer) can(t *testing.T, saNamespace, sa, verb, group, resource, su
 			Namespace: namespace, Verb: verb, Group: group, Resource: resource, Subresource: subresource,
 		},
 	}}
-	if err := s.client.Create(context.Background(), sar); err != nil {
+	if err := s.client.Create(t.Context(), sar); err != nil {
 		t.Fatal(err)
 	}
 	return sar.Status.Allowed
@@ -313,7 +313,7 @@ func ns(name string) *corev1.Namespace {
 // RateLimitPolicy), and can neither read nor write any other.
 func (s *apiServer) checkOperatorDeletes(t *testing.T, sa string) {
 	t.Helper()
-	ctx := context.Background()
+	ctx := t.Context()
 	op := s.asServiceAccount(t, namespace, sa, sa+"-7d4f9-x2x8q")
 	if err := s.client.Create(ctx, ns("tenant")); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
@@ -383,7 +383,7 @@ func TestInstall(t *testing.T) {
 	}
 	s := startAPIServer(t)
 	s.installServiceMonitorCRD(t)
-	ctx := context.Background()
+	ctx := t.Context()
 	for _, name := range []string{"team-a", "shop"} {
 		if err := s.client.Create(ctx, ns(name)); err != nil {
 			t.Fatal(err)

@@ -39,7 +39,7 @@ func TestBinariesRunWithChartRBAC(t *testing.T) {
 		t.Skip("starts an API server and builds both binaries")
 	}
 	s := startAPIServer(t)
-	ctx := context.Background()
+	ctx := t.Context()
 	manager, limiterdBin := buildBinaries(t)
 	if err := s.client.Create(ctx, ns("shop")); err != nil {
 		t.Fatal(err)
@@ -149,7 +149,7 @@ func TestBinariesRunWithChartRBAC(t *testing.T) {
 func buildBinaries(t *testing.T) (manager, limiterd string) {
 	t.Helper()
 	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute) // a cold build cache compiles both from scratch
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Minute) // a cold build cache compiles both from scratch
 	defer cancel()
 	for name, pkg := range map[string]string{"manager": ".", "limiterd": "./cmd/limiterd"} {
 		cmd := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(dir, name), pkg)

@@ -243,7 +243,7 @@ func sigtermUnderLoad(p *proc, policy string, workers int, delaySupported bool) 
 	res := shutdownResult{name: p.name, delaySupported: delaySupported}
 	var served, failed atomic.Int64
 	var note atomic.Pointer[string]
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	var wg sync.WaitGroup
 	counting := atomic.Bool{}
 	for w := range workers {
@@ -358,9 +358,9 @@ func TestSoak(t *testing.T) {
 		faulted                atomic.Bool // Redis away, or back less than faultRecovery ago
 		closedOutsideFaults    atomic.Int64
 	)
-	ctx, stop := context.WithCancel(context.Background())
+	ctx, stop := context.WithCancel(t.Context())
 	defer stop()
-	watchCtx, stopWatching := context.WithCancel(context.Background())
+	watchCtx, stopWatching := context.WithCancel(t.Context())
 	defer stopWatching()
 	watch(watchCtx, &watchers, mem, &f, &memSamples, &samplesMu)
 	watch(watchCtx, &watchers, red, &f, &redSamples, &samplesMu)

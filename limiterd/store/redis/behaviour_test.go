@@ -1,7 +1,6 @@
 package redis
 
 import (
-	"context"
 	"strconv"
 	"strings"
 	"testing"
@@ -31,7 +30,7 @@ func slidingWindow(t *testing.T, limit int64, window time.Duration) *limiter.Sli
 
 func decide(t *testing.T, s limiter.Store, key string, rl limiter.RateLimiter, now time.Time, cost int64) limiter.Decision {
 	t.Helper()
-	d, err := s.Decide(context.Background(), key, rl, now, cost)
+	d, err := s.Decide(t.Context(), key, rl, now, cost)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +44,7 @@ func do(t *testing.T, c *Client, args ...string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	msg, err := cn.Do(context.Background(), cn.B().Arbitrary(args[0]).Args(args[1:]...).Build()).ToMessage()
+	msg, err := cn.Do(t.Context(), cn.B().Arbitrary(args[0]).Args(args[1:]...).Build()).ToMessage()
 	if err != nil {
 		t.Fatalf("%s: %v", args[0], err)
 	}
@@ -176,7 +175,7 @@ func TestRejectCache(t *testing.T) {
 	// Reset forgets the cached rejection.
 	for decide(t, s, "hot", bigger, now.Add(time.Second), 1).Allowed {
 	}
-	if err := s.Reset(context.Background(), "hot"); err != nil {
+	if err := s.Reset(t.Context(), "hot"); err != nil {
 		t.Fatal(err)
 	}
 	if d := decide(t, s, "hot", bigger, now.Add(time.Second), 1); !d.Allowed || d.Remaining != 9 {
@@ -203,7 +202,7 @@ func TestSlidingWindowLongLog(t *testing.T) {
 	s := c.Store(t.Name())
 	mem := limiter.NewMemory(nil)
 	rl := slidingWindow(t, 100_000, 3*time.Second)
-	ctx := context.Background()
+	ctx := t.Context()
 	const entries = 6000
 	now := limitertest.T0
 	for i := range entries + 200 {

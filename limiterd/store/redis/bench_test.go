@@ -167,7 +167,7 @@ func measure(b *testing.B, callers int, do func(ctx context.Context, r *rand.Ran
 			var firstErr error
 			for range per {
 				t0 := time.Now()
-				if err := do(context.Background(), r); err != nil && firstErr == nil {
+				if err := do(b.Context(), r); err != nil && firstErr == nil {
 					firstErr = err
 				}
 				local = append(local, time.Since(t0))

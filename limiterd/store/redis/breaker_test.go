@@ -1,16 +1,15 @@
 package redis
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"github.com/limiterd/limiterd/internal/testsupport"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/limiterd/limiterd/internal/testsupport"
 	"github.com/limiterd/limiterd/limiterd/store/redis/redistest"
 )
 
@@ -114,7 +113,7 @@ func TestBreakerDuringPause(t *testing.T) {
 					return
 				default:
 				}
-				_, err := s.Decide(context.Background(), fmt.Sprintf("k-%d-%d", w, i%50), rl, time.Now(), 1)
+				_, err := s.Decide(t.Context(), fmt.Sprintf("k-%d-%d", w, i%50), rl, time.Now(), 1)
 				switch {
 				case err == nil:
 					ok.Add(1)

@@ -107,13 +107,13 @@ func TestOutage(t *testing.T) {
 	srv.Stop()
 	failedAt := l.failed.Load()
 	testsupport.Eventually(t, 10*time.Second, "decisions fail while redis is down", func() bool { return l.failed.Load() > failedAt+100 })
-	if err := c.Ping(context.Background()); err == nil {
+	if err := c.Ping(t.Context()); err == nil {
 		t.Error("Ping succeeds while redis is down")
 	}
 	srv.Restart(t)
 	okAt := l.ok.Load()
 	testsupport.Eventually(t, 20*time.Second, "decisions succeed after a restart", func() bool { return l.ok.Load() > okAt+100 })
-	if err := c.Ping(context.Background()); err != nil {
+	if err := c.Ping(t.Context()); err != nil {
 		t.Errorf("Ping after the restart: %v", err)
 	}
 
@@ -143,7 +143,7 @@ func TestOutage(t *testing.T) {
 		if i%2 == 1 {
 			replica = other.Store(t.Name())
 		}
-		d, err := replica.Decide(context.Background(), "shared", small, time.Now(), 1)
+		d, err := replica.Decide(t.Context(), "shared", small, time.Now(), 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -171,18 +171,18 @@ func TestUnreachableAtStart(t *testing.T) {
 	}
 	rl := tokenBucket(t, 5, 1, time.Hour)
 	start := time.Now()
-	if _, err := c.Store(t.Name()).Decide(context.Background(), "k", rl, start, 1); err == nil {
+	if _, err := c.Store(t.Name()).Decide(t.Context(), "k", rl, start, 1); err == nil {
 		t.Fatal("a decision succeeded while redis is down")
 	} else if took := time.Since(start); took > 2*time.Second {
 		t.Fatalf("a decision took %v to fail", took)
 	}
 	srv.Restart(t)
 	testsupport.Eventually(t, 20*time.Second, "decisions succeed once redis is up", func() bool {
-		_, err := c.Store(t.Name()).Decide(context.Background(), "k", rl, time.Now(), 1)
+		_, err := c.Store(t.Name()).Decide(t.Context(), "k", rl, time.Now(), 1)
 		return err == nil
 	})
 	c.Close()
-	if _, err := c.Store(t.Name()).Decide(context.Background(), "k", rl, time.Now(), 1); !errors.Is(err, ErrClosed) {
+	if _, err := c.Store(t.Name()).Decide(t.Context(), "k", rl, time.Now(), 1); !errors.Is(err, ErrClosed) {
 		t.Errorf("after Close: %v, want ErrClosed", err)
 	}
 	noLeak(t, ignore)

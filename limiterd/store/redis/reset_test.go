@@ -31,7 +31,7 @@ func admittedWithin(t *testing.T, s *Store, key string, rl limiter.RateLimiter, 
 	t.Helper()
 	deadline := time.Now().Add(wait)
 	for {
-		d, err := s.Decide(context.Background(), key, rl, now, 1)
+		d, err := s.Decide(t.Context(), key, rl, now, 1)
 		if err == nil && d.Allowed {
 			return d
 		}
@@ -54,7 +54,7 @@ func TestResetReachesEveryReplica(t *testing.T) {
 	now := limitertest.T0
 	rejectedAndCached(t, b, sb, "hot", rl, now)
 
-	if err := sa.Reset(context.Background(), "hot"); err != nil {
+	if err := sa.Reset(t.Context(), "hot"); err != nil {
 		t.Fatal(err)
 	}
 	if d := admittedWithin(t, sb, "hot", rl, now, 10*time.Second); d.Remaining != 2 {
@@ -96,7 +96,7 @@ func TestResetRace(t *testing.T) {
 	sa, sb := a.Store(t.Name()), b.Store(t.Name())
 	rl := tokenBucket(t, 2, 1, time.Hour)
 	now := limitertest.T0
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	for range 4 {
 		go func() {
@@ -107,7 +107,7 @@ func TestResetRace(t *testing.T) {
 	}
 	for round := range 20 {
 		before := b.RejectCacheStats().ResetsReceived
-		if err := sa.Reset(context.Background(), "hot"); err != nil {
+		if err := sa.Reset(t.Context(), "hot"); err != nil {
 			t.Fatal(err)
 		}
 		deadline := time.Now().Add(10 * time.Second)
@@ -123,7 +123,7 @@ func TestResetRace(t *testing.T) {
 		if !ok {
 			continue
 		}
-		peek, err := sb.Peek(context.Background(), "hot", rl, now)
+		peek, err := sb.Peek(t.Context(), "hot", rl, now)
 		if err != nil {
 			t.Fatal(err)
 		}

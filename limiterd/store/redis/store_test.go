@@ -1,7 +1,6 @@
 package redis
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -106,7 +105,7 @@ func randomStrategy(r *rand.Rand) limiter.RateLimiter {
 
 func compareWithMemory(t *testing.T, store limiter.Store, r *rand.Rand, steps int) {
 	t.Helper()
-	ctx := context.Background()
+	ctx := t.Context()
 	mem := limiter.NewMemory(nil)
 	rl := randomStrategy(r)
 	now := limitertest.T0.Add(time.Duration(r.Int64N(int64(time.Hour))))
