@@ -307,7 +307,7 @@ func TestMillisecondsWin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := c.Allow(context.Background(), "k")
+	d, err := c.Allow(t.Context(), "k")
 	if err != nil || d.RetryAfter != 69*time.Millisecond || d.ResetAfter != 70*time.Millisecond {
 		t.Fatalf("%+v %v, want a retry after 69ms and a reset after 70ms", d, err)
 	}

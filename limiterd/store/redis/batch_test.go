@@ -1,7 +1,6 @@
 package redis
 
 import (
-	"context"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -21,7 +20,7 @@ func TestBatchConformance(t *testing.T) {
 // on limiter.Memory: every answer must be the same.
 func compareBatchesWithMemory(t *testing.T, store limiter.BatchStore, r *rand.Rand, batches int, before func()) {
 	t.Helper()
-	ctx := context.Background()
+	ctx := t.Context()
 	mem := limiter.NewMemory(nil)
 	keys := []string{"a", "b{}", "c\x00%", "d"}
 	strategies := make(map[string]limiter.RateLimiter)
@@ -82,14 +81,14 @@ func TestBatchRejectCache(t *testing.T) {
 	reqs := []limiter.Request{{Key: "k", Limiter: tb, Cost: 1}, {Key: "k", Limiter: tb, Cost: 1}, {Key: "k", Limiter: tb, Cost: 1},
 		{Key: "u", Limiter: limiter.Unlimited, Cost: 5}}
 	out := make([]limiter.Answer, len(reqs))
-	s.DecideBatch(context.Background(), reqs, limitertest.T0, out)
+	s.DecideBatch(t.Context(), reqs, limitertest.T0, out)
 	for i, want := range []bool{true, true, false, true} {
 		if out[i].Err != nil || out[i].Allowed != want {
 			t.Fatalf("request %d: %+v, want allowed %t", i, out[i], want)
 		}
 	}
 	hits := c.cacheHits.Load()
-	s.DecideBatch(context.Background(), reqs[2:3], limitertest.T0.Add(time.Second), out[:1])
+	s.DecideBatch(t.Context(), reqs[2:3], limitertest.T0.Add(time.Second), out[:1])
 	if out[0].Allowed || out[0].Err != nil || c.cacheHits.Load() != hits+1 {
 		t.Fatalf("the rejected client again: %+v, cache hits %d → %d", out[0], hits, c.cacheHits.Load())
 	}
@@ -104,7 +103,7 @@ func TestBatchFailsAsAWhole(t *testing.T) {
 	tb := tokenBucket(t, 2, 1, time.Minute)
 	reqs := []limiter.Request{{Key: "k", Limiter: tb, Cost: 1}, {Key: "u", Limiter: limiter.Unlimited, Cost: 1}}
 	out := make([]limiter.Answer, len(reqs))
-	s.DecideBatch(context.Background(), reqs, limitertest.T0, out)
+	s.DecideBatch(t.Context(), reqs, limitertest.T0, out)
 	if out[0].Err == nil || out[1].Err != nil || !out[1].Allowed {
 		t.Fatalf("answers %+v", out)
 	}
