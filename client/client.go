@@ -9,6 +9,9 @@
 // unless WithTimeout says otherwise). It is safe for concurrent use. Package
 // client/middleware limits an http.Handler with it.
 //
+// AllowBatch asks for up to MaxBatchItems decisions in one call (POST /v1/allow:batch), which
+// costs limiterd far less than one call each: for workers that decide for many clients at once.
+//
 // The package depends on the standard library only.
 package client
 
@@ -210,6 +213,27 @@ func (c *Client) Refund(ctx context.Context, key string, amount int64) (Decision
 
 // post sends a JSON request and reads limiterd's decision.
 func (c *Client) post(ctx context.Context, target string, body []byte) (Decision, error) {
+	ans, err := c.send(ctx, target, body, maxAnswerBytes)
+	if err != nil {
+		return Decision{}, err
+	}
+	switch ans.status {
+	case http.StatusOK, http.StatusTooManyRequests:
+		return decode(ans)
+	}
+	return Decision{}, errorOf(ans.status, ans.data)
+}
+
+// httpAnswer is an answer of limiterd, read whole.
+type httpAnswer struct {
+	status int
+	header http.Header
+	data   []byte
+}
+
+// send POSTs a JSON body within the Client's timeout and reads the answer, of at most limit
+// bytes, whole.
+func (c *Client) send(ctx context.Context, target string, body []byte, limit int64) (httpAnswer, error) {
 	if c.timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.timeout)
@@ -217,51 +241,57 @@ func (c *Client) post(ctx context.Context, target string, body []byte) (Decision
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(body))
 	if err != nil {
-		return Decision{}, fmt.Errorf("limiterd request: %w", err)
+		return httpAnswer{}, fmt.Errorf("limiterd request: %w", err)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return Decision{}, fmt.Errorf("ask limiterd: %w", err)
+		return httpAnswer{}, fmt.Errorf("ask limiterd: %w", err)
 	}
 	// The answer is read whole, or abandoned on an error that is the one to report: an error
 	// closing the body cannot change the outcome.
 	defer func() { _ = resp.Body.Close() }()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes+1))
+	data, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
 	if err != nil {
-		return Decision{}, fmt.Errorf("read limiterd's answer: %w", err)
+		return httpAnswer{}, fmt.Errorf("read limiterd's answer: %w", err)
 	}
-	if len(data) > maxAnswerBytes {
-		return Decision{}, fmt.Errorf("limiterd's answer (%d) is larger than %d bytes", resp.StatusCode, maxAnswerBytes)
+	if int64(len(data)) > limit {
+		return httpAnswer{}, fmt.Errorf("limiterd's answer (%d) is larger than %d bytes", resp.StatusCode, limit)
 	}
-	switch resp.StatusCode {
-	case http.StatusOK, http.StatusTooManyRequests:
-		return decode(resp, data)
-	}
-	return Decision{}, errorOf(resp.StatusCode, data)
+	return httpAnswer{status: resp.StatusCode, header: resp.Header, data: data}, nil
 }
 
 // decode reads a decision answered with status 200 or 429.
-func decode(resp *http.Response, data []byte) (Decision, error) {
+func decode(ans httpAnswer) (Decision, error) {
 	var a answer
-	if err := json.Unmarshal(data, &a); err != nil {
-		return Decision{}, fmt.Errorf("decode limiterd's decision (%d): %w", resp.StatusCode, err)
+	if err := json.Unmarshal(ans.data, &a); err != nil {
+		return Decision{}, fmt.Errorf("decode limiterd's decision (%d): %w", ans.status, err)
 	}
+	d, err := a.decision()
+	if err != nil {
+		return Decision{}, fmt.Errorf("limiterd's decision (%d) %w", ans.status, err)
+	}
+	if d.Allowed != (ans.status == http.StatusOK) {
+		return Decision{}, fmt.Errorf("limiterd's decision says allowed=%t with status %d", d.Allowed, ans.status)
+	}
+	d.RateLimitPolicy = ans.header.Get("RateLimit-Policy")
+	d.RateLimit = ans.header.Get("RateLimit")
+	return d, nil
+}
+
+// decision checks a decision's JSON and returns it, without header fields.
+func (a *answer) decision() (Decision, error) {
 	switch {
 	case a.Allowed == nil:
-		return Decision{}, fmt.Errorf("limiterd's decision (%d) has no \"allowed\"", resp.StatusCode)
-	case *a.Allowed != (resp.StatusCode == http.StatusOK):
-		return Decision{}, fmt.Errorf("limiterd's decision says allowed=%t with status %d", *a.Allowed, resp.StatusCode)
+		return Decision{}, errors.New("has no \"allowed\"")
 	case a.ResetAfterSeconds < 0 || a.RetryAfterSeconds < 0,
 		a.ResetAfterMs != nil && *a.ResetAfterMs < 0, a.RetryAfterMs != nil && *a.RetryAfterMs < 0:
-		return Decision{}, errors.New("limiterd's decision has a negative duration")
+		return Decision{}, errors.New("has a negative duration")
 	}
 	d := Decision{
-		Allowed:         *a.Allowed,
-		ResetAfter:      seconds(a.ResetAfterSeconds),
-		RetryAfter:      seconds(a.RetryAfterSeconds),
-		RateLimitPolicy: resp.Header.Get("RateLimit-Policy"),
-		RateLimit:       resp.Header.Get("RateLimit"),
+		Allowed:    *a.Allowed,
+		ResetAfter: seconds(a.ResetAfterSeconds),
+		RetryAfter: seconds(a.RetryAfterSeconds),
 	}
 	if a.ResetAfterMs != nil {
 		d.ResetAfter = milliseconds(*a.ResetAfterMs)

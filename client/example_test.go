@@ -81,3 +81,42 @@ func ExampleError() {
 	}
 	// Output: 404 unknown policy "default/typo"
 }
+
+func ExampleClient_AllowBatch() {
+	limiterd := exampleLimiterd()
+	defer limiterd.Close()
+
+	c, err := client.New(limiterd.URL, client.WithPolicy("default/api"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	// One call decides every item, in order: alice's third request finds her 2 tokens spent.
+	results, err := c.AllowBatch(context.Background(), []client.BatchItem{
+		{Key: "alice", Cost: 1},
+		{Key: "alice", Cost: 1},
+		{Key: "alice", Cost: 1},
+		{Key: "bob", Cost: 2},
+		{Policy: "default/typo", Key: "carol", Cost: 1},
+	})
+	if err != nil {
+		fmt.Println(err) // the whole batch failed: limiterd unreachable, or too many items
+		return
+	}
+	for _, r := range results {
+		switch {
+		case r.Err != nil:
+			fmt.Println("not decided:", r.Err)
+		case r.Allowed:
+			fmt.Printf("allowed, %d of %d left\n", r.Remaining, r.Limit)
+		default:
+			fmt.Printf("rejected, retry after %v\n", r.RetryAfter)
+		}
+	}
+	// Output:
+	// allowed, 1 of 2 left
+	// allowed, 0 of 2 left
+	// rejected, retry after 1s
+	// allowed, 0 of 2 left
+	// not decided: limiterd answered 404 Not Found: unknown policy "default/typo"
+}

@@ -1,0 +1,99 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/limiterd/limiterd/client"
+)
+
+// TestAllowBatchMatchesAllowN sends one batch to a limiterd and the same items one by one to
+// another: every result must be the single call's decision (header fields aside) or its error.
+func TestAllowBatchMatchesAllowN(t *testing.T) {
+	batched, err := client.New(startLimiterd(t, apiPolicy+"---"+otherPolicy).URL, client.WithPolicy("default/api"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	singleURL := startLimiterd(t, apiPolicy+"---"+otherPolicy).URL
+	items := []client.BatchItem{
+		{Key: "alice", Cost: 1}, {Key: "alice", Cost: 0}, {Key: "alice", Cost: 1}, {Key: "alice", Cost: 1},
+		{Key: "svc:billing", Cost: 50}, {Policy: "shop/other", Key: "alice", Cost: 1},
+		{Policy: "default/missing", Key: "alice", Cost: 1}, {Key: "", Cost: 1}, {Key: "bob", Cost: -1}, {Key: "bob", Cost: 3},
+	}
+	results, err := batched.AllowBatch(context.Background(), items)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(results) != len(items) {
+		t.Fatalf("%d results for %d items", len(results), len(items))
+	}
+	for i, it := range items {
+		policy := it.Policy
+		if policy == "" {
+			policy = "default/api"
+		}
+		single, err := client.New(singleURL, client.WithPolicy(policy))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, werr := single.AllowN(context.Background(), it.Key, it.Cost)
+		got := results[i]
+		var we, ge *client.Error
+		switch {
+		case werr != nil && !errors.As(werr, &we):
+			t.Fatalf("item %d: single call failed: %v", i, werr)
+		case werr != nil:
+			if !errors.As(got.Err, &ge) || *ge != *we {
+				t.Errorf("item %d %+v: result %+v %v, single call %v", i, it, got.Decision, got.Err, werr)
+			}
+		default:
+			want.RateLimitPolicy, want.RateLimit = "", "" // a batch answer has no header fields
+			if got.Err != nil || got.Decision != want {
+				t.Errorf("item %d %+v:\n batch  %+v %v\n single %+v", i, it, got.Decision, got.Err, want)
+			}
+		}
+	}
+}
+
+// TestAllowBatchRefusedWhole checks the errors of a batch limiterd refuses as a whole, and of
+// answers limiterd never gives.
+func TestAllowBatchRefusedWhole(t *testing.T) {
+	c, err := client.New(startLimiterd(t, apiPolicy).URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.AllowBatch(context.Background(), make([]client.BatchItem, client.MaxBatchItems+1))
+	var e *client.Error
+	if !errors.As(err, &e) || e.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Fatalf("too many items: %v, want a 413 *client.Error", err)
+	}
+	if r, err := c.AllowBatch(context.Background(), nil); r != nil || err != nil {
+		t.Fatalf("no items: %v %v", r, err)
+	}
+	for _, tc := range []struct{ name, body, errSubstr string }{
+		{"fewer results", `{"results":[]}`, "0 results for 1 items"},
+		{"not JSON", `ok`, "decode limiterd's batch answer"},
+		{"no allowed", `{"results":[{"limit":1}]}`, `result 0 has no "allowed"`},
+		{"error without status", `{"results":[{"error":"x"}]}`, "error with status 0"},
+	} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path != "/v1/allow:batch" {
+				http.NotFound(w, r)
+				return
+			}
+			_, _ = w.Write([]byte(tc.body))
+		}))
+		c, err := client.New(srv.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.AllowBatch(context.Background(), []client.BatchItem{{Key: "a", Cost: 1}}); err == nil || !strings.Contains(err.Error(), tc.errSubstr) {
+			t.Errorf("%s: %v, want one containing %q", tc.name, err, tc.errSubstr)
+		}
+		srv.Close()
+	}
+}
