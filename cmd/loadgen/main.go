@@ -1,16 +1,18 @@
-// Command loadgen measures limiterd's decision handler against a trivial Go handler.
+// Command loadgen measures limiterd's decision handler against a trivial Go handler, and
+// single decisions against batches.
 //
 // It starts, in this process, two HTTP servers on 127.0.0.1 ephemeral ports: limiterd's
 // decisions API (in-memory store, one token-bucket policy) and a handler that reads the body
 // and always answers 200 with a JSON body of the same shape. Keep-alive clients then send
-// POST /v1/allow to each in turn, for a fixed time per round, and it prints decisions per
-// second and latency percentiles side by side with their ratio. Traffic stays on loopback; the
-// load generator shares the CPUs with the servers, so the figures compare the handlers on one
-// machine rather than measure a deployment.
+// POST /v1/allow to each in turn, and POST /v1/allow:batch with --batch items a call to
+// limiterd, for a fixed time per round, with the same generator and the same keys; it prints
+// decisions per second and latency percentiles per call side by side with their ratios.
+// Traffic stays on loopback; the load generator shares the CPUs with the servers, so the
+// figures compare the handlers on one machine rather than measure a deployment.
 //
 // Usage:
 //
-//	loadgen [--workers 16] [--duration 5s] [--rounds 3] [--keys 10000]
+//	loadgen [--workers 16] [--duration 5s] [--rounds 3] [--keys 10000] [--batch 100]
 package main
 
 import (
@@ -57,6 +59,7 @@ type config struct {
 	rounds      int
 	keys        int
 	maxRequests int
+	batch       int
 	cpuProfile  string
 }
 
@@ -70,6 +73,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&cfg.rounds, "rounds", 3, "rounds; each runs every target once, alternating")
 	fs.IntVar(&cfg.keys, "keys", 10_000, "distinct client keys, used round-robin")
 	fs.IntVar(&cfg.maxRequests, "max-requests", 5_000_000, "most requests one target gets in one round")
+	fs.IntVar(&cfg.batch, "batch", 100, "decisions per call of the batch target, POST /v1/allow:batch (0: no batch target)")
 	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (servers and clients) to this `file`")
 	if err := fs.Parse(args); err != nil {
 		return config{}, fmt.Errorf("parse flags: %w", err) // still flag.ErrHelp for errors.Is after --help
@@ -89,6 +93,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return config{}, errors.New("--keys must be positive")
 	case cfg.maxRequests < 1:
 		return config{}, errors.New("--max-requests must be positive")
+	case cfg.batch < 0 || cfg.batch > v1alpha1.MaxBatchItems:
+		return config{}, fmt.Errorf("--batch must be between 0 and %d", v1alpha1.MaxBatchItems)
 	}
 	return cfg, nil
 }
@@ -135,29 +141,56 @@ func newLimiterd() (http.Handler, error) {
 	return server.NewDecisions(e, nil), nil
 }
 
-// target is a server under load.
+// target is a URL under load, with the bodies its calls send in turn.
 type target struct {
-	name string
-	url  string
-	srv  *http.Server
+	name    string
+	url     string
+	bodies  [][]byte
+	perCall int // decisions a call asks for
 }
 
-func startTarget(ctx context.Context, name string, h http.Handler) (*target, error) {
+// startServer serves h on a loopback port and returns its base URL.
+func startServer(ctx context.Context, name string, h http.Handler) (*http.Server, string, error) {
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
 	if err != nil {
-		return nil, fmt.Errorf("listen for %s: %w", name, err)
+		return nil, "", fmt.Errorf("listen for %s: %w", name, err)
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
-	return &target{name: name, url: "http://" + ln.Addr().String() + "/v1/allow", srv: srv}, nil
+	return srv, "http://" + ln.Addr().String(), nil
+}
+
+// itemBody is the decision request of key i.
+func itemBody(i int) string {
+	return `{"policy":"` + benchPolicyID + `","key":"client-` + strconv.Itoa(i) + `","cost":1}`
+}
+
+// batchBodies returns the bodies of batches of n items, the keys taken in turn as the single
+// calls take them.
+func batchBodies(keys, n int) [][]byte {
+	bodies := make([][]byte, max(1, keys/n))
+	for b := range bodies {
+		var body bytes.Buffer
+		body.WriteString(`{"items":[`)
+		for i := range n {
+			if i > 0 {
+				body.WriteByte(',')
+			}
+			body.WriteString(itemBody((b*n + i) % keys))
+		}
+		body.WriteString(`]}`)
+		bodies[b] = body.Bytes()
+	}
+	return bodies
 }
 
 // result is one target's measurements, over every round.
 type result struct {
-	requests  int
+	perCall   int
+	requests  int // calls
 	errors    int
 	elapsed   time.Duration
-	latencies []time.Duration
+	latencies []time.Duration // of calls
 }
 
 func run(args []string, stdout, stderr io.Writer) (runErr error) {
@@ -183,23 +216,28 @@ func run(args []string, stdout, stderr io.Writer) (runErr error) {
 	if err != nil {
 		return err
 	}
-	var targets []*target
-	for _, t := range []struct {
-		name string
-		h    http.Handler
-	}{{"trivial", http.HandlerFunc(trivialHandler)}, {"limiterd", limiterd}} {
-		started, err := startTarget(ctx, t.name, t.h)
+	bodies := make([][]byte, cfg.keys)
+	for i := range bodies {
+		bodies[i] = []byte(itemBody(i))
+	}
+	var urls [2]string
+	for i, h := range []http.Handler{http.HandlerFunc(trivialHandler), limiterd} {
+		srv, url, err := startServer(ctx, []string{"trivial", "limiterd"}[i], h)
 		if err != nil {
 			return err
 		}
 		// The measurements are over when it closes: an error closing its connections cannot
 		// change them.
-		defer func() { _ = started.srv.Close() }()
-		targets = append(targets, started)
+		defer func() { _ = srv.Close() }()
+		urls[i] = url
 	}
-	bodies := make([][]byte, cfg.keys)
-	for i := range bodies {
-		bodies[i] = []byte(`{"policy":"` + benchPolicyID + `","key":"client-` + strconv.Itoa(i) + `","cost":1}`)
+	targets := []*target{
+		{name: "trivial", url: urls[0] + "/v1/allow", bodies: bodies, perCall: 1},
+		{name: "limiterd", url: urls[1] + "/v1/allow", bodies: bodies, perCall: 1},
+	}
+	batchName := "limiterd batch " + strconv.Itoa(cfg.batch)
+	if cfg.batch > 0 {
+		targets = append(targets, &target{name: batchName, url: urls[1] + "/v1/allow:batch", bodies: batchBodies(cfg.keys, cfg.batch), perCall: cfg.batch})
 	}
 	transport := &http.Transport{
 		MaxIdleConns:        2 * cfg.workers,
@@ -210,21 +248,22 @@ func run(args []string, stdout, stderr io.Writer) (runErr error) {
 	defer transport.CloseIdleConnections()
 	client := &http.Client{Transport: transport, Timeout: 10 * time.Second}
 
-	fmt.Fprintf(stdout, "GOMAXPROCS=%d CPUs=%d workers=%d duration=%v rounds=%d keys=%d (servers and load generator share the CPUs)\n",
-		runtime.GOMAXPROCS(0), runtime.NumCPU(), cfg.workers, cfg.duration, cfg.rounds, cfg.keys)
+	fmt.Fprintf(stdout, "GOMAXPROCS=%d CPUs=%d workers=%d duration=%v rounds=%d keys=%d batch=%d (servers and load generator share the CPUs)\n",
+		runtime.GOMAXPROCS(0), runtime.NumCPU(), cfg.workers, cfg.duration, cfg.rounds, cfg.keys, cfg.batch)
 	results := make(map[string]*result)
-	var roundRatios []float64 // limiterd/trivial throughput of each round: robust to drifting load
+	// Per-round throughput ratios, robust to drifting load: limiterd/trivial, batch/single.
+	var roundRatios, batchRatios []float64
 	for round := range cfg.rounds {
 		rates := make(map[string]float64, len(targets))
 		for _, t := range targets {
 			if cfg.warmup > 0 {
-				load(ctx, client, t.url, bodies, cfg.workers, cfg.warmup, cfg.maxRequests)
+				load(ctx, client, t, cfg.workers, cfg.warmup, cfg.maxRequests)
 			}
-			r := load(ctx, client, t.url, bodies, cfg.workers, cfg.duration, cfg.maxRequests)
-			fmt.Fprintf(stdout, "round %d %-9s %10.0f decisions/s\n", round+1, t.name, r.rate())
+			r := load(ctx, client, t, cfg.workers, cfg.duration, cfg.maxRequests)
+			fmt.Fprintf(stdout, "round %d %-18s %10.0f decisions/s\n", round+1, t.name, r.rate())
 			acc := results[t.name]
 			if acc == nil {
-				acc = &result{}
+				acc = &result{perCall: t.perCall}
 				results[t.name] = acc
 			}
 			acc.requests += r.requests
@@ -236,12 +275,16 @@ func run(args []string, stdout, stderr io.Writer) (runErr error) {
 		if rates["trivial"] > 0 {
 			roundRatios = append(roundRatios, rates["limiterd"]/rates["trivial"])
 		}
+		if cfg.batch > 0 && rates["limiterd"] > 0 {
+			batchRatios = append(batchRatios, rates[batchName]/rates["limiterd"])
+		}
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "target\tdecisions/s\tp50\tp99\trequests\terrors\t")
+	fmt.Fprintln(tw, "target\tdecisions/call\tdecisions/s\tcalls/s\tp50/call\tp99/call\tcalls\terrors\t")
 	for _, t := range targets {
 		r := results[t.name]
-		fmt.Fprintf(tw, "%s\t%.0f\t%v\t%v\t%d\t%d\t\n", t.name, r.rate(), r.percentile(0.50), r.percentile(0.99), r.requests, r.errors)
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.0f\t%v\t%v\t%d\t%d\t\n", t.name, r.perCall, r.rate(), r.callRate(),
+			r.percentile(0.50), r.percentile(0.99), r.requests, r.errors)
 	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("print results: %w", err)
@@ -256,8 +299,20 @@ func run(args []string, stdout, stderr io.Writer) (runErr error) {
 		fmt.Fprintf(stdout, "median of the per-round throughput ratios: %.2f (min %.2f, max %.2f)\n",
 			roundRatios[len(roundRatios)/2], roundRatios[0], roundRatios[len(roundRatios)-1])
 	}
-	if lim.errors > 0 || trivial.errors > 0 {
-		return fmt.Errorf("%d limiterd and %d trivial requests failed", lim.errors, trivial.errors)
+	failed := lim.errors + trivial.errors
+	if cfg.batch > 0 {
+		batched := results[batchName]
+		fmt.Fprintf(stdout, "ratio %s/single: decisions/s %.2f, p99 per call %.2f\n", batchName,
+			batched.rate()/lim.rate(), float64(batched.percentile(0.99))/float64(lim.percentile(0.99)))
+		if len(batchRatios) > 0 {
+			slices.Sort(batchRatios)
+			fmt.Fprintf(stdout, "median of the per-round batch/single decisions/s ratios: %.2f (min %.2f, max %.2f)\n",
+				batchRatios[len(batchRatios)/2], batchRatios[0], batchRatios[len(batchRatios)-1])
+		}
+		failed += batched.errors
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d calls failed", failed)
 	}
 	return nil
 }
@@ -281,7 +336,11 @@ func startCPUProfile(path string) (stop func() error, err error) {
 	}, nil
 }
 
-func (r *result) rate() float64 {
+// rate returns decisions per second.
+func (r *result) rate() float64 { return r.callRate() * float64(max(r.perCall, 1)) }
+
+// callRate returns calls per second.
+func (r *result) callRate() float64 {
 	if r.elapsed <= 0 {
 		return 0
 	}
@@ -300,10 +359,11 @@ func (r *result) percentile(q float64) time.Duration {
 	return r.latencies[i].Round(time.Microsecond)
 }
 
-// load sends requests from workers keep-alive clients for d, at most maxRequests in all, with
-// reqCtx: requests in flight after d finish unless it is done.
-// A request fails unless it is answered 200 or 429.
-func load(reqCtx context.Context, client *http.Client, url string, bodies [][]byte, workers int, d time.Duration, maxRequests int) result {
+// load sends the target's calls from workers keep-alive clients for d, at most maxRequests in
+// all, with reqCtx: calls in flight after d finish unless it is done. A call fails unless it is
+// answered 200 or 429.
+func load(reqCtx context.Context, client *http.Client, t *target, workers int, d time.Duration, maxRequests int) result {
+	url, bodies := t.url, t.bodies
 	ctx, cancel := context.WithTimeout(reqCtx, d)
 	defer cancel()
 	perWorker := max(1, maxRequests/workers)
@@ -332,7 +392,7 @@ func load(reqCtx context.Context, client *http.Client, url string, bodies [][]by
 		})
 	}
 	wg.Wait()
-	total := result{elapsed: time.Since(start)}
+	total := result{perCall: t.perCall, elapsed: time.Since(start)}
 	for _, p := range parts {
 		total.requests += p.requests
 		total.errors += p.errors
