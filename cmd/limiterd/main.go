@@ -73,6 +73,7 @@ type config struct {
 	logLevel        slog.Level
 	shutdownTimeout time.Duration
 	shutdownDelay   time.Duration
+	legacyHeaders   bool
 	http            httpConfig
 	store           storeConfig
 	kube            kubeConfig
@@ -113,6 +114,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		"how long in-flight requests may take to finish once the listeners close, after --shutdown-delay")
 	fs.DurationVar(&cfg.shutdownDelay, "shutdown-delay", defaultShutdownDelay,
 		"how long every API keeps serving after SIGTERM, with /readyz failing, before the listeners close (0: close at once)")
+	fs.BoolVar(&cfg.legacyHeaders, "legacy-ratelimit-headers", false,
+		"also answer decisions with X-RateLimit-Limit, X-RateLimit-Remaining and X-RateLimit-Reset (Unix seconds), which many clients still read")
 	cfg.http.register(fs)
 	cfg.store.register(fs)
 	cfg.kube.register(fs)
@@ -284,7 +287,11 @@ func serve(ctx context.Context, cfg config, stderr io.Writer, h hooks) error {
 	if err != nil {
 		return err
 	}
-	var decisions http.Handler = server.NewDecisions(d.engine, log)
+	var decisionsOpts []server.DecisionsOption
+	if cfg.legacyHeaders {
+		decisionsOpts = append(decisionsOpts, server.WithLegacyHeaders())
+	}
+	var decisions http.Handler = server.NewDecisions(d.engine, log, decisionsOpts...)
 	if h.wrapDecisions != nil {
 		decisions = h.wrapDecisions(decisions)
 	}

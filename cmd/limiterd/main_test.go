@@ -377,3 +377,24 @@ func TestMain(m *testing.M) {
 	}
 	os.Exit(m.Run())
 }
+
+// TestLegacyRateLimitHeadersFlag checks that --legacy-ratelimit-headers reaches the decisions
+// API, and that without it the X-RateLimit fields are absent.
+func TestLegacyRateLimitHeadersFlag(t *testing.T) {
+	path := policyFile(t, t.TempDir(), tokenBucketPolicy)
+	for _, on := range []bool{true, false} {
+		args := []string{"--policy-file", path}
+		if on {
+			args = append(args, "--legacy-ratelimit-headers")
+		}
+		d := start(t, hooks{}, args...)
+		resp, err := http.Post(d.decisions+"/v1/allow", "application/json", strings.NewReader(`{"key":"alice"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if got := resp.Header.Get("X-RateLimit-Limit"); (got == "3") != on || (got == "") == on {
+			t.Fatalf("--legacy-ratelimit-headers %t: X-RateLimit-Limit %q", on, got)
+		}
+	}
+}

@@ -541,5 +541,8 @@ func (e *Engine) Sweep() {
 	}
 }
 
+// Now returns the current time on the engine's clock, the one decisions are made at.
+func (e *Engine) Now() time.Time { return e.opts.Clock() }
+
 // Budget returns the budget of tracked in-memory clients.
 func (e *Engine) Budget() *limiter.Budget { return e.opts.Budget }

@@ -112,15 +112,57 @@ const (
 type Decisions struct {
 	engine *engine.Engine
 	log    *slog.Logger
+	legacy bool // also send the X-RateLimit-* header fields
 }
+
+// DecisionsOption configures the decisions API.
+type DecisionsOption func(*Decisions)
+
+// WithLegacyHeaders makes every answer of a tier with a limit also carry the legacy header
+// fields many clients still read (the names and meaning of GitHub's and express-rate-limit's):
+//
+//	X-RateLimit-Limit: <limit>
+//	X-RateLimit-Remaining: <remaining>
+//	X-RateLimit-Reset: <Unix time in seconds, rounded up, when the allowance is whole again>
+//
+// The reset is an instant, not a delay as in the RateLimit field, computed on the engine's clock.
+func WithLegacyHeaders() DecisionsOption { return func(h *Decisions) { h.legacy = true } }
 
 // NewDecisions returns the decisions API of e. log receives unexpected failures only (nil:
 // slog.Default); a decision logs nothing.
-func NewDecisions(e *engine.Engine, log *slog.Logger) *Decisions {
+func NewDecisions(e *engine.Engine, log *slog.Logger, opts ...DecisionsOption) *Decisions {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Decisions{engine: e, log: log}
+	h := &Decisions{engine: e, log: log}
+	for _, o := range opts {
+		o(h)
+	}
+	return h
+}
+
+// Legacy header fields (WithLegacyHeaders), canonical.
+const (
+	headerXLimit     = "X-Ratelimit-Limit"
+	headerXRemaining = "X-Ratelimit-Remaining"
+	headerXReset     = "X-Ratelimit-Reset"
+)
+
+// setLegacyHeaders sets the X-RateLimit-* fields of an answer, when enabled and its tier has a
+// limit. Call it before the answer is written.
+func (h *Decisions) setLegacyHeaders(w http.ResponseWriter, res *engine.Result) {
+	if !h.legacy || res.Tier.Limiter.Limit() <= 0 {
+		return
+	}
+	reset := h.engine.Now().Add(res.ResetAfter)
+	sec := reset.Unix()
+	if reset.Nanosecond() > 0 {
+		sec++
+	}
+	hdr := w.Header()
+	hdr[headerXLimit] = []string{strconv.FormatInt(res.Limit, 10)}
+	hdr[headerXRemaining] = []string{strconv.FormatInt(res.Remaining, 10)}
+	hdr[headerXReset] = []string{strconv.FormatInt(sec, 10)}
 }
 
 // ServeHTTP implements http.Handler.
@@ -173,6 +215,7 @@ func (h *Decisions) allow(w http.ResponseWriter, r *http.Request) {
 		h.writeEngineError(w, err)
 		return
 	}
+	h.setLegacyHeaders(w, &res)
 	writeDecision(w, &res)
 }
 

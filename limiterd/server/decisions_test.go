@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -394,5 +395,43 @@ func TestAllowMillisecondsAreExact(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestLegacyHeaders checks that WithLegacyHeaders adds X-RateLimit-Limit, -Remaining and -Reset
+// (a Unix time in seconds, rounded up) to decisions, peeks and refunds of a tier with a limit,
+// and nothing otherwise.
+func TestLegacyHeaders(t *testing.T) {
+	clock := testsupport.NewClock()
+	p := newPolicy("api", testsupport.TokenBucketTier("standard", 4, 2, time.Second), testsupport.UnlimitedTier("internal"))
+	p.Spec.Overrides = []v1alpha1.Override{overrideOf("internal", []string{"svc"}, nil)}
+	e := newEngine(t, clock, p)
+	legacy := NewDecisions(e, nil, WithLegacyHeaders())
+	start := clock.Now().Unix()
+	clock.Advance(100 * time.Millisecond)
+	for _, tc := range []struct {
+		target, body     string
+		limit, remaining string
+		reset            int64 // seconds after start
+	}{
+		{"/v1/allow", `{"key":"k","cost":3}`, "4", "1", 2},    // 1.5 s to refill from t+0.1 s
+		{"/v1/allow", `{"key":"k","cost":0}`, "4", "1", 2},    // a peek
+		{"/v1/refund", `{"key":"k","amount":1}`, "4", "2", 2}, // 1 s to refill from t+0.1 s: t+1.1 s
+		{"/v1/allow", `{"key":"k","cost":3}`, "4", "2", 2},    // rejected: the state as it is
+	} {
+		a := serve(t, legacy, http.MethodPost, tc.target, tc.body)
+		want := strconv.FormatInt(start+tc.reset, 10)
+		if a.header.Get("X-RateLimit-Limit") != tc.limit || a.header.Get("X-RateLimit-Remaining") != tc.remaining || a.header.Get("X-RateLimit-Reset") != want {
+			t.Errorf("%s %s: %d %v, want limit %s, remaining %s, reset %s", tc.target, tc.body, a.status, a.header, tc.limit, tc.remaining, want)
+		}
+		if a.header.Get("RateLimit") == "" {
+			t.Errorf("%s %s: the RateLimit field is gone", tc.target, tc.body)
+		}
+	}
+	if a := serve(t, legacy, http.MethodPost, "/v1/allow", `{"key":"svc"}`); a.header.Get("X-RateLimit-Limit") != "" {
+		t.Errorf("unlimited tier: %v, want no X-RateLimit fields", a.header)
+	}
+	if a := serve(t, NewDecisions(e, nil), http.MethodPost, "/v1/allow", `{"key":"k"}`); a.header.Get("X-RateLimit-Limit") != "" || a.header.Get("X-RateLimit-Reset") != "" {
+		t.Errorf("without the option: %v, want no X-RateLimit fields", a.header)
 	}
 }

@@ -142,5 +142,6 @@ func (h *Decisions) refund(w http.ResponseWriter, r *http.Request) {
 		h.writeEngineError(w, err)
 		return
 	}
+	h.setLegacyHeaders(w, &res)
 	writeAnswer(w, &res, http.StatusOK)
 }

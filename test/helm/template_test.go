@@ -104,7 +104,7 @@ func TestTemplateDefaults(t *testing.T) {
 	checkArgs(t, c.Args, []string{"--addr=:8080", "--admin-addr=:9090", "--configmap-namespace=" + namespace, "--store=memory", "--max-clients=1000000", "--log-level=info",
 		"--shutdown-delay=5s", "--shutdown-timeout=15s",
 		"--replica-name=$(POD_NAME)", "--pod-uid=$(POD_UID)", "--status-namespace=" + namespace, "--status-interval=5s"},
-		[]string{"--namespace", "--store-timeout", "--redis-addr", "--redis-tls", "--redis-password-file", "--kubeconfig", "--policy-file", "--grpc-addr"})
+		[]string{"--namespace", "--store-timeout", "--redis-addr", "--redis-tls", "--redis-password-file", "--kubeconfig", "--policy-file", "--grpc-addr", "--legacy-ratelimit-headers"})
 	if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {
 		return e.Name == "POD_NAME" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name"
 	}) {
@@ -224,7 +224,7 @@ func TestTemplateAllFeatures(t *testing.T) {
 	checkArgs(t, c.Args, []string{
 		"--grpc-addr=:8081", "--store=redis", "--store-timeout=50ms", "--redis-addr=redis-master.redis.svc:6379", "--redis-tls",
 		"--redis-tls-server-name=redis.example.internal", "--redis-clock=client", "--redis-local-reject-cache=10000", "--status-interval=10s",
-		"--max-clients=2000000", "--log-level=debug", "--shutdown-timeout=20s", "--sweep-interval=30s",
+		"--max-clients=2000000", "--log-level=debug", "--legacy-ratelimit-headers", "--shutdown-timeout=20s", "--sweep-interval=30s",
 	}, []string{"--namespace"})
 	checkSecretFile(t, dep, c, "--redis-password-file", "limiterd-redis", "redis-password")
 	checkSecretFile(t, dep, c, "--redis-ca-file", "limiterd-redis-tls", "ca.crt")
