@@ -21,6 +21,15 @@
 // A cost above a strategy's capacity (limit) can never be admitted: it is rejected and consumes
 // nothing.
 //
+// # Peeks and refunds
+//
+// Peek answers what a one-unit decision would, changing nothing. Refund returns units to a
+// client's allowance, exactly and clamped so that the allowance never exceeds its limit: a token
+// bucket's theoretical arrival time moves back by the refunded tokens' refill time, never before
+// now; a sliding window forgets its newest admitted units still inside the window first (units
+// that left the window cannot come back). A store applies a refund atomically with the client's
+// decisions. A refund is not idempotent: it refunds again each time it is called.
+//
 // # Parameter changes
 //
 // Every strategy carries a stamp that identifies its algorithm and parameters, and a client's

@@ -20,6 +20,11 @@
 //     them, then returns the TAT it decided on; Go replays the decision on that state with the
 //     code of limiter.TokenBucket, which gives Remaining, ResetAfter and RetryAfter (and must
 //     agree on admission, which is checked).
+//   - A refund runs in the same script as the client's decisions (MODE_REFUND), so it is
+//     serialised with them: a token bucket's script moves the TAT back by the refund's interval
+//     (precomputed by Go, at most a full refill), never before now, and Go replays the refund on
+//     the TAT read with limiter.TokenBucket.Refund; a sliding window's script pops the newest
+//     units from the tail of its log and answers as a peek.
 //   - A sliding window's instants are nanoseconds since a per-client epoch (whole seconds), and
 //     its running totals count from a per-client base; both are rewritten relative to the oldest
 //     entry before they could reach 2^52. Every duration it computes is at most a window (24h).
