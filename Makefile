@@ -206,7 +206,7 @@ bench-grpc: ## Decisions/s and p50/p99 latency of the gRPC (Envoy) API against t
 	$(GO) test -run '^$$' -bench 'GRPCvsHTTP' -benchtime $(BENCH_TIME) -count 1 ./limiterd/envoyrls -args -bench-workers=$(BENCH_WORKERS)
 
 .PHONY: bench-redis
-bench-redis: ## Decisions/s and p50/p99 on a local redis-server: Store.Decide, the HTTP path, and redis-benchmark running the same script, one run.
+bench-redis: ## Decisions/s and p50/p99 on a local redis-server: Store.Decide, the HTTP path single and in batches of 100, and redis-benchmark running the same script, one run.
 	$(GO) test -run '^$$' -bench 'BenchmarkRedis$$' -benchtime 50000x -count 1 ./limiterd/store/redis/
 
 .PHONY: bench-redis-clients

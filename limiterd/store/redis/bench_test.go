@@ -30,6 +30,8 @@ import (
 //
 //   - store: Store.Decide called directly by concurrent goroutines;
 //   - http: POST /v1/allow through limiterd's decisions handler and engine, over loopback TCP;
+//   - http-batch-100: POST /v1/allow:batch with 100 decisions a call (one pipeline to Redis),
+//     the latencies being those of a call;
 //   - redis-benchmark: the server alone running the same token-bucket script (EVALSHA, same
 //     arguments, random keys of the same pattern), with and without pipelining: the ceiling.
 //
@@ -80,6 +82,41 @@ func BenchmarkRedis(b *testing.B) {
 			_ = resp.Body.Close()
 			if resp.StatusCode != http.StatusOK {
 				return fmt.Errorf("status %d", resp.StatusCode)
+			}
+			return nil
+		})
+	})
+
+	b.Run("http-batch-100", func(b *testing.B) {
+		const n = 100
+		e := benchEngine(b, c)
+		h := httptest.NewServer(limiterdserver.NewDecisions(e, slog.New(slog.DiscardHandler)))
+		defer h.Close()
+		client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: callers}}
+		defer client.CloseIdleConnections()
+		measureN(b, callers, n, func(ctx context.Context, r *rand.Rand) error {
+			var body strings.Builder
+			body.WriteString(`{"items":[`)
+			for i := range n {
+				if i > 0 {
+					body.WriteByte(',')
+				}
+				body.WriteString(`{"policy":"default/bench","key":"client-` + strconv.Itoa(r.IntN(keys)) + `"}`)
+			}
+			body.WriteString(`]}`)
+			resp, err := client.Post(h.URL+"/v1/allow:batch", "application/json", strings.NewReader(body.String()))
+			if err != nil {
+				return err
+			}
+			answer, err := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			switch {
+			case err != nil:
+				return err
+			case resp.StatusCode != http.StatusOK:
+				return fmt.Errorf("status %d", resp.StatusCode)
+			case strings.Count(string(answer), `"allowed":true`) != n:
+				return fmt.Errorf("not every decision admitted: %.200s", answer)
 			}
 			return nil
 		})
@@ -151,13 +188,19 @@ spec:
 // measure runs b.N calls of do from callers goroutines and reports decisions/s and the p50
 // and p99 latencies.
 func measure(b *testing.B, callers int, do func(ctx context.Context, r *rand.Rand) error) {
+	measureN(b, callers, 1, do)
+}
+
+// measureN is measure for calls of perCall decisions each: b.N decisions in b.N/perCall calls,
+// the latencies being those of a call.
+func measureN(b *testing.B, callers, perCall int, do func(ctx context.Context, r *rand.Rand) error) {
 	var (
 		wg   sync.WaitGroup
 		mu   sync.Mutex
 		lats = make([]time.Duration, 0, b.N)
 		errs []error
 	)
-	per := max(1, b.N/callers)
+	per := max(1, b.N/perCall/callers)
 	b.ResetTimer()
 	start := time.Now()
 	for g := range callers {
@@ -187,7 +230,7 @@ func measure(b *testing.B, callers int, do func(ctx context.Context, r *rand.Ran
 		b.Fatalf("%d callers failed, first: %v", len(errs), errs[0])
 	}
 	slices.Sort(lats)
-	b.ReportMetric(float64(len(lats))/elapsed.Seconds(), "decisions/s")
+	b.ReportMetric(float64(len(lats)*perCall)/elapsed.Seconds(), "decisions/s")
 	b.ReportMetric(float64(lats[len(lats)/2].Nanoseconds())/1e3, "p50-µs")
 	b.ReportMetric(float64(lats[len(lats)*99/100].Nanoseconds())/1e3, "p99-µs")
 }
