@@ -225,6 +225,7 @@ func TestErrorsConsumeNothing(t *testing.T) {
 	long := strings.Repeat("x", v1alpha1.MaxClientKeyBytes) // "k=" + 1024 bytes is too long
 	negative := entries("k", "a")
 	negative.IsNegativeHits = true
+	negative.HitsAddend = wrapperspb.UInt64(0)
 	tooMuch := entries("k", "a")
 	tooMuch.HitsAddend = wrapperspb.UInt64(MaxCost + 1)
 	for _, tc := range []struct {
@@ -239,7 +240,7 @@ func TestErrorsConsumeNothing(t *testing.T) {
 		{"no descriptors", request("api"), codes.InvalidArgument, "at least one descriptor"},
 		{"no entries", request("api", entries("k", "a"), &ratelimitv3.RateLimitDescriptor{}), codes.InvalidArgument, "descriptor 1: has no entries"},
 		{"key too long", request("api", entries("k", "a"), entries("k", long)), codes.InvalidArgument, "descriptor 1: the client key is longer than 1024 bytes"},
-		{"refund", request("api", entries("k", "a"), negative), codes.InvalidArgument, "descriptor 1: asks for a refund"},
+		{"refund", request("api", entries("k", "a"), negative), codes.InvalidArgument, "descriptor 1: asks for a refund (is_negative_hits) of 0"},
 		{"descriptor cost", request("api", entries("k", "a"), tooMuch), codes.InvalidArgument, "descriptor 1: hits_addend 1000000001 is more than 1000000000"},
 		{"request cost", &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{entries("k", "a")}, HitsAddend: MaxCost + 1},
 			codes.InvalidArgument, "descriptor 0: the request's hits_addend 1000000001 is more than 1000000000"},
@@ -529,5 +530,33 @@ func TestDescriptorHitsZeroPeeks(t *testing.T) {
 	clock.Advance(time.Second)
 	if got := remaining(t, e, "default/api", "k=p"); got != 1 {
 		t.Fatalf("%d left a second later, want 1: the peek consumed", got)
+	}
+}
+
+// TestNegativeHitsRefund checks that is_negative_hits returns the descriptor's cost to the
+// client's allowance, clamped to the limit.
+func TestNegativeHitsRefund(t *testing.T) {
+	e := newEngine(t, testsupport.NewClock(), newPolicy("default", "api", testsupport.TokenBucketTier("standard", 5, 1, time.Hour)))
+	c := dial(t, e)
+	spend := request("api", entries("k", "r"))
+	spend.HitsAddend = 4
+	if resp, err := c.ShouldRateLimit(t.Context(), spend); err != nil || resp.GetStatuses()[0].GetLimitRemaining() != 1 {
+		t.Fatalf("spend 4: %v %v", resp, err)
+	}
+	refund := func(hits uint64) *rlsv3.RateLimitResponse {
+		t.Helper()
+		d := entries("k", "r")
+		d.IsNegativeHits, d.HitsAddend = true, wrapperspb.UInt64(hits)
+		resp, err := c.ShouldRateLimit(t.Context(), request("api", d))
+		if err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("refund %d: %v %v", hits, resp, err)
+		}
+		return resp
+	}
+	if got := refund(2).GetStatuses()[0].GetLimitRemaining(); got != 3 || remaining(t, e, "default/api", "k=r") != 3 {
+		t.Fatalf("refund of 2 after spending 4: %d left, want 3", got)
+	}
+	if got := refund(100).GetStatuses()[0].GetLimitRemaining(); got != 5 || remaining(t, e, "default/api", "k=r") != 5 {
+		t.Fatalf("refund of 100: %d left, want the limit 5", got)
 	}
 }
