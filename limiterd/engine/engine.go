@@ -364,7 +364,11 @@ func (e *Engine) DecideBatch(ctx context.Context, items []BatchItem, out []Batch
 		if last < 0 || groups[last].b != b {
 			last = slices.IndexFunc(groups, func(g group) bool { return g.b == b })
 			if last < 0 {
-				groups = append(groups, group{b: b, items: make([]int, 0, len(items)-i)})
+				g := group{b: b}
+				if len(groups) == 0 { // the common batch names one policy
+					g.items = make([]int, 0, len(items)-i)
+				}
+				groups = append(groups, g)
 				last = len(groups) - 1
 			}
 		}
