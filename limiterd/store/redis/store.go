@@ -71,7 +71,8 @@ type Options struct {
 	// TLS, when set, is the TLS configuration of every connection.
 	TLS *tls.Config
 	// Timeout bounds each decision, peek and reset, round trips included (default
-	// DefaultTimeout). A call that runs out of time returns an error.
+	// DefaultTimeout), and each batch as a whole (Store.DecideBatch): size it for the largest
+	// batch clients send. A call that runs out of time returns an error.
 	Timeout time.Duration
 	// Clock is the clock decisions are made on (default ServerClock).
 	Clock Clock
