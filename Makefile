@@ -23,6 +23,10 @@ ENVTEST_ASSETS := $(BIN)/k8s/current
 
 # What the tests are told (internal/testbin): where the control plane, helm, helm-docs and the
 # project's binaries are. No test builds or installs anything.
+# Flags of every go test run: the race detector always; test binaries without DWARF (-w), which
+# nobody debugs from make and whose generation costs a quarter of make test-unit's CPU. Stack
+# traces and race reports keep their file:line (they use the symbol table, not DWARF).
+TEST_FLAGS := -race -ldflags=-w
 TEST_ENV := KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) HELM=$(HELM) HELM_DOCS=$(HELM_DOCS) LIMITERD_BIN_DIR=$(BIN)
 # The packages that run the project's binaries as processes against a control plane or Redis.
 E2E_PACKAGES := ./test/e2e/... ./test/redis/...
@@ -114,7 +118,7 @@ $(HELM_DOCS):
 
 .PHONY: test
 test: test-tools verify-generated build node-deps ## CI: install the tools, check generated files, build the binaries and images, run every test with -race, then the chart on a real node (test-cluster).
-	$(TEST_ENV) $(GO) test -race -count=1 -timeout 30m ./...
+	$(TEST_ENV) $(GO) test $(TEST_FLAGS) -count=1 -timeout 30m ./...
 	$(CLUSTER_TEST)
 
 # Every test of these packages needs a control plane, Redis, bin/ or a node: under -short they all
@@ -123,19 +127,19 @@ UNIT_SKIPPED_PACKAGES := /test/e2e /test/redis /test/cluster
 
 .PHONY: test-unit
 test-unit: ## The fast loop: every test that needs only Go (-short skips those needing a control plane, Redis, helm or bin/).
-	$(GO) test -short -race $$($(GO) list ./... | grep -v $(foreach p,$(UNIT_SKIPPED_PACKAGES),-e $(p)))
+	$(GO) test -short $(TEST_FLAGS) $$($(GO) list ./... | grep -v $(foreach p,$(UNIT_SKIPPED_PACKAGES),-e $(p)))
 
 .PHONY: test-integration
 test-integration: test-tools build ## Every package but the end-to-end ones, with the control plane, Redis and helm.
-	$(TEST_ENV) $(GO) test -race -count=1 -timeout 30m $$($(GO) list ./... | grep -v -e /test/e2e -e /test/redis)
+	$(TEST_ENV) $(GO) test $(TEST_FLAGS) -count=1 -timeout 30m $$($(GO) list ./... | grep -v -e /test/e2e -e /test/redis)
 
 .PHONY: test-e2e
 test-e2e: envtest build ## The end-to-end packages: bin/manager and bin/limiterd as processes against a control plane and Redis.
-	$(TEST_ENV) $(GO) test -race -count=1 -timeout 30m $(E2E_PACKAGES)
+	$(TEST_ENV) $(GO) test $(TEST_FLAGS) -count=1 -timeout 30m $(E2E_PACKAGES)
 
 .PHONY: helm-test
 helm-test: envtest helm helm-docs ## The chart's tests: lint, template, schema, docs, install into a test API server.
-	$(TEST_ENV) $(GO) test -race -count=1 ./test/helm/...
+	$(TEST_ENV) $(GO) test $(TEST_FLAGS) -count=1 ./test/helm/...
 
 SOAK_DURATION ?= 5m
 SOAK_TIMEOUT ?= 2h
@@ -294,7 +298,7 @@ NODE_ENV = NODE_BIN=$(NODE_BIN) ENVTEST_BIN=$$(hack/envtest-assets.sh) PAUSE_IMA
 	IMG_LIMITERD=$(IMG_LIMITERD) IMG_MANAGER=$(IMG_MANAGER)
 # test/cluster on the test node; make test runs it after every other package, alone, since it
 # starts a node and measures failed requests under load.
-CLUSTER_TEST = $(NODE_ENV) LIMITERD_TEST_CLUSTER=1 $(GO) test -race -count=1 -v -timeout 20m ./test/cluster/...
+CLUSTER_TEST = $(NODE_ENV) LIMITERD_TEST_CLUSTER=1 $(GO) test $(TEST_FLAGS) -count=1 -v -timeout 20m ./test/cluster/...
 
 .PHONY: node-up
 node-up: node-deps ## Start the test node (root; containerd, runc, CNI plugins, iptables from apt); prints its kubeconfig.
