@@ -57,8 +57,8 @@ fmt: golangci-lint ## Format the code with the formatters of .golangci.yml (gofm
 	$(GOLANGCI_LINT) fmt ./...
 
 .PHONY: vet
-vet: ## Run go vet.
-	$(GO) vet ./...
+vet: ## Run go vet, with the soak test's build tag so that it is checked too.
+	$(GO) vet -tags soak ./...
 
 .PHONY: lint
 lint: golangci-lint ## Run golangci-lint with the repository's .golangci.yml.
@@ -118,6 +118,7 @@ $(HELM_DOCS):
 
 .PHONY: test
 test: test-tools verify-generated build node-deps ## CI: install the tools, check generated files, build the binaries and images, run every test with -race, then the chart on a real node (test-cluster).
+	$(GO) vet -tags soak ./test/soak/ # make soak is not part of make test: check it still builds
 	$(TEST_ENV) $(GO) test $(TEST_FLAGS) -count=1 -timeout 30m ./...
 	$(CLUSTER_TEST)
 

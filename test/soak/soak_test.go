@@ -243,7 +243,7 @@ func sigtermUnderLoad(p *proc, policy string, workers int, delaySupported bool) 
 	res := shutdownResult{name: p.name, delaySupported: delaySupported}
 	var served, failed atomic.Int64
 	var note atomic.Pointer[string]
-	ctx, cancel := context.WithCancel(t.Context())
+	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	counting := atomic.Bool{}
 	for w := range workers {
