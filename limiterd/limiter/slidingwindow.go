@@ -38,10 +38,9 @@ func NewSlidingWindow(limit int64, window time.Duration) (*SlidingWindow, error)
 	if err := checkPeriod("window", window); err != nil {
 		return nil, err
 	}
-	rl := intern(slidingWindowParams{limit, window}, func(stamp uint32) RateLimiter {
+	return intern(slidingWindowParams{limit, window}, window, func(stamp uint32) *SlidingWindow {
 		return &SlidingWindow{limit: limit, window: int64(window), stamp: stamp}
-	})
-	return rl.(*SlidingWindow), nil
+	}), nil
 }
 
 // windowLog is a ring of admissions, oldest first.

@@ -50,10 +50,9 @@ func NewTokenBucket(capacity, rate int64, period time.Duration) (*TokenBucket, e
 		return nil, errRefillTooSlow
 	}
 	tau := mulDiv(uint64(capacity), uint64(period), uint64(rate))
-	rl := intern(tokenBucketParams{capacity, rate, period}, func(stamp uint32) RateLimiter {
+	return intern(tokenBucketParams{capacity, rate, period}, ceil(tau), func(stamp uint32) *TokenBucket {
 		return &TokenBucket{capacity: capacity, rate: uint64(rate), period: uint64(period), tau: tau, stamp: stamp}
-	})
-	return rl.(*TokenBucket), nil
+	}), nil
 }
 
 type strategyError string
