@@ -36,6 +36,7 @@ type storeConfig struct {
 	timeout      time.Duration
 	clock        string
 	rejectCache  int
+	flushDelay   time.Duration
 }
 
 // addrList is a repeatable flag of comma-separated addresses.
@@ -70,6 +71,9 @@ func (c *storeConfig) register(fs *flag.FlagSet) {
 		"most a decision waits for the store; past it the policy's failureMode decides")
 	fs.StringVar(&c.clock, "redis-clock", "server",
 		"clock decisions are made on: server (Redis TIME: replicas agree) or client (this host's; needs synchronised clocks)")
+	fs.DurationVar(&c.flushDelay, "redis-max-flush-delay", redisstore.DefaultMaxFlushDelay,
+		"most a Redis connection waits after a write to send more decisions' commands in the next one: "+
+			"less CPU under load for at most this much latency (0: write at once)")
 	fs.IntVar(&c.rejectCache, "redis-local-reject-cache", 0,
 		"clients per policy whose rejection this process remembers, answering them without Redis until their retry time (0: none)")
 }
@@ -101,6 +105,8 @@ func (c *storeConfig) check(fs *flag.FlagSet) error {
 		return fmt.Errorf("--redis-clock must be server or client, got %q", c.clock)
 	case c.rejectCache < 0:
 		return errors.New("--redis-local-reject-cache must not be negative")
+	case c.flushDelay < 0:
+		return errors.New("--redis-max-flush-delay must not be negative")
 	case (c.certFile == "") != (c.keyFile == ""):
 		return errors.New("--redis-cert-file and --redis-key-file go together")
 	}
@@ -128,10 +134,11 @@ func openStore(c storeConfig, log *slog.Logger) (*openedStore, error) {
 		return &openedStore{close: func() {}}, nil
 	}
 	opts := redisstore.Options{
-		Addrs:       c.redisAddrs,
-		Timeout:     c.timeout,
-		RejectCache: c.rejectCache,
-		Logger:      log,
+		Addrs:         c.redisAddrs,
+		Timeout:       c.timeout,
+		RejectCache:   c.rejectCache,
+		MaxFlushDelay: c.flushDelay,
+		Logger:        log,
 	}
 	if c.clock == "client" {
 		// Keys outlive their state by a second, so that replicas whose clocks lag a little

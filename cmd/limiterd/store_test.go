@@ -19,24 +19,27 @@ import (
 	"testing"
 	"time"
 
+	redisstore "github.com/limiterd/limiterd/limiterd/store/redis"
 	"github.com/limiterd/limiterd/limiterd/store/redis/redistest"
 )
 
 func TestStoreFlags(t *testing.T) {
 	base := []string{"--policy-file", "p.yaml"}
 	cfg, err := parseFlags(base, io.Discard)
-	if err != nil || cfg.store.kind != "memory" {
+	if err != nil || cfg.store.kind != "memory" || cfg.store.flushDelay != redisstore.DefaultMaxFlushDelay {
 		t.Fatalf("default store: %+v, %v; want memory", cfg.store, err)
 	}
 	cfg, err = parseFlags(append(base, "--store", "redis", "--redis-addr", "a:1,b:2", "--redis-addr", "c:3",
-		"--store-timeout", "20ms", "--redis-clock", "client", "--redis-local-reject-cache", "1000"), io.Discard)
+		"--store-timeout", "20ms", "--redis-clock", "client", "--redis-local-reject-cache", "1000",
+		"--redis-max-flush-delay", "0s"), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := []string{"a:1", "b:2", "c:3"}; !reflect.DeepEqual(cfg.store.redisAddrs, want) {
 		t.Errorf("--redis-addr gave %q, want %q", cfg.store.redisAddrs, want)
 	}
-	if cfg.store.timeout != 20*time.Millisecond || cfg.store.clock != "client" || cfg.store.rejectCache != 1000 {
+	if cfg.store.timeout != 20*time.Millisecond || cfg.store.clock != "client" || cfg.store.rejectCache != 1000 ||
+		cfg.store.flushDelay != 0 {
 		t.Errorf("store flags parsed as %+v", cfg.store)
 	}
 	for _, tc := range []struct {
@@ -50,6 +53,7 @@ func TestStoreFlags(t *testing.T) {
 		{[]string{"--store", "redis", "--redis-addr", "a:1", "--store-timeout", "0s"}, "--store-timeout must be positive"},
 		{[]string{"--store", "redis", "--redis-addr", "a:1", "--redis-cert-file", "c.pem"}, "go together"},
 		{[]string{"--store", "redis", "--redis-addr", "a:1,,b:2"}, "empty address"},
+		{[]string{"--store", "redis", "--redis-addr", "a:1", "--redis-max-flush-delay", "-1ms"}, "--redis-max-flush-delay must not be negative"},
 	} {
 		if _, err := parseFlags(append(base, tc.args...), io.Discard); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: error %v, want one containing %q", tc.args, err, tc.want)

@@ -223,7 +223,7 @@ func TestTemplateAllFeatures(t *testing.T) {
 	// Redis with a password file and mutual TLS, each file from the named Secret.
 	checkArgs(t, c.Args, []string{
 		"--grpc-addr=:8081", "--store=redis", "--store-timeout=50ms", "--redis-addr=redis-master.redis.svc:6379", "--redis-tls",
-		"--redis-tls-server-name=redis.example.internal", "--redis-clock=client", "--redis-local-reject-cache=10000", "--status-interval=10s",
+		"--redis-tls-server-name=redis.example.internal", "--redis-clock=client", "--redis-local-reject-cache=10000", "--redis-max-flush-delay=100us", "--status-interval=10s",
 		"--max-clients=2000000", "--log-level=debug", "--legacy-ratelimit-headers", "--shutdown-timeout=20s", "--sweep-interval=30s",
 	}, []string{"--namespace"})
 	checkSecretFile(t, dep, c, "--redis-password-file", "limiterd-redis", "redis-password")

@@ -7,13 +7,16 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -25,17 +28,21 @@ import (
 	"github.com/limiterd/limiterd/limiterd/store/redis/redistest"
 )
 
-// BenchmarkRedis measures decisions on one local redis-server, in one run, three ways (make
+// BenchmarkRedis measures decisions on one local redis-server, in one run, several ways (make
 // bench-redis):
 //
-//   - store: Store.Decide called directly by concurrent goroutines;
+//   - store: Store.Decide called directly by concurrent goroutines, with limiterd's default
+//     MaxFlushDelay; store-no-flush-delay: the same without it; store-memory: the same calls on
+//     the memory store, so that the CPU the Redis path adds per decision is the difference;
 //   - http: POST /v1/allow through limiterd's decisions handler and engine, over loopback TCP;
+//     http-memory: the same on the memory store;
 //   - http-batch-100: POST /v1/allow:batch with 100 decisions a call (one pipeline to Redis),
 //     the latencies being those of a call;
 //   - redis-benchmark: the server alone running the same token-bucket script (EVALSHA, same
 //     arguments, random keys of the same pattern), with and without pipelining: the ceiling.
 //
-// Each reports decisions/s and the p50 and p99 latencies. Clients are drawn at random from
+// Each reports decisions/s, the p50 and p99 latencies and this process's CPU per decision (for
+// the http ones it includes the load generator's). Clients are drawn at random from
 // 100,000 keys; a token bucket of 1000 tokens refilled at 1000/s keeps them all admitted. The
 // load generator, limiterd and redis-server share the machine's cores.
 func BenchmarkRedis(b *testing.B) {
@@ -47,45 +54,41 @@ func BenchmarkRedis(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer srv.Close()
-	c, err := New(Options{Addrs: []string{srv.Addr()}, Timeout: 5 * time.Second})
+	c, err := New(Options{Addrs: []string{srv.Addr()}, Timeout: 5 * time.Second, MaxFlushDelay: DefaultMaxFlushDelay})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer c.Close()
+	unbatched, err := New(Options{Addrs: []string{srv.Addr()}, Timeout: 5 * time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer unbatched.Close()
 	rl, err := limiter.NewTokenBucket(1000, 1000, time.Second)
 	if err != nil {
 		b.Fatal(err)
 	}
 	const keys, callers = 100_000, 64
 
-	b.Run("store", func(b *testing.B) {
-		s := c.Store("default/bench")
-		measure(b, callers, func(ctx context.Context, r *rand.Rand) error {
-			_, err := s.Decide(ctx, "client-"+strconv.Itoa(r.IntN(keys)), rl, time.Now(), 1)
-			return err
-		})
-	})
-
-	b.Run("http", func(b *testing.B) {
-		e := benchEngine(b, c)
-		h := httptest.NewServer(limiterdserver.NewDecisions(e, slog.New(slog.DiscardHandler)))
-		defer h.Close()
-		client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: callers}}
-		defer client.CloseIdleConnections()
-		measure(b, callers, func(ctx context.Context, r *rand.Rand) error {
-			body := `{"policy":"default/bench","key":"client-` + strconv.Itoa(r.IntN(keys)) + `"}`
-			resp, err := client.Post(h.URL+"/v1/allow", "application/json", strings.NewReader(body))
-			if err != nil {
+	for _, store := range []struct {
+		name string
+		s    limiter.Store
+	}{
+		{"store", c.Store("default/bench")},
+		{"store-no-flush-delay", unbatched.Store("default/bench")},
+		{"store-memory", limiter.NewMemory(nil)},
+	} {
+		b.Run(store.name, func(b *testing.B) {
+			measure(b, callers, func(ctx context.Context, r *rand.Rand) error {
+				_, err := store.s.Decide(ctx, "client-"+strconv.Itoa(r.IntN(keys)), rl, time.Now(), 1)
 				return err
-			}
-			_, _ = io.Copy(io.Discard, resp.Body)
-			_ = resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				return fmt.Errorf("status %d", resp.StatusCode)
-			}
-			return nil
+			})
 		})
-	})
+	}
+
+	for _, server := range []struct{ name, store string }{{"http", srv.Addr()}, {"http-memory", "memory"}} {
+		b.Run(server.name, func(b *testing.B) { benchHTTPProcess(b, server.store, callers, keys) })
+	}
 
 	b.Run("http-batch-100", func(b *testing.B) {
 		const n = 100
@@ -156,9 +159,102 @@ func BenchmarkRedis(b *testing.B) {
 	}
 }
 
-// benchEngine returns an engine deciding the token-bucket policy default/bench on c.
+// benchServerEnv makes the test binary a limiterd decisions server for benchHTTPProcess instead
+// of running tests: "memory" for the memory store, or the address of a redis-server.
+const benchServerEnv = "LIMITERD_BENCH_SERVER"
+
+// benchHTTPProcess measures single decisions through POST /v1/allow, over loopback TCP, on a
+// decisions server that runs as a process of its own (this test binary, see serveBench) on store
+// ("memory" or a Redis address), as limiterd runs. Besides measure's figures it reports the
+// server's own CPU per decision, read from the process's rusage when it exits.
+func benchHTTPProcess(b *testing.B, store string, callers, keys int) {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), benchServerEnv+"="+store)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	var addr string
+	if _, err := fmt.Fscanln(stdout, &addr); err != nil {
+		_ = cmd.Process.Kill()
+		b.Fatalf("the decisions server printed no address: %v", err)
+	}
+	url := "http://" + addr + "/v1/allow"
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: callers}}
+	defer client.CloseIdleConnections()
+	decisions := 0
+	measure(b, callers, func(ctx context.Context, r *rand.Rand) error {
+		body := `{"policy":"default/bench","key":"client-` + strconv.Itoa(r.IntN(keys)) + `"}`
+		resp, err := client.Post(url, "application/json", strings.NewReader(body))
+		if err != nil {
+			return err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("status %d", resp.StatusCode)
+		}
+		return nil
+	}, func(n int) { decisions = n })
+	_ = stdin.Close() // the server exits when its stdin closes
+	if err := cmd.Wait(); err != nil {
+		b.Fatalf("decisions server: %v", err)
+	}
+	cpu := cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+	b.ReportMetric(float64(cpu.Nanoseconds())/1e3/float64(decisions), "server-cpu-µs/decision")
+}
+
+// serveBench is the decisions server of benchHTTPProcess: it prints its address, serves until
+// its stdin closes, and returns the exit code.
+func serveBench(store string) int {
+	var c *Client
+	if store != "memory" {
+		var err error
+		if c, err = New(Options{Addrs: []string{store}, Timeout: 5 * time.Second, MaxFlushDelay: DefaultMaxFlushDelay}); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer c.Close()
+	}
+	e, err := newBenchEngine(c)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	srv := &http.Server{Handler: limiterdserver.NewDecisions(e, slog.New(slog.DiscardHandler)), ReadHeaderTimeout: time.Minute}
+	go func() { _ = srv.Serve(ln) }()
+	fmt.Println(ln.Addr())
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	_ = srv.Close()
+	return 0
+}
+
+// benchEngine returns an engine deciding the token-bucket policy default/bench on c, or on its
+// memory stores when c is nil.
 func benchEngine(b *testing.B, c *Client) *engine.Engine {
 	b.Helper()
+	e, err := newBenchEngine(c)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return e
+}
+
+// newBenchEngine is benchEngine without a testing.B.
+func newBenchEngine(c *Client) (*engine.Engine, error) {
 	docs, err := v1alpha1.DecodePolicies([]byte(`apiVersion: limiterd.dev/v1alpha1
 kind: RateLimitPolicy
 metadata: {name: bench, namespace: default}
@@ -170,30 +266,35 @@ spec:
     tokenBucket: {capacity: 1000, refillRate: 1000, refillPeriod: 1s}
 `))
 	if err != nil {
-		b.Fatal(err)
+		return nil, fmt.Errorf("bench policy: %w", err)
 	}
 	p, err := policy.Compile(&docs[0])
 	if err != nil {
-		b.Fatal(err)
+		return nil, fmt.Errorf("bench policy: %w", err)
 	}
 	set, err := policy.NewSet(p)
 	if err != nil {
-		b.Fatal(err)
+		return nil, fmt.Errorf("bench policy: %w", err)
 	}
-	e := engine.New(engine.Options{NewStore: func(id v1alpha1.PolicyID) limiter.Store { return c.Store(id.String()) }})
+	var opts engine.Options
+	if c != nil {
+		opts.NewStore = func(id v1alpha1.PolicyID) limiter.Store { return c.Store(id.String()) }
+	}
+	e := engine.New(opts)
 	e.Swap(set)
-	return e
+	return e, nil
 }
 
-// measure runs b.N calls of do from callers goroutines and reports decisions/s and the p50
-// and p99 latencies.
-func measure(b *testing.B, callers int, do func(ctx context.Context, r *rand.Rand) error) {
-	measureN(b, callers, 1, do)
+// measure runs b.N calls of do from callers goroutines and reports decisions/s, the p50 and p99
+// latencies, and the CPU time this process spent per decision (user and system; redis-server
+// is another process, so for store and store-memory it is limiterd's own CPU).
+func measure(b *testing.B, callers int, do func(ctx context.Context, r *rand.Rand) error, counted ...func(decisions int)) {
+	measureN(b, callers, 1, do, counted...)
 }
 
 // measureN is measure for calls of perCall decisions each: b.N decisions in b.N/perCall calls,
 // the latencies being those of a call.
-func measureN(b *testing.B, callers, perCall int, do func(ctx context.Context, r *rand.Rand) error) {
+func measureN(b *testing.B, callers, perCall int, do func(ctx context.Context, r *rand.Rand) error, counted ...func(decisions int)) {
 	var (
 		wg   sync.WaitGroup
 		mu   sync.Mutex
@@ -202,6 +303,7 @@ func measureN(b *testing.B, callers, perCall int, do func(ctx context.Context, r
 	)
 	per := max(1, b.N/perCall/callers)
 	b.ResetTimer()
+	cpu0 := processCPU(b)
 	start := time.Now()
 	for g := range callers {
 		wg.Go(func() {
@@ -225,6 +327,7 @@ func measureN(b *testing.B, callers, perCall int, do func(ctx context.Context, r
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	cpu := processCPU(b) - cpu0
 	b.StopTimer()
 	if len(errs) > 0 {
 		b.Fatalf("%d callers failed, first: %v", len(errs), errs[0])
@@ -233,4 +336,17 @@ func measureN(b *testing.B, callers, perCall int, do func(ctx context.Context, r
 	b.ReportMetric(float64(len(lats)*perCall)/elapsed.Seconds(), "decisions/s")
 	b.ReportMetric(float64(lats[len(lats)/2].Nanoseconds())/1e3, "p50-µs")
 	b.ReportMetric(float64(lats[len(lats)*99/100].Nanoseconds())/1e3, "p99-µs")
+	b.ReportMetric(float64(cpu.Nanoseconds())/1e3/float64(len(lats)*perCall), "cpu-µs/decision")
+	for _, f := range counted {
+		f(len(lats) * perCall)
+	}
+}
+
+// processCPU returns the user and system CPU time this process has used.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

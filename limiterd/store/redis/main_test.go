@@ -18,6 +18,9 @@ var server struct {
 }
 
 func TestMain(m *testing.M) {
+	if store := os.Getenv(benchServerEnv); store != "" { // the decisions server of benchHTTPProcess
+		os.Exit(serveBench(store))
+	}
 	code := m.Run()
 	if server.srv != nil {
 		server.srv.Close()

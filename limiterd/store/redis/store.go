@@ -60,6 +60,11 @@ func (c Clock) String() string {
 // DefaultTimeout bounds a decision's round trips when Options.Timeout is zero.
 const DefaultTimeout = 50 * time.Millisecond
 
+// DefaultMaxFlushDelay is limiterd's default Options.MaxFlushDelay (--redis-max-flush-delay): at
+// 64 concurrent decisions on one local Redis it cut limiterd's CPU per decision from 17-18 µs to
+// 10-12 µs and raised decisions/s by about a fifth (make bench-redis, BenchmarkRedis/store).
+const DefaultMaxFlushDelay = 50 * time.Microsecond
+
 // Options configure a Client.
 type Options struct {
 	// Addrs are host:port addresses: one Redis server, or nodes of a Redis Cluster (detected
@@ -83,6 +88,11 @@ type Options struct {
 	// them in process until their retry time or until a reset by any replica (0: no cache;
 	// otherwise the Client subscribes to ResetChannel).
 	RejectCache int
+	// MaxFlushDelay lets each connection wait up to this long after writing, so that commands
+	// issued meanwhile by other decisions go out in the same write: fewer system calls, and
+	// less CPU per decision in limiterd and Redis under load, for at most this much latency
+	// (0: write at once). DefaultMaxFlushDelay is the flag's default.
+	MaxFlushDelay time.Duration
 	// BreakerFailures is how many decisions or peeks in a row must fail (time out, lose their
 	// connection) for the circuit breaker to open (default DefaultBreakerFailures; negative:
 	// it never opens). While open, decisions fail at once with ErrBreakerOpen, so that the
@@ -161,6 +171,8 @@ func New(opts Options) (*Client, error) {
 		return nil, errors.New("redis: negative timeout")
 	case opts.ExpirySlack < 0:
 		return nil, errors.New("redis: negative expiry slack")
+	case opts.MaxFlushDelay < 0:
+		return nil, errors.New("redis: negative max flush delay")
 	case opts.RejectCache < 0:
 		return nil, errors.New("redis: negative reject cache size")
 	case opts.BreakerBackoff < 0:
@@ -214,13 +226,14 @@ func New(opts Options) (*Client, error) {
 // connect makes the underlying client. rueidis reconnects by itself once it exists.
 func (c *Client) connect() error {
 	rc, err := rueidis.NewClient(rueidis.ClientOption{
-		InitAddress:  c.opts.Addrs,
-		Username:     c.opts.Username,
-		Password:     c.opts.Password,
-		TLSConfig:    c.opts.TLS,
-		ClientName:   "limiterd",
-		DisableCache: true,
-		Dialer:       net.Dialer{Timeout: max(c.opts.Timeout, time.Second), KeepAlive: time.Second},
+		InitAddress:   c.opts.Addrs,
+		Username:      c.opts.Username,
+		Password:      c.opts.Password,
+		TLSConfig:     c.opts.TLS,
+		ClientName:    "limiterd",
+		DisableCache:  true,
+		MaxFlushDelay: c.opts.MaxFlushDelay,
+		Dialer:        net.Dialer{Timeout: max(c.opts.Timeout, time.Second), KeepAlive: time.Second},
 		// Decisions are not idempotent: never resend one after a network error.
 		DisableRetry: true,
 		// Keep the topology of a cluster current even without MOVED replies.

@@ -26,7 +26,9 @@ func newClient(t *testing.T, opts Options) *Client {
 // testOptions decide at the caller's instants, with keys that outlive the real time a test
 // takes.
 func testOptions(addrs ...string) Options {
-	return Options{Addrs: addrs, Clock: CallerClock, ExpirySlack: time.Hour, Timeout: 10 * time.Second}
+	// The flush delay that limiterd runs with, so that the tests decide as production does.
+	return Options{Addrs: addrs, Clock: CallerClock, ExpirySlack: time.Hour, Timeout: 10 * time.Second,
+		MaxFlushDelay: DefaultMaxFlushDelay}
 }
 
 func TestConformance(t *testing.T) {
