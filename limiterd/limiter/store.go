@@ -19,8 +19,9 @@ type Store interface {
 	// would after it. A refund is not idempotent: repeating one refunds again (up to the
 	// limit).
 	Refund(ctx context.Context, key string, rl RateLimiter, now time.Time, amount int64) (Decision, error)
-	// Reset forgets the client's state: its next request is decided as its first.
-	Reset(ctx context.Context, key string) error
+	// Reset forgets the client's state: that of single-limit tiers, and that of the named
+	// limits of stacked tiers. Its next request is decided as its first.
+	Reset(ctx context.Context, key string, limits ...string) error
 }
 
 var _ Store = (*Memory)(nil)
@@ -38,12 +39,17 @@ type LocalStore interface {
 
 var _ LocalStore = (*Memory)(nil)
 
-// Request is one decision of a batch: Cost units for the client Key by Limiter; a Cost of 0 is
-// a peek (what Peek answers; nothing is consumed).
+// Request is one decision of a batch: Cost units for the client Key by Limiter, or by every
+// limit of Stack (as DecideStack, all or nothing) when Stack is set; a Cost of 0 is a peek (what
+// Peek answers; nothing is consumed).
 type Request struct {
 	Key     string
 	Limiter RateLimiter
 	Cost    int64
+	// Stack, when set, is decided instead of Limiter, and Limits receives its limits'
+	// decisions (len(Limits) must be at least Stack.Len()); the Answer is Combine(Limits).
+	Stack  *Stack
+	Limits []Decision
 }
 
 // Answer is a store's answer to one Request of a batch: the Decision, or the error Decide would
@@ -60,7 +66,8 @@ type BatchStore interface {
 	// DecideBatch decides reqs at instant now (with the same proviso as Decide) and writes the
 	// answer to reqs[i] to out[i]; len(out) must be len(reqs). The answers are those of
 	// successive Decide (or Peek) calls in the order of reqs: requests on one key are decided
-	// in order, each on the state the previous one left.
+	// in order, each on the state the previous one left (for a stack, the states of its
+	// limits).
 	DecideBatch(ctx context.Context, reqs []Request, now time.Time, out []Answer)
 }
 

@@ -432,16 +432,23 @@ func (s *Store) Refund(ctx context.Context, key string, rl limiter.RateLimiter, 
 	return d, nil
 }
 
-// Reset implements limiter.Store: it deletes the client's state and, in the same step,
-// publishes the reset on ResetChannel, so that every replica's reject cache forgets the client.
-// The cache of this process forgets it before Reset returns; other replicas' as soon as the
-// message reaches them.
-func (s *Store) Reset(ctx context.Context, key string) error {
+// Reset implements limiter.Store: it deletes the client's state, and that of the named limits
+// (LimitKey: all on the client's slot), and, in the same step, publishes the reset on
+// ResetChannel, so that every replica's reject cache forgets the client. The cache of this
+// process forgets it before Reset returns; other replicas' as soon as the message reaches them.
+func (s *Store) Reset(ctx context.Context, key string, limits ...string) error {
 	cn, err := s.c.get()
 	if err == nil {
 		ctx, cancel := context.WithTimeout(ctx, s.c.opts.Timeout)
 		defer cancel()
-		err = resetScript.Exec(ctx, cn, []string{s.key(key)}, []string{ResetChannel, s.policy + "\x00" + key}).Error()
+		k := s.key(key)
+		keys := []string{k}
+		for _, name := range limits {
+			if name != limiter.DefaultLimitName {
+				keys = append(keys, k+limitSuffix(name))
+			}
+		}
+		err = resetScript.Exec(ctx, cn, keys, []string{ResetChannel, s.policy + "\x00" + key}).Error()
 	}
 	if s.cache != nil {
 		s.c.trust.epoch.Add(1) // a rejection decided before the reset must not be cached after it

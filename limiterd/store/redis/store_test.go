@@ -186,6 +186,29 @@ func TestKey(t *testing.T) {
 	}
 }
 
+func TestLimitKey(t *testing.T) {
+	if got, want := LimitKey("default/api", "a}b", "daily"), "limiterd:{default/api\x00a%7Db}:daily"; got != want {
+		t.Errorf("LimitKey = %q, want %q", got, want)
+	}
+	if got, want := LimitKey("default/api", "a", limiter.DefaultLimitName), Key("default/api", "a"); got != want {
+		t.Errorf("the limit named default is at %q, want the client's key %q", got, want)
+	}
+	// A limit's key is no client's key, and has its client's hash tag.
+	seen := make(map[string]string)
+	for _, c := range []string{"a", "a}:b", "a:b", "}", "a\x00b"} {
+		for _, name := range []string{limiter.DefaultLimitName, "b", "burst"} {
+			k := LimitKey("p", c, name)
+			if prev, dup := seen[k]; dup {
+				t.Errorf("LimitKey(%q, %q) = the key of %s", c, name, prev)
+			}
+			seen[k] = fmt.Sprintf("(%q, %q)", c, name)
+			if tag := k[:strings.IndexByte(k, '}')+1]; tag != Key("p", c) {
+				t.Errorf("LimitKey(%q, %q) = %q: hash tag is not the client's", c, name, k)
+			}
+		}
+	}
+}
+
 func TestFingerprint(t *testing.T) {
 	tb, err := limiter.NewTokenBucket(10, 3, time.Second)
 	if err != nil {
