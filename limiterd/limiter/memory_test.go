@@ -237,14 +237,11 @@ func TestMemoryByteBudgetHoldsForALongKey(t *testing.T) {
 }
 
 func TestMemoryStackConformance(t *testing.T) {
-	limitertest.RunStack(t, func(*testing.T) limitertest.StackStore { return limiter.NewMemory(nil) })
+	limitertest.RunStack(t, func(*testing.T) limiter.Store { return limiter.NewMemory(nil) })
 }
 
 func TestMemoryStackBatchConformance(t *testing.T) {
-	limitertest.RunStackBatch(t, func(*testing.T) interface {
-		limitertest.StackStore
-		limiter.BatchStore
-	} {
+	limitertest.RunStackBatch(t, func(*testing.T) limiter.BatchStore {
 		return limiter.NewMemory(nil)
 	})
 }

@@ -19,6 +19,18 @@ type Store interface {
 	// would after it. A refund is not idempotent: repeating one refunds again (up to the
 	// limit).
 	Refund(ctx context.Context, key string, rl RateLimiter, now time.Time, amount int64) (Decision, error)
+	// DecideStack decides cost units for the client key by every limit of st at instant now
+	// (with the same proviso as Decide), all or nothing, in one atomic step: the request is
+	// admitted only if every limit admits it, and then consumes its cost from each; when any
+	// limit rejects it, no limit's state changes. A cost of 0 is a peek of every limit. It
+	// writes limit i's decision to out[i] (len(out) must be at least st.Len()): a limit that
+	// admitted a request that another limit rejected answers its state as it is, still Allowed
+	// (UnchargedDecision). It returns the stack's decision, Combine(out).
+	DecideStack(ctx context.Context, key string, st *Stack, now time.Time, cost int64, out []Decision) (Decision, error)
+	// RefundStack returns amount units (at least 1) to every limit of st, each as Refund does
+	// (clamped to its own limit), in one atomic step with the client's decisions, and answers
+	// as DecideStack would for a peek after it.
+	RefundStack(ctx context.Context, key string, st *Stack, now time.Time, amount int64, out []Decision) (Decision, error)
 	// Reset forgets the client's state: that of single-limit tiers, and that of the named
 	// limits of stacked tiers. Its next request is decided as its first.
 	Reset(ctx context.Context, key string, limits ...string) error

@@ -196,6 +196,12 @@ func (failingStore) Refund(context.Context, string, limiter.RateLimiter, time.Ti
 	return limiter.Decision{}, errStoreDown
 }
 func (failingStore) Reset(context.Context, string, ...string) error { return errStoreDown }
+func (failingStore) DecideStack(context.Context, string, *limiter.Stack, time.Time, int64, []limiter.Decision) (limiter.Decision, error) {
+	return limiter.Decision{}, errStoreDown
+}
+func (failingStore) RefundStack(context.Context, string, *limiter.Stack, time.Time, int64, []limiter.Decision) (limiter.Decision, error) {
+	return limiter.Decision{}, errStoreDown
+}
 
 func TestStoreErrorsByPolicy(t *testing.T) {
 	m := New(nil)

@@ -551,13 +551,6 @@ type StackStep struct {
 	Then *limiter.Stack
 }
 
-// StackStore is a store that decides stacked limits (see limiter.Memory.DecideStack).
-type StackStore interface {
-	limiter.Store
-	DecideStack(ctx context.Context, key string, st *limiter.Stack, now time.Time, cost int64, out []limiter.Decision) (limiter.Decision, error)
-	RefundStack(ctx context.Context, key string, st *limiter.Stack, now time.Time, amount int64, out []limiter.Decision) (limiter.Decision, error)
-}
-
 // StackCase is a named sequence of steps with one stack (until a step switches it).
 type StackCase struct {
 	Name  string
@@ -761,7 +754,7 @@ func runSingleStep(t *testing.T, store limiter.Store, i int, s StackStep) {
 
 // RunStack runs the stacked conformance table against stores made by newStore, each case on a
 // fresh store, through DecideStack and RefundStack.
-func RunStack(t *testing.T, newStore func(t *testing.T) StackStore) {
+func RunStack(t *testing.T, newStore func(t *testing.T) limiter.Store) {
 	for _, c := range StackCases() {
 		t.Run(c.Name, func(t *testing.T) {
 			store := newStore(t)
@@ -803,10 +796,7 @@ func RunStack(t *testing.T, newStore func(t *testing.T) StackStore) {
 // newStore: the decisions and peeks of a case at one instant, up to a swap, a refund or a
 // single-limit step, go in one DecideBatch call (with a single-limit request on another key
 // between them, so that a batch mixes both kinds) and must answer what RunStack's calls answer.
-func RunStackBatch(t *testing.T, newStore func(t *testing.T) interface {
-	StackStore
-	limiter.BatchStore
-}) {
+func RunStackBatch(t *testing.T, newStore func(t *testing.T) limiter.BatchStore) {
 	filler := must(limiter.NewTokenBucket(100, 1, time.Second))
 	for _, c := range StackCases() {
 		t.Run(c.Name, func(t *testing.T) {
@@ -877,7 +867,7 @@ func RunStackBatch(t *testing.T, newStore func(t *testing.T) interface {
 // minus refunds) never exceed limit, and each limit's remaining allowance is exactly its limit
 // minus the units held: a stack that charged one limit and not the other would leave them
 // apart.
-func RunStackConcurrent(t *testing.T, store StackStore, workers, perWorker int, limit int64) {
+func RunStackConcurrent(t *testing.T, store limiter.Store, workers, perWorker int, limit int64) {
 	ctx := context.Background()
 	st := Stack("burst", must(limiter.NewTokenBucket(limit, 1, time.Hour)),
 		"daily", must(limiter.NewSlidingWindow(limit+limit/2, time.Hour)))

@@ -234,15 +234,12 @@ func TestFingerprint(t *testing.T) {
 
 func TestStackConformance(t *testing.T) {
 	c := newClient(t, testOptions(shared(t).Addr()))
-	limitertest.RunStack(t, func(t *testing.T) limitertest.StackStore { return c.Store(t.Name()) })
+	limitertest.RunStack(t, func(t *testing.T) limiter.Store { return c.Store(t.Name()) })
 }
 
 func TestStackBatchConformance(t *testing.T) {
 	c := newClient(t, testOptions(shared(t).Addr()))
-	limitertest.RunStackBatch(t, func(t *testing.T) interface {
-		limitertest.StackStore
-		limiter.BatchStore
-	} {
+	limitertest.RunStackBatch(t, func(t *testing.T) limiter.BatchStore {
 		return c.Store(t.Name())
 	})
 }
