@@ -13,6 +13,7 @@ import (
 
 	"github.com/limiterd/limiterd/api/v1alpha1"
 	"github.com/limiterd/limiterd/limiterd/limiter"
+	"github.com/limiterd/limiterd/limiterd/ratelimitheaders"
 )
 
 // Tier is one compiled tier: a strategy, or a stack of them, shared by every client resolved
@@ -62,6 +63,23 @@ func (t *Tier) HeaderName(i int) string {
 		return t.headerNames[i]
 	}
 	return t.Name
+}
+
+// AppendRateLimitPolicy appends the value of the tier's RateLimit-Policy header field: one item
+// per limit, named HeaderName, with its quota and the window it is expressed over (draft-10 lets
+// a field list several). An unlimited tier has none.
+func (t *Tier) AppendRateLimitPolicy(b []byte) []byte {
+	if !t.Limited() {
+		return b
+	}
+	for i := range t.Limits() {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		rl := t.Limit(i)
+		b = ratelimitheaders.AppendPolicy(b, t.HeaderName(i), rl.Limit(), rl.Window())
+	}
+	return b
 }
 
 // Policy is a compiled RateLimitPolicy.

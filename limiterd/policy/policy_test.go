@@ -169,6 +169,15 @@ func TestCompileStackedTier(t *testing.T) {
 	if p.Tiers[2].Limited() {
 		t.Fatalf("an Unlimited tier says it has a quota")
 	}
+	if got, want := string(paid.AppendRateLimitPolicy(nil)), `"paid/burst";q=20;w=2, "paid/daily";q=10000;w=86400`; got != want {
+		t.Fatalf("paid's RateLimit-Policy: %s, want %s", got, want)
+	}
+	if got, want := string(free.AppendRateLimitPolicy(nil)), `"free";q=10;w=10`; got != want {
+		t.Fatalf("free's RateLimit-Policy: %s, want %s", got, want)
+	}
+	if got := p.Tiers[2].AppendRateLimitPolicy([]byte("x")); string(got) != "x" {
+		t.Fatalf("an unlimited tier's RateLimit-Policy: %q, want none", got)
+	}
 	if fmt.Sprint(p.LimitNames) != "[burst daily]" {
 		t.Fatalf("LimitNames = %v, want [burst daily]", p.LimitNames)
 	}
