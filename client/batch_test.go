@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -52,7 +53,7 @@ func TestAllowBatchMatchesAllowN(t *testing.T) {
 			}
 		default:
 			want.RateLimitPolicy, want.RateLimit = "", "" // a batch answer has no header fields
-			if got.Err != nil || got.Decision != want {
+			if got.Err != nil || !reflect.DeepEqual(got.Decision, want) {
 				t.Errorf("item %d %+v:\n batch  %+v %v\n single %+v", i, it, got.Decision, got.Err, want)
 			}
 		}

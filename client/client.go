@@ -53,10 +53,33 @@ type Decision struct {
 	// retryAfterMs); 0 when allowed, and 0 for a rejection that no wait cures: a cost above
 	// the tier's limit (Limit).
 	RetryAfter time.Duration
+	// Limits are the limits of a stacked tier, in the tier's order; nil for a tier of one
+	// limit. A stacked tier admits a request only if every limit admits it, and charges none
+	// when one rejects it; Limit, Remaining and ResetAfter above are then those of the limit
+	// closest to exhaustion (of a rejection, the one that must wait longest), and RetryAfter the
+	// wait until every limit admits the cost.
+	Limits []Limit
 	// RateLimitPolicy and RateLimit are the values of the header fields of the same names that
 	// limiterd answered (draft-ietf-httpapi-ratelimit-headers-10), "" when absent, for a
-	// workload to pass on to its own clients.
+	// workload to pass on to its own clients. RateLimitPolicy lists every limit of a stacked
+	// tier.
 	RateLimitPolicy, RateLimit string
+}
+
+// Limit is one limit of a stacked tier in a Decision.
+type Limit struct {
+	// Name is the limit's name in its tier.
+	Name string
+	// Allowed reports whether this limit alone admits the request (for a rejected request, the
+	// limits that would have admitted it were not charged either).
+	Allowed bool
+	// Limit is the limit's quota: a token bucket's capacity or a sliding window's limit.
+	Limit int64
+	// Remaining is how many more units this limit would admit now.
+	Remaining int64
+	// ResetAfter is how long until this limit's quota is whole again, in milliseconds rounded
+	// up.
+	ResetAfter time.Duration
 }
 
 // Error is an answer of limiterd that is not a decision: a 4xx or 5xx status with its message.
@@ -169,6 +192,18 @@ type answer struct {
 	RetryAfterSeconds int64  `json:"retryAfterSeconds"`
 	ResetAfterMs      *int64 `json:"resetAfterMs"`
 	RetryAfterMs      *int64 `json:"retryAfterMs"`
+	// Limits are a stacked tier's limits.
+	Limits []limitAnswer `json:"limits"`
+}
+
+// limitAnswer is one limit of a stacked tier in a decision.
+type limitAnswer struct {
+	Name              string `json:"name"`
+	Allowed           *bool  `json:"allowed"`
+	Limit             int64  `json:"limit"`
+	Remaining         int64  `json:"remaining"`
+	ResetAfterSeconds int64  `json:"resetAfterSeconds"`
+	ResetAfterMs      *int64 `json:"resetAfterMs"`
 }
 
 // Peek reports what a one-unit request of the client key would get now, consuming nothing:
@@ -304,6 +339,19 @@ func (a *answer) decision() (Decision, error) {
 	}
 	if a.Remaining != nil {
 		d.Remaining = *a.Remaining
+	}
+	for i, l := range a.Limits {
+		switch {
+		case l.Name == "" || l.Allowed == nil:
+			return Decision{}, fmt.Errorf("has a limit (%d) without a name or \"allowed\"", i)
+		case l.ResetAfterSeconds < 0 || l.ResetAfterMs != nil && *l.ResetAfterMs < 0:
+			return Decision{}, fmt.Errorf("has a limit (%q) with a negative duration", l.Name)
+		}
+		limit := Limit{Name: l.Name, Allowed: *l.Allowed, Limit: l.Limit, Remaining: l.Remaining, ResetAfter: seconds(l.ResetAfterSeconds)}
+		if l.ResetAfterMs != nil {
+			limit.ResetAfter = milliseconds(*l.ResetAfterMs)
+		}
+		d.Limits = append(d.Limits, limit)
 	}
 	return d, nil
 }

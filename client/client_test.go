@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -34,7 +35,7 @@ func TestAllowDecisions(t *testing.T) {
 		if err != nil {
 			t.Fatalf("request %d: %v", i, err)
 		}
-		if got != want {
+		if !reflect.DeepEqual(got, want) {
 			t.Errorf("request %d:\n got %+v\nwant %+v", i, got, want)
 		}
 	}
@@ -54,7 +55,7 @@ func TestAllowDecisions(t *testing.T) {
 		t.Errorf("bob after spending 2 = %+v, %v", d, err)
 	}
 	want := client.Decision{Allowed: true}
-	if d, err := c.AllowN(t.Context(), "svc:billing", 1000); err != nil || d != want {
+	if d, err := c.AllowN(t.Context(), "svc:billing", 1000); err != nil || !reflect.DeepEqual(d, want) {
 		t.Errorf("unlimited = %+v, %v; want %+v", d, err, want)
 	}
 }
@@ -152,6 +153,10 @@ func TestAnswersThatAreNotLimiterd(t *testing.T) {
 		{"no allowed", 200, `{"limit":1}`, false, `has no "allowed"`},
 		{"not JSON", 200, `ok`, false, "decode limiterd's decision (200)"},
 		{"negative duration", 200, `{"allowed":true,"resetAfterSeconds":-1}`, false, "negative duration"},
+		{"unnamed limit", 200, `{"allowed":true,"limits":[{"allowed":true,"limit":1}]}`, false, `without a name or "allowed"`},
+		{"limit without allowed", 200, `{"allowed":true,"limits":[{"name":"a","limit":1}]}`, false, `without a name or "allowed"`},
+		{"limit with a negative duration", 200, `{"allowed":true,"limits":[{"name":"a","allowed":true,"resetAfterMs":-1}]}`, false, `limit ("a") with a negative duration`},
+		{"limits not a list", 200, `{"allowed":true,"limits":{"name":"a"}}`, false, "decode limiterd's decision (200)"},
 		{"huge", 200, `{"allowed":true,"x":"` + strings.Repeat("x", 70<<10) + `"}`, false, "larger than 65536 bytes"},
 	} {
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -310,5 +315,48 @@ func TestMillisecondsWin(t *testing.T) {
 	d, err := c.Allow(t.Context(), "k")
 	if err != nil || d.RetryAfter != 69*time.Millisecond || d.ResetAfter != 70*time.Millisecond {
 		t.Fatalf("%+v %v, want a retry after 69ms and a reset after 70ms", d, err)
+	}
+}
+
+// TestStackedTierDecisions checks the decisions of a stacked tier: every limit, with the
+// top-level fields of the binding one, over single calls, peeks, refunds and batches.
+func TestStackedTierDecisions(t *testing.T) {
+	c, err := client.New(startLimiterd(t, stackedPolicy).URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const day = 24 * time.Hour
+	policy := `"paid/burst";q=2;w=2, "paid/daily";q=3;w=86400`
+	for i, want := range []client.Decision{
+		{Allowed: true, Limit: 2, Remaining: 1, ResetAfter: time.Second, RateLimitPolicy: policy, RateLimit: `"paid/burst";r=1;t=1`,
+			Limits: []client.Limit{{"burst", true, 2, 1, time.Second}, {"daily", true, 3, 2, day}}},
+		{Allowed: true, Limit: 2, Remaining: 0, ResetAfter: 2 * time.Second, RateLimitPolicy: policy, RateLimit: `"paid/burst";r=0;t=2`,
+			Limits: []client.Limit{{"burst", true, 2, 0, 2 * time.Second}, {"daily", true, 3, 1, day}}},
+		// burst rejects: daily is not charged.
+		{Allowed: false, Limit: 2, Remaining: 0, ResetAfter: 2 * time.Second, RetryAfter: time.Second, RateLimitPolicy: policy,
+			RateLimit: `"paid/burst";r=0;t=2`, Limits: []client.Limit{{"burst", false, 2, 0, 2 * time.Second}, {"daily", true, 3, 1, day}}},
+	} {
+		got, err := c.Allow(t.Context(), "alice")
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("request %d:\n got %+v\nwant %+v", i, got, want)
+		}
+	}
+	d, err := c.Refund(t.Context(), "alice", 2)
+	if err != nil || !d.Allowed || len(d.Limits) != 2 || d.Limits[0].Remaining != 2 || d.Limits[1].Remaining != 3 {
+		t.Fatalf("a refund of 2: %+v, %v; want both limits whole", d, err)
+	}
+	results, err := c.AllowBatch(t.Context(), []client.BatchItem{{Key: "alice", Cost: 0}, {Key: "bob", Cost: 3}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := results[0].Decision; !d.Allowed || len(d.Limits) != 2 || d.Limits[1].Remaining != 3 {
+		t.Errorf("a peek in a batch: %+v", d)
+	}
+	// 3 is above burst's capacity: never admitted, and nothing charged.
+	if d := results[1].Decision; d.Allowed || d.RetryAfter != 0 || len(d.Limits) != 2 || d.Limits[0].Allowed || !d.Limits[1].Allowed {
+		t.Errorf("a cost above burst in a batch: %+v", d)
 	}
 }

@@ -91,3 +91,23 @@ spec:
         limit: 100
         window: 1m
 `
+
+// stackedPolicy is default/api whose tier "paid" stacks burst, a bucket of 2 refilled by 1 a
+// second, and daily, a window of 3 a day.
+const stackedPolicy = `
+apiVersion: limiterd.dev/v1alpha1
+kind: RateLimitPolicy
+metadata:
+  name: api
+spec:
+  defaultTier: paid
+  tiers:
+    - name: paid
+      limits:
+        - name: burst
+          algorithm: TokenBucket
+          tokenBucket: {capacity: 2, refillRate: 1}
+        - name: daily
+          algorithm: SlidingWindow
+          slidingWindow: {limit: 3, window: 24h}
+`

@@ -3,13 +3,20 @@ package v1alpha1
 import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 // Default sets the defaults of unset optional fields, as the API server does from the CRD:
-// a token bucket's refillPeriod becomes DefaultRefillPeriod (1s) and failureMode becomes
-// DefaultFailureMode (Open). It does not set the namespace (DecodePolicies does) and changes
+// a token bucket's refillPeriod (a tier's, or a stacked tier's limit's) becomes
+// DefaultRefillPeriod (1s) and failureMode becomes DefaultFailureMode (Open). It does not set the namespace (DecodePolicies does) and changes
 // nothing else. Default is idempotent.
 func (p *RateLimitPolicy) Default() {
-	for i := range p.Spec.Tiers {
-		if tb := p.Spec.Tiers[i].TokenBucket; tb != nil && tb.RefillPeriod == nil {
+	defaultPeriod := func(tb *TokenBucket) {
+		if tb != nil && tb.RefillPeriod == nil {
 			tb.RefillPeriod = &metav1.Duration{Duration: DefaultRefillPeriod}
+		}
+	}
+	for i := range p.Spec.Tiers {
+		t := &p.Spec.Tiers[i]
+		defaultPeriod(t.TokenBucket)
+		for j := range t.Limits {
+			defaultPeriod(t.Limits[j].TokenBucket)
 		}
 	}
 	if p.Spec.FailureMode == "" {

@@ -25,6 +25,10 @@ const (
 
 	// MaxTiers is the most tiers a policy has.
 	MaxTiers = 64
+	// MaxLimits is the most limits of a stacked tier (Tier.Limits). Each limit of a tier is one
+	// more state per client in limiterd's store, and one more key in the script that decides
+	// the stack in Redis.
+	MaxLimits = 4
 	// MaxOverrides is the most overrides a policy has.
 	MaxOverrides = 64
 	// MaxClientsPerOverride is the most entries of one override's clients, and of its
@@ -38,7 +42,7 @@ const (
 	MaxClientKeyBytes = 1024
 	// MaxDescriptorKeyBytes is the longest spec.envoy.descriptorKey, in bytes (UTF-8).
 	MaxDescriptorKeyBytes = 256
-	// MaxNameLength is the longest tier name (a DNS label).
+	// MaxNameLength is the longest tier or limit name (a DNS label).
 	MaxNameLength = 63
 	// MaxDurationLength is the longest duration string the CRD accepts ("1s", "250ms").
 	// A decoded duration has lost its text, so Validate cannot check this bound.
@@ -50,6 +54,10 @@ const (
 
 // DefaultRefillPeriod is the refillPeriod of a token bucket that sets none.
 const DefaultRefillPeriod = time.Second
+
+// DefaultLimitName is the name of the limit of a tier's single-limit form (Tier.Algorithm): a
+// limit of a stacked tier (Tier.Limits) of this name shares its clients' usage with it.
+const DefaultLimitName = "default"
 
 // DefaultFailureMode is the failureMode of a policy that sets none.
 const DefaultFailureMode = FailureModeOpen

@@ -117,6 +117,7 @@ func TestCRDMatchesLimits(t *testing.T) {
 	root := loadCRDSchema(t)
 	spec := root.prop("spec")
 	tier := spec.prop("tiers", "[]")
+	limit := tier.prop("limits", "[]")
 	override := spec.prop("overrides", "[]")
 	for _, c := range []struct {
 		what      string
@@ -131,6 +132,17 @@ func TestCRDMatchesLimits(t *testing.T) {
 		{"tiers minItems", spec.prop("tiers").num("minItems"), 1},
 		{"tiers maxItems", spec.prop("tiers").num("maxItems"), MaxTiers},
 		{"tier name maxLength", tier.prop("name").num("maxLength"), MaxNameLength},
+		{"limits minItems", tier.prop("limits").num("minItems"), 1},
+		{"limits maxItems", tier.prop("limits").num("maxItems"), MaxLimits},
+		{"limit name maxLength", limit.prop("name").num("maxLength"), MaxNameLength},
+		{"limit capacity minimum", limit.prop("tokenBucket", "capacity").num("minimum"), 1},
+		{"limit capacity maximum", limit.prop("tokenBucket", "capacity").num("maximum"), MaxCapacity},
+		{"limit refillRate minimum", limit.prop("tokenBucket", "refillRate").num("minimum"), 1},
+		{"limit refillRate maximum", limit.prop("tokenBucket", "refillRate").num("maximum"), MaxCapacity},
+		{"limit limit minimum", limit.prop("slidingWindow", "limit").num("minimum"), 1},
+		{"limit limit maximum", limit.prop("slidingWindow", "limit").num("maximum"), MaxWindowLimit},
+		{"limit refillPeriod maxLength", limit.prop("tokenBucket", "refillPeriod").num("maxLength"), MaxDurationLength},
+		{"limit window maxLength", limit.prop("slidingWindow", "window").num("maxLength"), MaxDurationLength},
 		{"defaultTier maxLength", spec.prop("defaultTier").num("maxLength"), MaxNameLength},
 		{"override tier maxLength", override.prop("tier").num("maxLength"), MaxNameLength},
 		{"overrides maxItems", spec.prop("overrides").num("maxItems"), MaxOverrides},
@@ -184,7 +196,8 @@ func TestCRDMatchesLimits(t *testing.T) {
 	}
 
 	durationRule := regexp.MustCompile(`^duration\(self\) >= duration\('([^']+)'\) && duration\(self\) <= duration\('([^']+)'\)$`)
-	for _, path := range [][]string{{"tokenBucket", "refillPeriod"}, {"slidingWindow", "window"}} {
+	for _, path := range [][]string{{"tokenBucket", "refillPeriod"}, {"slidingWindow", "window"},
+		{"limits", "[]", "tokenBucket", "refillPeriod"}, {"limits", "[]", "slidingWindow", "window"}} {
 		rules := tier.prop(path...).rules()
 		if len(rules) != 1 || !durationRule.MatchString(rules[0]) {
 			t.Errorf("CRD %v: rules %q, want one bounding the duration", path, rules)
@@ -205,6 +218,9 @@ func TestCRDMatchesLimits(t *testing.T) {
 	refill := tier.prop("tokenBucket").rules()
 	if len(refill) != 1 {
 		t.Fatalf("CRD tokenBucket: %d rules, want 1 (the full refill)", len(refill))
+	}
+	if got := limit.prop("tokenBucket").rules(); !slices.Equal(got, refill) {
+		t.Errorf("CRD limits[].tokenBucket: rules %q, want the tier's %q", got, refill)
 	}
 	for _, want := range []string{
 		"self.capacity <= " + strconv.Itoa(MaxCapacity),
@@ -244,14 +260,29 @@ func TestCRDMatchesLimits(t *testing.T) {
 		}
 	}
 
-	if got := tier.prop("tokenBucket", "refillPeriod")["default"]; got != DefaultRefillPeriod.String() {
-		t.Errorf("CRD refillPeriod default %v, want %v", got, DefaultRefillPeriod)
+	for _, n := range []schemaNode{tier, limit} {
+		if got := n.prop("tokenBucket", "refillPeriod")["default"]; got != DefaultRefillPeriod.String() {
+			t.Errorf("CRD refillPeriod default %v, want %v", got, DefaultRefillPeriod)
+		}
 	}
 	if got := spec.prop("failureMode")["default"]; got != string(DefaultFailureMode) {
 		t.Errorf("CRD failureMode default %v, want %v", got, DefaultFailureMode)
 	}
 	if got := fmt.Sprint(tier.prop("algorithm")["enum"]); got != fmt.Sprint(supportedAlgorithms) {
 		t.Errorf("CRD algorithm enum %v, want %v", got, supportedAlgorithms)
+	}
+	// A limit's algorithm is the tier's enum less the algorithms a CEL rule excludes.
+	var stacked []Algorithm
+	for _, a := range supportedAlgorithms {
+		if !slices.Contains(limit.rules(), "self.algorithm != '"+string(a)+"'") {
+			stacked = append(stacked, a)
+		}
+	}
+	if got := fmt.Sprint(limit.prop("algorithm")["enum"]); got != fmt.Sprint(supportedAlgorithms) {
+		t.Errorf("CRD limits[].algorithm enum %v, want %v", got, supportedAlgorithms)
+	}
+	if !slices.Equal(stacked, stackedAlgorithms) {
+		t.Errorf("CRD limits[].algorithm admits %v, Validate %v", stacked, stackedAlgorithms)
 	}
 	if got := fmt.Sprint(spec.prop("failureMode")["enum"]); got != fmt.Sprint(supportedFailureModes) {
 		t.Errorf("CRD failureMode enum %v, want %v", got, supportedFailureModes)

@@ -96,11 +96,49 @@ type SlidingWindow struct {
 	Window metav1.Duration `json:"window"`
 }
 
-// Tier is a named way of deciding, shared by every client resolved to it.
+// Limit is one limit of a stacked tier (Tier.limits): a name, an algorithm and its parameters,
+// shaped like the single-limit fields of a tier.
+// +kubebuilder:validation:XValidation:rule="self.algorithm != 'Unlimited'",message="a limit of a stack is TokenBucket or SlidingWindow: Unlimited would never reject",fieldPath=".algorithm"
 // +kubebuilder:validation:XValidation:rule="self.algorithm != 'TokenBucket' || has(self.tokenBucket)",message="tokenBucket is required when algorithm is TokenBucket",fieldPath=".tokenBucket"
 // +kubebuilder:validation:XValidation:rule="self.algorithm == 'TokenBucket' || !has(self.tokenBucket)",message="tokenBucket must be set only when algorithm is TokenBucket",fieldPath=".tokenBucket"
 // +kubebuilder:validation:XValidation:rule="self.algorithm != 'SlidingWindow' || has(self.slidingWindow)",message="slidingWindow is required when algorithm is SlidingWindow",fieldPath=".slidingWindow"
 // +kubebuilder:validation:XValidation:rule="self.algorithm == 'SlidingWindow' || !has(self.slidingWindow)",message="slidingWindow must be set only when algorithm is SlidingWindow",fieldPath=".slidingWindow"
+type Limit struct {
+	// name identifies the limit within its tier: a DNS label (lower-case letters, digits and
+	// '-', at most 63 characters), unique among the tier's limits. A client's usage is kept per
+	// limit name: when the policy changes, a limit of the same name keeps it (converted as for a
+	// changed tier: same parameters, kept; same algorithm, carried over and clamped; another
+	// algorithm, fresh), and a limit of a new name starts fresh. The limit named "default"
+	// shares its usage with the single-limit form of a tier, so that rewriting a tier's
+	// algorithm as a limit named "default" among others keeps its clients' usage.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+
+	// algorithm is how the limit decides: TokenBucket or SlidingWindow. Exactly the block
+	// matching it must be set (tokenBucket or slidingWindow).
+	// +required
+	Algorithm Algorithm `json:"algorithm"`
+
+	// tokenBucket holds the parameters of a TokenBucket limit.
+	// +optional
+	TokenBucket *TokenBucket `json:"tokenBucket,omitempty"`
+
+	// slidingWindow holds the parameters of a SlidingWindow limit.
+	// +optional
+	SlidingWindow *SlidingWindow `json:"slidingWindow,omitempty"`
+}
+
+// Tier is a named way of deciding, shared by every client resolved to it: one limit (algorithm
+// and its block) or a stack of limits (limits), never both.
+// +kubebuilder:validation:XValidation:rule="has(self.algorithm) || has(self.limits)",message="a tier needs algorithm (one limit) or limits (a stack)",fieldPath=".algorithm"
+// +kubebuilder:validation:XValidation:rule="!has(self.algorithm) || !has(self.limits)",message="a tier has either algorithm or limits, not both",fieldPath=".limits"
+// +kubebuilder:validation:XValidation:rule="!has(self.algorithm) || self.algorithm != 'TokenBucket' || has(self.tokenBucket)",message="tokenBucket is required when algorithm is TokenBucket",fieldPath=".tokenBucket"
+// +kubebuilder:validation:XValidation:rule="(has(self.algorithm) && self.algorithm == 'TokenBucket') || !has(self.tokenBucket)",message="tokenBucket must be set only when algorithm is TokenBucket",fieldPath=".tokenBucket"
+// +kubebuilder:validation:XValidation:rule="!has(self.algorithm) || self.algorithm != 'SlidingWindow' || has(self.slidingWindow)",message="slidingWindow is required when algorithm is SlidingWindow",fieldPath=".slidingWindow"
+// +kubebuilder:validation:XValidation:rule="(has(self.algorithm) && self.algorithm == 'SlidingWindow') || !has(self.slidingWindow)",message="slidingWindow must be set only when algorithm is SlidingWindow",fieldPath=".slidingWindow"
 type Tier struct {
 	// name identifies the tier within the policy: a DNS label (lower-case letters, digits and
 	// '-', at most 63 characters), unique among the tiers.
@@ -110,10 +148,11 @@ type Tier struct {
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	Name string `json:"name"`
 
-	// algorithm is how the tier decides: TokenBucket, SlidingWindow or Unlimited.
-	// Exactly the block matching it must be set (tokenBucket or slidingWindow; none for Unlimited).
-	// +required
-	Algorithm Algorithm `json:"algorithm"`
+	// algorithm is how a tier of one limit decides: TokenBucket, SlidingWindow or Unlimited.
+	// Exactly the block matching it must be set (tokenBucket or slidingWindow; none for
+	// Unlimited). A tier sets either algorithm or limits.
+	// +optional
+	Algorithm Algorithm `json:"algorithm,omitempty"`
 
 	// tokenBucket holds the parameters of a TokenBucket tier.
 	// +optional
@@ -122,6 +161,20 @@ type Tier struct {
 	// slidingWindow holds the parameters of a SlidingWindow tier.
 	// +optional
 	SlidingWindow *SlidingWindow `json:"slidingWindow,omitempty"`
+
+	// limits stacks 1 to 4 limits, each with its own name, algorithm and parameters, instead of
+	// algorithm: for example a token bucket for bursts and a sliding window of 10000 a day. A
+	// request is admitted only if every limit admits it, and then consumes its cost from each;
+	// a request that any limit rejects consumes nothing from any. The answer's RateLimit field
+	// reports the limit closest to exhaustion, RateLimit-Policy lists every limit, and the wait
+	// a rejection names is until every limit admits the cost. A tier sets either algorithm or
+	// limits.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=4
+	Limits []Limit `json:"limits,omitempty"`
 
 	// dryRun makes the tier a shadow: decisions are made and counted, but the answer is always
 	// "allowed". Use it to try a limit before enforcing it.

@@ -14,6 +14,7 @@ import (
 
 var (
 	supportedAlgorithms   = []Algorithm{AlgorithmTokenBucket, AlgorithmSlidingWindow, AlgorithmUnlimited}
+	stackedAlgorithms     = []Algorithm{AlgorithmTokenBucket, AlgorithmSlidingWindow} // a limit of a stack
 	supportedFailureModes = []FailureMode{FailureModeOpen, FailureModeClosed, FailureModeLocal}
 )
 
@@ -29,8 +30,9 @@ var (
 //
 // The CRD's schema and CEL rules enforce the same rules; the error of the API server names the
 // same field, except for rules that CEL checks on an enclosing object (a key in two overrides,
-// an override's unknown tier: spec.overrides; a duplicate tier name: spec.tiers[i]). Only the
-// CRD limits the text of a duration (MaxDurationLength), which a decoded duration has lost.
+// an override's unknown tier: spec.overrides; a duplicate tier name: spec.tiers[i]; a duplicate
+// limit name: spec.tiers[i].limits[j]). Only the CRD limits the text of a duration
+// (MaxDurationLength), which a decoded duration has lost.
 func Validate(p *RateLimitPolicy) error {
 	if p == nil {
 		return errors.New("RateLimitPolicy is nil")
@@ -190,48 +192,95 @@ func countKeys(overrides []Override, keys func(*Override) []string) int {
 }
 
 func validateTier(t *Tier, path *field.Path) field.ErrorList {
-	var errs field.ErrorList
-	if t.Name == "" {
-		errs = append(errs, field.Required(path.Child("name"), "a DNS label is required"))
-	} else {
-		for _, msg := range validation.IsDNS1123Label(t.Name) {
-			errs = append(errs, field.Invalid(path.Child("name"), t.Name, msg))
-		}
+	errs := validateName(t.Name, path.Child("name"))
+	if t.Limits != nil {
+		return append(errs, validateStack(t, path)...)
 	}
+	if t.Algorithm == "" {
+		errs = append(errs, field.Required(path.Child("algorithm"), "a tier needs algorithm (one limit) or limits (a stack)"))
+	}
+	return append(errs, validateAlgorithm(t.Algorithm, t.TokenBucket, t.SlidingWindow, supportedAlgorithms, path)...)
+}
 
-	tbPath, swPath := path.Child("tokenBucket"), path.Child("slidingWindow")
-	switch t.Algorithm {
-	case AlgorithmTokenBucket:
-		if t.TokenBucket == nil {
-			errs = append(errs, field.Required(tbPath, "tokenBucket is required when algorithm is TokenBucket"))
-		}
-		if t.SlidingWindow != nil {
-			errs = append(errs, field.Forbidden(swPath, "slidingWindow must be set only when algorithm is SlidingWindow"))
-		}
-	case AlgorithmSlidingWindow:
-		if t.SlidingWindow == nil {
-			errs = append(errs, field.Required(swPath, "slidingWindow is required when algorithm is SlidingWindow"))
-		}
-		if t.TokenBucket != nil {
-			errs = append(errs, field.Forbidden(tbPath, "tokenBucket must be set only when algorithm is TokenBucket"))
-		}
-	case AlgorithmUnlimited:
-		if t.TokenBucket != nil {
-			errs = append(errs, field.Forbidden(tbPath, "tokenBucket must be set only when algorithm is TokenBucket"))
-		}
-		if t.SlidingWindow != nil {
-			errs = append(errs, field.Forbidden(swPath, "slidingWindow must be set only when algorithm is SlidingWindow"))
-		}
-	case "":
-		errs = append(errs, field.Required(path.Child("algorithm"), "one of TokenBucket, SlidingWindow, Unlimited"))
-	default:
-		errs = append(errs, field.NotSupported(path.Child("algorithm"), t.Algorithm, supportedAlgorithms))
+// validateName checks a tier's or a limit's name: a DNS label.
+func validateName(name string, path *field.Path) field.ErrorList {
+	if name == "" {
+		return field.ErrorList{field.Required(path, "a DNS label is required")}
+	}
+	var errs field.ErrorList
+	for _, msg := range validation.IsDNS1123Label(name) {
+		errs = append(errs, field.Invalid(path, name, msg))
+	}
+	return errs
+}
+
+// validateStack checks a stacked tier: its limits, and none of the single-limit fields.
+func validateStack(t *Tier, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	limitsPath := path.Child("limits")
+	if t.Algorithm != "" {
+		errs = append(errs, field.Forbidden(limitsPath, "a tier has either algorithm or limits, not both"))
 	}
 	if t.TokenBucket != nil {
-		errs = append(errs, validateTokenBucket(t.TokenBucket, tbPath)...)
+		errs = append(errs, field.Forbidden(path.Child("tokenBucket"), "tokenBucket must be set only when algorithm is TokenBucket"))
 	}
 	if t.SlidingWindow != nil {
-		errs = append(errs, validateSlidingWindow(t.SlidingWindow, swPath)...)
+		errs = append(errs, field.Forbidden(path.Child("slidingWindow"), "slidingWindow must be set only when algorithm is SlidingWindow"))
+	}
+	switch {
+	case len(t.Limits) == 0:
+		errs = append(errs, field.Required(limitsPath, fmt.Sprintf("a stack has 1 to %d limits", MaxLimits)))
+	case len(t.Limits) > MaxLimits:
+		errs = append(errs, field.TooMany(limitsPath, len(t.Limits), MaxLimits))
+	}
+	names := make(map[string]bool, len(t.Limits))
+	for j := range t.Limits {
+		l := &t.Limits[j]
+		p := limitsPath.Index(j)
+		errs = append(errs, validateName(l.Name, p.Child("name"))...)
+		if l.Name != "" && names[l.Name] {
+			errs = append(errs, field.Duplicate(p.Child("name"), l.Name))
+		}
+		names[l.Name] = true
+		if l.Algorithm == "" {
+			errs = append(errs, field.Required(p.Child("algorithm"), "one of TokenBucket, SlidingWindow"))
+		}
+		errs = append(errs, validateAlgorithm(l.Algorithm, l.TokenBucket, l.SlidingWindow, stackedAlgorithms, p)...)
+	}
+	return errs
+}
+
+// validateAlgorithm checks an algorithm against supported, and the parameter blocks beside it
+// (at path): exactly the one it needs, each valid. A missing algorithm ("") is the caller's to
+// report; the blocks are then only checked for their own bounds.
+func validateAlgorithm(a Algorithm, tb *TokenBucket, sw *SlidingWindow, supported []Algorithm, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	tbPath, swPath := path.Child("tokenBucket"), path.Child("slidingWindow")
+	switch {
+	case a == "":
+	case !oneOf(a, supported):
+		errs = append(errs, field.NotSupported(path.Child("algorithm"), a, supported))
+	case a == AlgorithmTokenBucket:
+		if tb == nil {
+			errs = append(errs, field.Required(tbPath, "tokenBucket is required when algorithm is TokenBucket"))
+		}
+	case a == AlgorithmSlidingWindow:
+		if sw == nil {
+			errs = append(errs, field.Required(swPath, "slidingWindow is required when algorithm is SlidingWindow"))
+		}
+	case a == AlgorithmUnlimited:
+	}
+	if tb != nil && a != AlgorithmTokenBucket && a != "" {
+		errs = append(errs, field.Forbidden(tbPath, "tokenBucket must be set only when algorithm is TokenBucket"))
+	}
+	if sw != nil && a != AlgorithmSlidingWindow && a != "" {
+		errs = append(errs, field.Forbidden(swPath, "slidingWindow must be set only when algorithm is SlidingWindow"))
+	}
+	if tb != nil {
+		errs = append(errs, validateTokenBucket(tb, tbPath)...)
+	}
+	if sw != nil {
+		errs = append(errs, validateSlidingWindow(sw, swPath)...)
 	}
 	return errs
 }

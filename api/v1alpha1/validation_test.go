@@ -138,6 +138,29 @@ func TestValidateCases(t *testing.T) {
 		{"duplicate across overrides names the first", func(p *RateLimitPolicy) {
 			p.Spec.Overrides = append(p.Spec.Overrides, Override{Tier: "free", Clients: []string{"a"}})
 		}, []string{"spec.overrides[1].clients[0]"}},
+		{"a stacked tier", func(p *RateLimitPolicy) { p.Spec.Tiers[1] = stackedTier() }, nil},
+		{"a stack of one limit", func(p *RateLimitPolicy) {
+			p.Spec.Tiers[1] = stackedTier()
+			p.Spec.Tiers[1].Limits = p.Spec.Tiers[1].Limits[:1]
+		}, nil},
+		{"a stacked tier lists every problem, the single-limit fields included", func(p *RateLimitPolicy) {
+			t := stackedTier()
+			t.Algorithm = AlgorithmSlidingWindow
+			t.SlidingWindow = &SlidingWindow{Limit: 5, Window: metav1.Duration{Duration: time.Second}}
+			t.Limits[0].Name = "Burst"
+			t.Limits[0].TokenBucket.Capacity = 0
+			t.Limits[1].Algorithm = ""
+			t.Limits = append(t.Limits, Limit{Name: "daily", Algorithm: AlgorithmUnlimited}, Limit{Name: "e", Algorithm: "Other"},
+				Limit{Name: "f", Algorithm: AlgorithmTokenBucket, TokenBucket: &TokenBucket{Capacity: 1, RefillRate: 1}})
+			p.Spec.Tiers[1] = t
+		}, []string{"spec.tiers[1].limits", "spec.tiers[1].slidingWindow", "spec.tiers[1].limits",
+			"spec.tiers[1].limits[0].name", "spec.tiers[1].limits[0].tokenBucket.capacity",
+			"spec.tiers[1].limits[1].algorithm",
+			"spec.tiers[1].limits[2].name", "spec.tiers[1].limits[2].algorithm", "spec.tiers[1].limits[3].algorithm"}},
+		{"a stacked tier's token bucket without refillPeriod refills per second", func(p *RateLimitPolicy) {
+			p.Spec.Tiers[1] = stackedTier()
+			p.Spec.Tiers[1].Limits[0].TokenBucket.RefillPeriod = nil
+		}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -184,6 +207,16 @@ func TestValidateCases(t *testing.T) {
 	if err := Validate(nil); err == nil {
 		t.Error("Validate(nil) = nil, want an error")
 	}
+}
+
+// stackedTier returns a valid stacked tier named pro: a token bucket and a sliding window.
+func stackedTier() Tier {
+	return Tier{Name: "pro", Limits: []Limit{
+		{Name: "burst", Algorithm: AlgorithmTokenBucket, TokenBucket: &TokenBucket{Capacity: 20, RefillRate: 10,
+			RefillPeriod: &metav1.Duration{Duration: time.Second}}},
+		{Name: "daily", Algorithm: AlgorithmSlidingWindow, SlidingWindow: &SlidingWindow{Limit: 10000,
+			Window: metav1.Duration{Duration: 24 * time.Hour}}},
+	}}
 }
 
 func TestDuplicateDetailNamesFirst(t *testing.T) {
@@ -237,6 +270,13 @@ func TestDefault(t *testing.T) {
 	}
 	if p.Namespace != "" {
 		t.Errorf("Default set the namespace to %q", p.Namespace)
+	}
+	// A stacked tier's token buckets get the default period too.
+	p.Spec.Tiers[1] = stackedTier()
+	p.Spec.Tiers[1].Limits[0].TokenBucket.RefillPeriod = nil
+	p.Default()
+	if got := p.Spec.Tiers[1].Limits[0].TokenBucket.RefillPeriod; got == nil || got.Duration != time.Second {
+		t.Errorf("a limit's refillPeriod = %v, want 1s", got)
 	}
 	// Set values stay, and Default is idempotent.
 	p.Spec.Tiers[0].TokenBucket.RefillPeriod.Duration = time.Minute

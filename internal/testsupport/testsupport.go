@@ -58,6 +58,25 @@ func SlidingWindowTier(name string, limit int64, window time.Duration) v1alpha1.
 	}
 }
 
+// StackedTier returns a tier of the given limits, decided all or nothing.
+func StackedTier(name string, limits ...v1alpha1.Limit) v1alpha1.Tier {
+	return v1alpha1.Tier{Name: name, Limits: limits}
+}
+
+// TokenBucketLimit returns a limit of a stacked tier: a token bucket holding capacity tokens,
+// refilled by rate every period.
+func TokenBucketLimit(name string, capacity, rate int64, period time.Duration) v1alpha1.Limit {
+	t := TokenBucketTier(name, capacity, rate, period)
+	return v1alpha1.Limit{Name: name, Algorithm: t.Algorithm, TokenBucket: t.TokenBucket}
+}
+
+// SlidingWindowLimit returns a limit of a stacked tier: a sliding window allowing limit
+// requests per window.
+func SlidingWindowLimit(name string, limit int64, window time.Duration) v1alpha1.Limit {
+	t := SlidingWindowTier(name, limit, window)
+	return v1alpha1.Limit{Name: name, Algorithm: t.Algorithm, SlidingWindow: t.SlidingWindow}
+}
+
 // UnlimitedTier returns a tier that never limits.
 func UnlimitedTier(name string) v1alpha1.Tier {
 	return v1alpha1.Tier{Name: name, Algorithm: v1alpha1.AlgorithmUnlimited}

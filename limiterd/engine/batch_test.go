@@ -3,6 +3,7 @@ package engine_test
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -68,9 +69,11 @@ func checkBatchMatchesDecide(t *testing.T, newEngine func(engine.Observer) *engi
 			continue
 		}
 		if got.Decision != want.Decision || got.Outcome != want.Outcome || got.Tier.Name != want.Tier.Name ||
-			got.Policy.ID != want.Policy.ID || (got.StoreError == nil) != (want.StoreError == nil) {
-			t.Fatalf("item %d %+v:\n batch      %+v %s %s %v\n one by one %+v %s %s %v", i, it,
-				got.Decision, got.Outcome, got.Tier.Name, got.StoreError, want.Decision, want.Outcome, want.Tier.Name, want.StoreError)
+			got.Policy.ID != want.Policy.ID || (got.StoreError == nil) != (want.StoreError == nil) ||
+			!slices.Equal(got.Limits, want.Limits) || got.Binding != want.Binding {
+			t.Fatalf("item %d %+v:\n batch      %+v %s %s %v %+v %d\n one by one %+v %s %s %v %+v %d", i, it,
+				got.Decision, got.Outcome, got.Tier.Name, got.StoreError, got.Limits, got.Binding,
+				want.Decision, want.Outcome, want.Tier.Name, want.StoreError, want.Limits, want.Binding)
 		}
 	}
 	if fmt.Sprint(batchObs.counts) != fmt.Sprint(serialObs.counts) {

@@ -7,7 +7,8 @@
 // decision that started on the old snapshot finishes on it. Client state outlives swaps: each
 // policy ID keeps its store for as long as a policy of that ID is loaded (a policy removed and
 // added again starts with no client state), and the strategies convert a client's state lazily
-// when its tier's parameters changed (see package limiter).
+// when its tier's parameters changed (see package limiter). A stacked tier's limits are decided
+// all or nothing, each on the client's state of its name (limiter.Stack).
 package engine
 
 import (
@@ -70,8 +71,16 @@ var (
 // Result is a decision with what it was made by.
 type Result struct {
 	// Decision is the answer. For a dry-run tier, Allowed is always true and the other fields
-	// describe the decision that would have been enforced.
+	// describe the decision that would have been enforced. For a stacked tier it is the stack's
+	// (limiter.Combine): Limit, Remaining and ResetAfter are the binding limit's, RetryAfter the
+	// wait until every limit admits the cost.
 	limiter.Decision
+	// Limits are the decisions of a stacked tier's limits, in the tier's order (nil for a tier
+	// of one limit), and Binding the index of the limit the Decision reports (0 for a tier of
+	// one limit). A limit that admitted a request another one rejected describes its state as
+	// it is, still Allowed.
+	Limits  []limiter.Decision
+	Binding int
 	// Outcome is how the decision ended.
 	Outcome Outcome
 	// Policy and Tier made the decision.
@@ -283,6 +292,11 @@ func (s *snapshot) find(policyID v1alpha1.PolicyID) (*bound, error) {
 // one unit would be admitted now, RetryAfter when it would be), and nothing is consumed. A peek
 // goes through the same failure modes and dry run as a decision, and is not recorded by the
 // Observer: it is no request the policy admitted or rejected.
+//
+// On a stacked tier the request is admitted only if every limit admits it, and then charged to
+// each; a rejected one charges none (limiter.Store.DecideStack). Result.Limits holds each limit's
+// decision. When the store fails, Closed rejects and Open admits by every limit, and Local
+// decides the stack on its fallback.
 func (e *Engine) Decide(ctx context.Context, policyID v1alpha1.PolicyID, key string, cost int64) (Result, error) {
 	if cost < 0 {
 		return Result{}, ErrInvalidCost
@@ -294,14 +308,19 @@ func (e *Engine) Decide(ctx context.Context, policyID v1alpha1.PolicyID, key str
 	start := e.opts.Clock()
 	tier := b.policy.Resolve(key)
 	r := Result{Policy: b.policy, Tier: tier}
-	if cost == 0 {
+	switch {
+	case tier.Stack != nil:
+		r.Limits = make([]limiter.Decision, tier.Stack.Len())
+		r.Decision, r.StoreError = b.store.DecideStack(ctx, key, tier.Stack, start, cost, r.Limits)
+	case cost == 0:
 		r.Decision, r.StoreError = b.store.Peek(ctx, key, tier.Limiter, start)
-	} else {
+	default:
 		r.Decision, r.StoreError = b.store.Decide(ctx, key, tier.Limiter, start, cost)
 	}
 	if r.StoreError != nil {
-		r.Decision = e.degraded(ctx, b, key, tier, start, cost)
+		r.Decision = e.degraded(ctx, b, key, tier, start, cost, r.Limits)
 	}
+	r.bind()
 	r.Outcome = outcome(&r)
 	if cost > 0 {
 		b.tiers[tier.Index].Observe(r.Outcome, e.opts.Clock().Sub(start))
@@ -374,6 +393,26 @@ func (e *Engine) DecideBatch(ctx context.Context, items []BatchItem, out []Batch
 		}
 		groups[last].items = append(groups[last].items, i)
 	}
+	// The limits' decisions of the stacked items share one array.
+	stacked := 0
+	for _, g := range groups {
+		for _, i := range g.items {
+			if st := out[i].Tier.Stack; st != nil {
+				stacked += st.Len()
+			}
+		}
+	}
+	var limits []limiter.Decision
+	if stacked > 0 {
+		limits = make([]limiter.Decision, stacked)
+		for _, g := range groups {
+			for _, i := range g.items {
+				if st := out[i].Tier.Stack; st != nil {
+					out[i].Limits, limits = limits[:st.Len():st.Len()], limits[st.Len():]
+				}
+			}
+		}
+	}
 	var (
 		reqs    []limiter.Request
 		answers []limiter.Answer
@@ -383,17 +422,21 @@ func (e *Engine) DecideBatch(ctx context.Context, items []BatchItem, out []Batch
 		if !ok {
 			for _, i := range g.items {
 				r := &out[i]
-				if items[i].Cost == 0 {
+				switch {
+				case r.Tier.Stack != nil:
+					r.Decision, r.StoreError = g.b.store.DecideStack(ctx, items[i].Key, r.Tier.Stack, start, items[i].Cost, r.Limits)
+				case items[i].Cost == 0:
 					r.Decision, r.StoreError = g.b.store.Peek(ctx, items[i].Key, r.Tier.Limiter, start)
-				} else {
+				default:
 					r.Decision, r.StoreError = g.b.store.Decide(ctx, items[i].Key, r.Tier.Limiter, start, items[i].Cost)
 				}
 			}
 			continue
 		}
-		reqs, answers = reqs[:0], answers[:0]
+		reqs, answers = slices.Grow(reqs[:0], len(g.items)), answers[:0]
 		for _, i := range g.items {
-			reqs = append(reqs, limiter.Request{Key: items[i].Key, Limiter: out[i].Tier.Limiter, Cost: items[i].Cost})
+			reqs = append(reqs, limiter.Request{Key: items[i].Key, Limiter: out[i].Tier.Limiter, Cost: items[i].Cost,
+				Stack: out[i].Tier.Stack, Limits: out[i].Limits})
 		}
 		answers = slices.Grow(answers, len(reqs))[:len(reqs)]
 		bs.DecideBatch(ctx, reqs, start, answers)
@@ -406,8 +449,9 @@ func (e *Engine) DecideBatch(ctx context.Context, items []BatchItem, out []Batch
 		for _, i := range g.items {
 			r := &out[i]
 			if r.StoreError != nil {
-				r.Decision = e.degraded(ctx, g.b, items[i].Key, r.Tier, start, items[i].Cost)
+				r.Decision = e.degraded(ctx, g.b, items[i].Key, r.Tier, start, items[i].Cost, r.Limits)
 			}
+			r.bind()
 			r.Outcome = outcome(&r.Result)
 			if items[i].Cost > 0 {
 				decided++
@@ -425,6 +469,13 @@ func (e *Engine) DecideBatch(ctx context.Context, items []BatchItem, out []Batch
 	return nil
 }
 
+// bind sets the index of a stacked decision's binding limit.
+func (r *Result) bind() {
+	if r.Limits != nil {
+		_, r.Binding = limiter.Combine(r.Limits)
+	}
+}
+
 // outcome sets how a decision ended, admitting a dry-run tier's rejection.
 func outcome(r *Result) Outcome {
 	switch {
@@ -438,25 +489,38 @@ func outcome(r *Result) Outcome {
 	}
 }
 
-// degraded decides by the policy's failure mode after its store failed (cost 0: peeks).
-func (e *Engine) degraded(ctx context.Context, b *bound, key string, tier *policy.Tier, now time.Time, cost int64) limiter.Decision {
+// degraded decides by the policy's failure mode after its store failed (cost 0: peeks). For a
+// stacked tier, limits receives each limit's decision: Closed rejects by every limit, Open
+// admits by every limit, Local decides the stack on the fallback.
+func (e *Engine) degraded(ctx context.Context, b *bound, key string, tier *policy.Tier, now time.Time, cost int64, limits []limiter.Decision) limiter.Decision {
 	e.opts.Observer.StoreError(b.policy.ID)
-	limit := tier.Limiter.Limit()
-	switch b.policy.FailureMode {
-	case v1alpha1.FailureModeClosed:
-		return limiter.Decision{Limit: limit, RetryAfter: time.Second, ResetAfter: time.Second}
-	case v1alpha1.FailureModeLocal:
-		if b.local != nil {
-			if cost == 0 {
-				d, _ := b.local.Peek(ctx, key, tier.Limiter, now)
-				return d
-			}
-			d, _ := b.local.Decide(ctx, key, tier.Limiter, now, cost)
+	mode := b.policy.FailureMode
+	if mode == v1alpha1.FailureModeLocal && b.local != nil {
+		switch {
+		case tier.Stack != nil:
+			d, _ := b.local.DecideStack(ctx, key, tier.Stack, now, cost, limits)
+			return d
+		case cost == 0:
+			d, _ := b.local.Peek(ctx, key, tier.Limiter, now)
 			return d
 		}
-	case v1alpha1.FailureModeOpen: // admits, below
+		d, _ := b.local.Decide(ctx, key, tier.Limiter, now, cost)
+		return d
 	}
-	return limiter.Decision{Allowed: true, Limit: limit, Remaining: limit}
+	answer := func(limit int64) limiter.Decision {
+		if mode == v1alpha1.FailureModeClosed {
+			return limiter.Decision{Limit: limit, RetryAfter: time.Second, ResetAfter: time.Second}
+		}
+		return limiter.Decision{Allowed: true, Limit: limit, Remaining: limit} // Open admits
+	}
+	if tier.Stack == nil {
+		return answer(tier.Limiter.Limit())
+	}
+	for i := range limits {
+		limits[i] = answer(tier.Stack.Limiter(i).Limit())
+	}
+	d, _ := limiter.Combine(limits)
+	return d
 }
 
 // Peek reports what a one-unit decision for the client would answer, without consuming anything.
@@ -469,10 +533,16 @@ func (e *Engine) Peek(ctx context.Context, policyID v1alpha1.PolicyID, key strin
 	}
 	tier := b.policy.Resolve(key)
 	r := Result{Policy: b.policy, Tier: tier}
-	r.Decision, err = b.store.Peek(ctx, key, tier.Limiter, e.opts.Clock())
+	if tier.Stack != nil {
+		r.Limits = make([]limiter.Decision, tier.Stack.Len())
+		r.Decision, err = b.store.DecideStack(ctx, key, tier.Stack, e.opts.Clock(), 0, r.Limits)
+	} else {
+		r.Decision, err = b.store.Peek(ctx, key, tier.Limiter, e.opts.Clock())
+	}
 	if err != nil {
 		return Result{}, fmt.Errorf("read client state: %w", err)
 	}
+	r.bind()
 	return r, nil
 }
 
@@ -482,7 +552,9 @@ func (e *Engine) Peek(ctx context.Context, policyID v1alpha1.PolicyID, key strin
 // timeout, say) refunds again, so a caller that retries must make its refunds idempotent
 // itself. When the store fails, a policy whose failure mode is Local refunds its fallback's
 // state (Result.StoreError says so); the others return ErrRefundNotApplied. A refund is not
-// recorded by the Observer.
+// recorded by the Observer. On a stacked tier, every limit gets the units back, each clamped to
+// its own limit (a limit cannot tell which of its units a refund is for, so a unit that one
+// limit no longer counts, having let it leave its window, is not returned by that limit).
 func (e *Engine) Refund(ctx context.Context, policyID v1alpha1.PolicyID, key string, amount int64) (Result, error) {
 	if amount < 1 {
 		return Result{}, ErrInvalidAmount
@@ -494,14 +566,24 @@ func (e *Engine) Refund(ctx context.Context, policyID v1alpha1.PolicyID, key str
 	now := e.opts.Clock()
 	tier := b.policy.Resolve(key)
 	r := Result{Policy: b.policy, Tier: tier, Outcome: Allowed}
-	r.Decision, r.StoreError = b.store.Refund(ctx, key, tier.Limiter, now, amount)
+	refund := func(st limiter.Store) (limiter.Decision, error) {
+		if tier.Stack != nil {
+			return st.RefundStack(ctx, key, tier.Stack, now, amount, r.Limits)
+		}
+		return st.Refund(ctx, key, tier.Limiter, now, amount)
+	}
+	if tier.Stack != nil {
+		r.Limits = make([]limiter.Decision, tier.Stack.Len())
+	}
+	r.Decision, r.StoreError = refund(b.store)
 	if r.StoreError != nil {
 		e.opts.Observer.StoreError(b.policy.ID)
 		if b.local == nil {
 			return Result{}, fmt.Errorf("%w: %w", ErrRefundNotApplied, r.StoreError)
 		}
-		r.Decision, _ = b.local.Refund(ctx, key, tier.Limiter, now, amount)
+		r.Decision, _ = refund(b.local)
 	}
+	r.bind()
 	switch {
 	case r.Allowed:
 	case tier.DryRun:
@@ -512,17 +594,20 @@ func (e *Engine) Refund(ctx context.Context, policyID v1alpha1.PolicyID, key str
 	return r, nil
 }
 
-// Reset forgets the client's state under the named policy.
+// Reset forgets the client's state under the named policy: its single-limit state and the state
+// of every limit name of the policy's stacked tiers (Policy.LimitNames). The state of a limit
+// that no tier of the loaded policy names any more is not reset: it is read by no decision, and
+// expires (Redis) or is swept (memory) once fresh.
 func (e *Engine) Reset(ctx context.Context, policyID v1alpha1.PolicyID, key string) error {
 	b, err := e.find(policyID)
 	if err != nil {
 		return err
 	}
-	if err := b.store.Reset(ctx, key); err != nil {
+	if err := b.store.Reset(ctx, key, b.policy.LimitNames...); err != nil {
 		return fmt.Errorf("reset client state: %w", err)
 	}
 	if b.local != nil {
-		_ = b.local.Reset(ctx, key)
+		_ = b.local.Reset(ctx, key, b.policy.LimitNames...)
 	}
 	return nil
 }

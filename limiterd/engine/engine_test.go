@@ -174,7 +174,13 @@ func (failingStore) Peek(context.Context, string, limiter.RateLimiter, time.Time
 func (failingStore) Refund(context.Context, string, limiter.RateLimiter, time.Time, int64) (limiter.Decision, error) {
 	return limiter.Decision{}, errDown
 }
-func (failingStore) Reset(context.Context, string) error { return errDown }
+func (failingStore) Reset(context.Context, string, ...string) error { return errDown }
+func (failingStore) DecideStack(context.Context, string, *limiter.Stack, time.Time, int64, []limiter.Decision) (limiter.Decision, error) {
+	return limiter.Decision{}, errDown
+}
+func (failingStore) RefundStack(context.Context, string, *limiter.Stack, time.Time, int64, []limiter.Decision) (limiter.Decision, error) {
+	return limiter.Decision{}, errDown
+}
 
 func TestFailureModes(t *testing.T) {
 	for mode, want := range map[v1alpha1.FailureMode]int{

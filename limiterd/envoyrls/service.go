@@ -60,6 +60,15 @@
 // current_limit. A dry-run tier's status is always OK and describes the decision that would
 // have been enforced.
 //
+// A descriptor whose client resolves to a stacked tier is decided as an HTTP request is: all
+// or nothing, over every limit of the tier. Its status reports the binding limit, the one the
+// HTTP API's RateLimit field reports (closest to exhaustion, or of a rejection the one that
+// waits longest): current_limit is that limit's quota and window, named "<tier>/<limit>", and
+// limit_remaining and duration_until_reset are its own; the code is OVER_LIMIT when any limit
+// rejects. The other limits appear in the RateLimit-Policy header field (below), which lists
+// every limit of the tier. The status has room for one limit only, so the binding one is the
+// one Envoy's filters and statistics see.
+//
 // response_headers_to_add carries the header fields of the HTTP API (package
 // ratelimitheaders) for the most restrictive descriptor — the over-limit one that must wait
 // longest, else the limited one with the least remaining quota — so that Envoy passes them on:
@@ -233,9 +242,9 @@ func moreRestrictive(res, pick *engine.Result, picked, pickRejected bool) bool {
 	switch {
 	case !res.Allowed:
 		return !pickRejected || (pick.RetryAfter > 0 && (res.RetryAfter == 0 || res.RetryAfter > pick.RetryAfter))
-	case pickRejected || res.Tier.Limiter.Limit() == 0:
+	case pickRejected || !res.Tier.Limited():
 		return false
-	case !picked || pick.Tier.Limiter.Limit() == 0:
+	case !picked || !pick.Tier.Limited():
 		return true
 	}
 	return res.Remaining < pick.Remaining
@@ -340,24 +349,26 @@ func descriptorStatus(res *engine.Result) *rlsv3.RateLimitResponse_DescriptorSta
 	if !res.Allowed {
 		st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
-	if res.Tier.Limiter.Limit() > 0 {
-		st.CurrentLimit = currentLimit(res.Tier)
+	if res.Tier.Limited() {
+		st.CurrentLimit = currentLimit(res.Tier, res.Binding)
 		st.LimitRemaining = uint32(min(max(res.Remaining, 0), math.MaxUint32))
 		st.DurationUntilReset = durationpb.New(max(res.ResetAfter, 0))
 	}
 	return st
 }
 
-// currentLimit describes a tier with a limit as an Envoy rate limit: its limit per the window
-// the limit is expressed over, rounded up to whole seconds and written in the largest of DAY,
-// HOUR, MINUTE and SECOND that divides it (unit_multiplier unset when 1). It is the quota and
-// window of the tier's RateLimit-Policy header field.
-func currentLimit(t *policy.Tier) *rlsv3.RateLimitResponse_RateLimit {
+// currentLimit describes limit i of a tier with a limit as an Envoy rate limit: its limit per
+// the window the limit is expressed over, rounded up to whole seconds and written in the largest
+// of DAY, HOUR, MINUTE and SECOND that divides it (unit_multiplier unset when 1), named as in
+// header fields (the tier, or "<tier>/<limit>" for a limit of a stack). It is the quota and
+// window of the limit's item of the RateLimit-Policy header field.
+func currentLimit(t *policy.Tier, i int) *rlsv3.RateLimitResponse_RateLimit {
+	limit := t.Limit(i)
 	rl := &rlsv3.RateLimitResponse_RateLimit{
-		Name:            t.Name,
-		RequestsPerUnit: uint32(min(max(t.Limiter.Limit(), 0), math.MaxUint32)),
+		Name:            t.HeaderName(i),
+		RequestsPerUnit: uint32(min(max(limit.Limit(), 0), math.MaxUint32)),
 	}
-	seconds := max(1, ratelimitheaders.Seconds(t.Limiter.Window()))
+	seconds := max(1, ratelimitheaders.Seconds(limit.Window()))
 	var unit int64
 	switch {
 	case seconds%(24*60*60) == 0:
@@ -379,10 +390,10 @@ func currentLimit(t *policy.Tier) *rlsv3.RateLimitResponse_RateLimit {
 func headers(res *engine.Result) []*corev3.HeaderValue {
 	var out []*corev3.HeaderValue
 	buf := make([]byte, 0, 96)
-	if t := res.Tier; t.Limiter.Limit() > 0 {
-		buf = ratelimitheaders.AppendPolicy(buf, t.Name, t.Limiter.Limit(), t.Limiter.Window())
+	if t := res.Tier; t.Limited() {
+		buf = t.AppendRateLimitPolicy(buf)
 		policyEnd := len(buf)
-		buf = ratelimitheaders.AppendLimit(buf, t.Name, res.Remaining, res.ResetAfter)
+		buf = ratelimitheaders.AppendLimit(buf, t.HeaderName(res.Binding), res.Remaining, res.ResetAfter)
 		all := string(buf)
 		out = append(out,
 			&corev3.HeaderValue{Key: ratelimitheaders.RateLimitPolicy, Value: all[:policyEnd]},

@@ -1,6 +1,7 @@
 package envoyrls
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -93,6 +94,8 @@ func TestHeadersMatchTheHTTPAPI(t *testing.T) {
 		testsupport.SlidingWindowTier("window", 2, 90*time.Second),
 		testsupport.UnlimitedTier("free"),
 		dryRun,
+		testsupport.StackedTier("stack", testsupport.TokenBucketLimit("burst", 3, 2, 1500*time.Millisecond),
+			testsupport.SlidingWindowLimit("minute", 4, time.Minute)),
 	}
 	for _, tier := range tiers {
 		t.Run(tier.Name, func(t *testing.T) {
@@ -455,7 +458,7 @@ func TestCurrentLimitUnits(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rl := currentLimit(p.Default)
+		rl := currentLimit(p.Default, 0)
 		if rl.GetName() != c.tier.Name || rl.GetRequestsPerUnit() != c.perUnit || rl.GetUnit() != c.unit ||
 			(rl.GetUnitMultiplier() == nil) != (c.multiplier == 0) || rl.GetUnitMultiplier().GetValue() != c.multiplier {
 			t.Errorf("%v per %v: %v, want %d per %d %v", p.Default.Limiter.Limit(), p.Default.Limiter.Window(), rl, c.perUnit, c.multiplier, c.unit)
@@ -558,5 +561,68 @@ func TestNegativeHitsRefund(t *testing.T) {
 	}
 	if got := refund(100).GetStatuses()[0].GetLimitRemaining(); got != 5 || remaining(t, e, "default/api", "k=r") != 5 {
 		t.Fatalf("refund of 100: %d left, want the limit 5", got)
+	}
+}
+
+// TestStackedTierStatus checks a descriptor of a stacked tier: decided all or nothing, its
+// status reports the binding limit (current_limit named "<tier>/<limit>"), and its headers list
+// every limit; a peek and a refund read and return every limit.
+func TestStackedTierStatus(t *testing.T) {
+	e := newEngine(t, testsupport.NewClock(), newPolicy("default", "api", testsupport.StackedTier("paid",
+		testsupport.TokenBucketLimit("burst", 3, 1, time.Second), testsupport.SlidingWindowLimit("daily", 4, 24*time.Hour))))
+	c := dial(t, e)
+	decide := func(hits uint32) *rlsv3.RateLimitResponse {
+		t.Helper()
+		req := request("api", entries("k", "v"))
+		req.HitsAddend = hits
+		resp, err := c.ShouldRateLimit(t.Context(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	status := func(resp *rlsv3.RateLimitResponse) string {
+		st := resp.GetStatuses()[0]
+		return fmt.Sprintf("%v %s %d/%v*%d %d %v", st.GetCode(), st.GetCurrentLimit().GetName(), st.GetCurrentLimit().GetRequestsPerUnit(),
+			st.GetCurrentLimit().GetUnit(), st.GetCurrentLimit().GetUnitMultiplier().GetValue(), st.GetLimitRemaining(), st.GetDurationUntilReset().AsDuration())
+	}
+	resp := decide(3)
+	if got, want := status(resp), "OK paid/burst 3/SECOND*3 0 3s"; got != want {
+		t.Fatalf("3 hits: %s, want %s", got, want)
+	}
+	if h := headerMap(t, resp); h["Ratelimit-Policy"] != `"paid/burst";q=3;w=3, "paid/daily";q=4;w=86400` || h["Ratelimit"] != `"paid/burst";r=0;t=3` {
+		t.Fatalf("headers %q", h)
+	}
+	// burst rejects one more: daily is not charged.
+	if got, want := status(decide(1)), "OVER_LIMIT paid/burst 3/SECOND*3 0 3s"; got != want {
+		t.Fatalf("1 more hit: %s, want %s", got, want)
+	}
+	if r, _ := e.Peek(t.Context(), "default/api", "k=v"); r.Limits[1].Remaining != 1 {
+		t.Fatalf("daily after the rejection: %+v, want 1 left (3 of 4 used)", r.Limits[1])
+	}
+	// A refund returns 2 units to both limits: 2 and 3 left, burst still binds.
+	d := entries("k", "v")
+	d.IsNegativeHits, d.HitsAddend = true, wrapperspb.UInt64(2)
+	resp, err := c.ShouldRateLimit(t.Context(), request("api", d))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := status(resp), "OK paid/burst 3/SECOND*3 2 1s"; got != want {
+		t.Fatalf("refund of 2: %s, want %s", got, want)
+	}
+	if r, _ := e.Peek(t.Context(), "default/api", "k=v"); r.Limits[0].Remaining != 2 || r.Limits[1].Remaining != 3 {
+		t.Fatalf("after the refund: %+v, want 2 and 3 left", r.Limits)
+	}
+	// A peek (its own hits_addend 0) consumes nothing.
+	peek := entries("k", "v")
+	peek.HitsAddend = wrapperspb.UInt64(0)
+	for range 2 {
+		resp, err = c.ShouldRateLimit(t.Context(), request("api", peek))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := status(resp), "OK paid/burst 3/SECOND*3 2 1s"; got != want {
+			t.Fatalf("a peek: %s, want %s", got, want)
+		}
 	}
 }

@@ -66,6 +66,19 @@ func BenchmarkHotKey(b *testing.B) {
 			m.Decide(ctx, "hot-client", tb, now, 1)
 		}
 	})
+	// A stacked tier: a burst bucket and a window, decided all or nothing under one lock.
+	b.Run("limiterd/Memory.DecideStack", func(b *testing.B) {
+		st := limitertest.Stack("burst", mustTB(b, 100, 500, time.Millisecond), "daily", mustSW(b, 500, time.Millisecond))
+		m := limiter.NewMemory(nil)
+		ctx := b.Context()
+		now := limitertest.T0
+		out := make([]limiter.Decision, st.Len())
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			now = now.Add(time.Microsecond)
+			m.DecideStack(ctx, "hot-client", st, now, 1, out)
+		}
+	})
 	b.Run("limiterd/SlidingWindow.Decide", func(b *testing.B) {
 		sw := mustSW(b, 500, time.Millisecond)
 		var s limiter.State

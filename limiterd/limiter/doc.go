@@ -21,6 +21,21 @@
 // A cost above a strategy's capacity (limit) can never be admitted: it is rejected and consumes
 // nothing.
 //
+// # Stacks
+//
+// A Stack is a tier's several limits (a burst bucket and a daily window, say), decided all or
+// nothing: a request is admitted only if every limit admits it, and then consumes its cost from
+// each; when one rejects it, no limit is charged. A store decides a stack in one atomic step per
+// client (Memory: under one shard lock, undoing what the limits that admitted changed; Redis:
+// one script over every limit's key). A peek reads every limit, a refund returns the units to
+// every limit, each clamped to its own limit. Combine makes the stack's answer of its limits':
+// the binding limit's quota (the one closest to exhaustion, or of a rejection the one that
+// must wait longest) and, of a rejection, the wait until every limit admits the cost.
+//
+// A limit's state is kept per client and limit name; the limit named DefaultLimitName shares the
+// state of the client's single-limit form. The rule for parameter changes below applies per
+// limit name.
+//
 // # Peeks and refunds
 //
 // Peek answers what a one-unit decision would, changing nothing. Refund returns units to a

@@ -263,10 +263,15 @@ func (m *Memory) Decide(_ context.Context, key string, rl RateLimiter, now time.
 }
 
 // DecideBatch implements BatchStore: it decides every request in turn, in one pass over the
-// store, exactly as successive Decide (and Peek) calls would. It never fails.
-func (m *Memory) DecideBatch(_ context.Context, reqs []Request, now time.Time, out []Answer) {
+// store, exactly as successive Decide (Peek, DecideStack) calls would. It never fails.
+func (m *Memory) DecideBatch(ctx context.Context, reqs []Request, now time.Time, out []Answer) {
 	for i := range reqs {
 		r := &reqs[i]
+		if r.Stack != nil {
+			d, _ := m.DecideStack(ctx, r.Key, r.Stack, now, r.Cost, r.Limits)
+			out[i] = Answer{Decision: d}
+			continue
+		}
 		if r.Cost == 0 {
 			d, _ := m.apply(r.Key, r.Limiter, now, 1, opPeek)
 			out[i] = Answer{Decision: d}
@@ -307,6 +312,7 @@ const (
 // is now tracked.
 func (m *Memory) apply(key string, rl RateLimiter, now time.Time, cost int64, o op) (d Decision, added bool) {
 	create := o == opDecide
+	key = storedKey(key)
 	switch rl.Algorithm() {
 	case AlgorithmTokenBucket:
 		sh, h := m.shard(key, create)
@@ -399,19 +405,30 @@ func (m *Memory) apply(key string, rl RateLimiter, now time.Time, cost int64, o 
 	return rl.Decide(nil, now, cost), false
 }
 
-// Reset implements Store: it forgets the client's state. It never fails.
-func (m *Memory) Reset(_ context.Context, key string) error {
+// Reset implements Store: it forgets the client's state, and that of the named limits. It
+// never fails.
+func (m *Memory) Reset(_ context.Context, key string, limits ...string) error {
+	key = storedKey(key)
 	sh, h := m.shard(key, false)
 	if sh == nil {
 		return nil
 	}
 	sh.Lock()
 	defer sh.Unlock()
-	if i, ok := sh.buckets.find(key, h); ok {
-		forgetBucket(m, sh, i)
+	forget := func(key string, h uint64) {
+		if i, ok := sh.buckets.find(key, h); ok {
+			forgetBucket(m, sh, i)
+		}
+		if _, ok := sh.windows[key]; ok {
+			forgetWindow(m, sh, key)
+		}
 	}
-	if _, ok := sh.windows[key]; ok {
-		forgetWindow(m, sh, key)
+	forget(key, h)
+	for _, name := range limits {
+		if name != DefaultLimitName {
+			k := string(appendStackKey(nil, key, name))
+			forget(k, tableHash(maphash.String(m.seed, k)))
+		}
 	}
 	return nil
 }

@@ -235,3 +235,17 @@ func TestMemoryByteBudgetHoldsForALongKey(t *testing.T) {
 		t.Fatalf("Len %d != Tracked %d", got, budget.Tracked())
 	}
 }
+
+func TestMemoryStackConformance(t *testing.T) {
+	limitertest.RunStack(t, func(*testing.T) limiter.Store { return limiter.NewMemory(nil) })
+}
+
+func TestMemoryStackBatchConformance(t *testing.T) {
+	limitertest.RunStackBatch(t, func(*testing.T) limiter.BatchStore {
+		return limiter.NewMemory(nil)
+	})
+}
+
+func TestMemoryStackConcurrent(t *testing.T) {
+	limitertest.RunStackConcurrent(t, limiter.NewMemory(nil), 16, 200, 300)
+}

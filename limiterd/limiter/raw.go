@@ -35,3 +35,12 @@ func (s *State) TAT() (tat int64, frac uint64) { return s.tat, uint64(s.frac) }
 func (w *SlidingWindow) Params() (limit int64, window time.Duration) {
 	return w.limit, time.Duration(w.window)
 }
+
+// Convert returns the state b decides on at now for a client whose state s another token bucket
+// wrote: its usage carried over by the rule for parameter changes (a state b wrote, or a fresh
+// one, is returned as it is; another algorithm's starts fresh). A shared store converts a state
+// so before deciding on it.
+func (b *TokenBucket) Convert(s State, now time.Time) State {
+	adopt(b, &s, now.UnixNano())
+	return s
+}

@@ -19,8 +19,21 @@ type Store interface {
 	// would after it. A refund is not idempotent: repeating one refunds again (up to the
 	// limit).
 	Refund(ctx context.Context, key string, rl RateLimiter, now time.Time, amount int64) (Decision, error)
-	// Reset forgets the client's state: its next request is decided as its first.
-	Reset(ctx context.Context, key string) error
+	// DecideStack decides cost units for the client key by every limit of st at instant now
+	// (with the same proviso as Decide), all or nothing, in one atomic step: the request is
+	// admitted only if every limit admits it, and then consumes its cost from each; when any
+	// limit rejects it, no limit's state changes. A cost of 0 is a peek of every limit. It
+	// writes limit i's decision to out[i] (len(out) must be at least st.Len()): a limit that
+	// admitted a request that another limit rejected answers its state as it is, still Allowed
+	// (UnchargedDecision). It returns the stack's decision, Combine(out).
+	DecideStack(ctx context.Context, key string, st *Stack, now time.Time, cost int64, out []Decision) (Decision, error)
+	// RefundStack returns amount units (at least 1) to every limit of st, each as Refund does
+	// (clamped to its own limit), in one atomic step with the client's decisions, and answers
+	// as DecideStack would for a peek after it.
+	RefundStack(ctx context.Context, key string, st *Stack, now time.Time, amount int64, out []Decision) (Decision, error)
+	// Reset forgets the client's state: that of single-limit tiers, and that of the named
+	// limits of stacked tiers. Its next request is decided as its first.
+	Reset(ctx context.Context, key string, limits ...string) error
 }
 
 var _ Store = (*Memory)(nil)
@@ -38,12 +51,17 @@ type LocalStore interface {
 
 var _ LocalStore = (*Memory)(nil)
 
-// Request is one decision of a batch: Cost units for the client Key by Limiter; a Cost of 0 is
-// a peek (what Peek answers; nothing is consumed).
+// Request is one decision of a batch: Cost units for the client Key by Limiter, or by every
+// limit of Stack (as DecideStack, all or nothing) when Stack is set; a Cost of 0 is a peek (what
+// Peek answers; nothing is consumed).
 type Request struct {
 	Key     string
 	Limiter RateLimiter
 	Cost    int64
+	// Stack, when set, is decided instead of Limiter, and Limits receives its limits'
+	// decisions (len(Limits) must be at least Stack.Len()); the Answer is Combine(Limits).
+	Stack  *Stack
+	Limits []Decision
 }
 
 // Answer is a store's answer to one Request of a batch: the Decision, or the error Decide would
@@ -60,7 +78,8 @@ type BatchStore interface {
 	// DecideBatch decides reqs at instant now (with the same proviso as Decide) and writes the
 	// answer to reqs[i] to out[i]; len(out) must be len(reqs). The answers are those of
 	// successive Decide (or Peek) calls in the order of reqs: requests on one key are decided
-	// in order, each on the state the previous one left.
+	// in order, each on the state the previous one left (for a stack, the states of its
+	// limits).
 	DecideBatch(ctx context.Context, reqs []Request, now time.Time, out []Answer)
 }
 

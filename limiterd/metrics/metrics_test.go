@@ -195,7 +195,13 @@ func (failingStore) Peek(context.Context, string, limiter.RateLimiter, time.Time
 func (failingStore) Refund(context.Context, string, limiter.RateLimiter, time.Time, int64) (limiter.Decision, error) {
 	return limiter.Decision{}, errStoreDown
 }
-func (failingStore) Reset(context.Context, string) error { return errStoreDown }
+func (failingStore) Reset(context.Context, string, ...string) error { return errStoreDown }
+func (failingStore) DecideStack(context.Context, string, *limiter.Stack, time.Time, int64, []limiter.Decision) (limiter.Decision, error) {
+	return limiter.Decision{}, errStoreDown
+}
+func (failingStore) RefundStack(context.Context, string, *limiter.Stack, time.Time, int64, []limiter.Decision) (limiter.Decision, error) {
+	return limiter.Decision{}, errStoreDown
+}
 
 func TestStoreErrorsByPolicy(t *testing.T) {
 	m := New(nil)

@@ -8,22 +8,78 @@ package policy
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/limiterd/limiterd/api/v1alpha1"
 	"github.com/limiterd/limiterd/limiterd/limiter"
+	"github.com/limiterd/limiterd/limiterd/ratelimitheaders"
 )
 
-// Tier is one compiled tier: a strategy shared by every client resolved to it.
+// Tier is one compiled tier: a strategy, or a stack of them, shared by every client resolved
+// to it.
 type Tier struct {
 	// Name is the tier's name in the policy.
 	Name string
 	// Index is the tier's position in Policy.Tiers.
 	Index int
-	// Limiter decides for the tier's clients.
+	// Limiter decides for the tier's clients when the tier has one limit (spec algorithm);
+	// nil for a stacked tier.
 	Limiter limiter.RateLimiter
+	// Stack decides for the tier's clients when the tier stacks limits (spec limits), all or
+	// nothing; nil for a tier of one limit.
+	Stack *limiter.Stack
 	// DryRun means decisions are made and counted but the answer is always "allowed".
 	DryRun bool
+
+	headerNames []string // by limit: the names the header fields give the limits
+}
+
+// Limited reports whether the tier has a quota to advertise: a stack, or one limit other than
+// Unlimited.
+func (t *Tier) Limited() bool { return t.Stack != nil || t.Limiter.Limit() > 0 }
+
+// Limits returns the number of the tier's limits: a stack's, else 1.
+func (t *Tier) Limits() int {
+	if t.Stack != nil {
+		return t.Stack.Len()
+	}
+	return 1
+}
+
+// Limit returns the strategy of limit i (0 for a tier of one limit).
+func (t *Tier) Limit(i int) limiter.RateLimiter {
+	if t.Stack != nil {
+		return t.Stack.Limiter(i)
+	}
+	return t.Limiter
+}
+
+// HeaderName returns the name that the RateLimit and RateLimit-Policy header fields, and an
+// Envoy rate limit, give limit i: the tier's name for a tier of one limit, "<tier>/<limit>"
+// for a limit of a stack.
+func (t *Tier) HeaderName(i int) string {
+	if t.Stack != nil {
+		return t.headerNames[i]
+	}
+	return t.Name
+}
+
+// AppendRateLimitPolicy appends the value of the tier's RateLimit-Policy header field: one item
+// per limit, named HeaderName, with its quota and the window it is expressed over (draft-10 lets
+// a field list several). An unlimited tier has none.
+func (t *Tier) AppendRateLimitPolicy(b []byte) []byte {
+	if !t.Limited() {
+		return b
+	}
+	for i := range t.Limits() {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		rl := t.Limit(i)
+		b = ratelimitheaders.AppendPolicy(b, t.HeaderName(i), rl.Limit(), rl.Window())
+	}
+	return b
 }
 
 // Policy is a compiled RateLimitPolicy.
@@ -40,6 +96,9 @@ type Policy struct {
 	Default *Tier
 	// Source is the validated, defaulted policy it was compiled from. Do not modify it.
 	Source *v1alpha1.RateLimitPolicy
+	// LimitNames are the names of the limits of the policy's stacked tiers, each once, in spec
+	// order: a store keeps a client's state under each (see limiter.Stack).
+	LimitNames []string
 
 	exact    map[string]*Tier
 	prefixes trie
@@ -65,11 +124,22 @@ func Compile(p *v1alpha1.RateLimitPolicy) (*Policy, error) {
 	byName := make(map[string]*Tier, len(src.Spec.Tiers))
 	for i := range src.Spec.Tiers {
 		t := &src.Spec.Tiers[i]
-		rl, err := strategy(t)
+		tier := &Tier{Name: t.Name, Index: i, DryRun: t.DryRun}
+		var err error
+		if t.Limits != nil {
+			tier.Stack, err = stack(t)
+			for j := range t.Limits {
+				tier.headerNames = append(tier.headerNames, t.Name+"/"+t.Limits[j].Name)
+				if !slices.Contains(c.LimitNames, t.Limits[j].Name) {
+					c.LimitNames = append(c.LimitNames, t.Limits[j].Name)
+				}
+			}
+		} else {
+			tier.Limiter, err = strategy(t.Algorithm, t.TokenBucket, t.SlidingWindow)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("policy %s: spec.tiers[%d]: %w", c.ID, i, err)
 		}
-		tier := &Tier{Name: t.Name, Index: i, Limiter: rl, DryRun: t.DryRun}
 		c.Tiers = append(c.Tiers, tier)
 		byName[t.Name] = tier
 	}
@@ -85,22 +155,42 @@ func Compile(p *v1alpha1.RateLimitPolicy) (*Policy, error) {
 	return c, nil
 }
 
-// strategy builds a tier's strategy. Validate has already checked the parameters; the
-// constructors check them again, so a mismatch in bounds is an error, not a panic.
-func strategy(t *v1alpha1.Tier) (limiter.RateLimiter, error) {
-	switch t.Algorithm {
+// strategy builds the strategy of a tier of one limit, or of a limit of a stack. Validate has
+// already checked the parameters; the constructors check them again, so a mismatch in bounds is
+// an error, not a panic.
+func strategy(a v1alpha1.Algorithm, tb *v1alpha1.TokenBucket, sw *v1alpha1.SlidingWindow) (limiter.RateLimiter, error) {
+	switch a {
 	case v1alpha1.AlgorithmTokenBucket:
 		period := time.Second
-		if t.TokenBucket.RefillPeriod != nil {
-			period = t.TokenBucket.RefillPeriod.Duration
+		if tb.RefillPeriod != nil {
+			period = tb.RefillPeriod.Duration
 		}
-		return limiter.NewTokenBucket(t.TokenBucket.Capacity, t.TokenBucket.RefillRate, period)
+		return limiter.NewTokenBucket(tb.Capacity, tb.RefillRate, period)
 	case v1alpha1.AlgorithmSlidingWindow:
-		return limiter.NewSlidingWindow(t.SlidingWindow.Limit, t.SlidingWindow.Window.Duration)
+		return limiter.NewSlidingWindow(sw.Limit, sw.Window.Duration)
 	case v1alpha1.AlgorithmUnlimited:
 		return limiter.Unlimited, nil
 	}
-	return nil, fmt.Errorf("unknown algorithm %q", t.Algorithm)
+	return nil, fmt.Errorf("unknown algorithm %q", a)
+}
+
+// stack builds a stacked tier's limits.
+func stack(t *v1alpha1.Tier) (*limiter.Stack, error) {
+	names := make([]string, len(t.Limits))
+	limits := make([]limiter.RateLimiter, len(t.Limits))
+	for j := range t.Limits {
+		l := &t.Limits[j]
+		rl, err := strategy(l.Algorithm, l.TokenBucket, l.SlidingWindow)
+		if err != nil {
+			return nil, fmt.Errorf("limits[%d]: %w", j, err)
+		}
+		names[j], limits[j] = l.Name, rl
+	}
+	st, err := limiter.NewStack(names, limits)
+	if err != nil {
+		return nil, fmt.Errorf("limits: %w", err)
+	}
+	return st, nil
 }
 
 // Resolve returns the tier of a client key: the override naming the key exactly, else the

@@ -128,3 +128,57 @@ func TestCompileAPITestdata(t *testing.T) {
 		}
 	}
 }
+
+// TestCompileStackedTier compiles a stacked tier beside tiers of one limit: its limits in spec
+// order, each limit's header name after its tier, and the policy's limit names once each.
+func TestCompileStackedTier(t *testing.T) {
+	src := testPolicy()
+	daily := v1alpha1.Limit{Name: "daily", Algorithm: v1alpha1.AlgorithmSlidingWindow,
+		SlidingWindow: &v1alpha1.SlidingWindow{Limit: 10000, Window: metav1.Duration{Duration: 24 * time.Hour}}}
+	src.Spec.Tiers = append(src.Spec.Tiers,
+		v1alpha1.Tier{Name: "paid", Limits: []v1alpha1.Limit{
+			{Name: "burst", Algorithm: v1alpha1.AlgorithmTokenBucket, TokenBucket: &v1alpha1.TokenBucket{Capacity: 20, RefillRate: 10}},
+			daily,
+		}},
+		v1alpha1.Tier{Name: "daily-only", DryRun: true, Limits: []v1alpha1.Limit{daily}})
+	p, err := policy.Compile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	paid := p.Tiers[4]
+	if paid.Limiter != nil || paid.Stack == nil || paid.Limits() != 2 || !paid.Limited() {
+		t.Fatalf("paid: limiter %v, stack %v: want a stack of 2", paid.Limiter, paid.Stack)
+	}
+	burst, ok := paid.Limit(0).(*limiter.TokenBucket)
+	if !ok || paid.Stack.Name(0) != "burst" || paid.Stack.Name(1) != "daily" || paid.Limit(1).Algorithm() != limiter.AlgorithmSlidingWindow {
+		t.Fatalf("paid's limits are not burst (token bucket) then daily (sliding window)")
+	}
+	if _, _, period := burst.Params(); period != time.Second {
+		t.Fatalf("burst refills per %v, want the default 1s", period)
+	}
+	if paid.HeaderName(0) != "paid/burst" || paid.HeaderName(1) != "paid/daily" {
+		t.Fatalf("header names %q, %q", paid.HeaderName(0), paid.HeaderName(1))
+	}
+	if p.Tiers[5].Limit(0) != paid.Limit(1) || !p.Tiers[5].DryRun {
+		t.Fatalf("equal limits are not one interned strategy, or dryRun is lost")
+	}
+	free := p.Tiers[0]
+	if free.Limits() != 1 || free.Limit(0) != free.Limiter || free.HeaderName(0) != "free" || !free.Limited() {
+		t.Fatalf("a tier of one limit: %d limits, header name %q", free.Limits(), free.HeaderName(0))
+	}
+	if p.Tiers[2].Limited() {
+		t.Fatalf("an Unlimited tier says it has a quota")
+	}
+	if got, want := string(paid.AppendRateLimitPolicy(nil)), `"paid/burst";q=20;w=2, "paid/daily";q=10000;w=86400`; got != want {
+		t.Fatalf("paid's RateLimit-Policy: %s, want %s", got, want)
+	}
+	if got, want := string(free.AppendRateLimitPolicy(nil)), `"free";q=10;w=10`; got != want {
+		t.Fatalf("free's RateLimit-Policy: %s, want %s", got, want)
+	}
+	if got := p.Tiers[2].AppendRateLimitPolicy([]byte("x")); string(got) != "x" {
+		t.Fatalf("an unlimited tier's RateLimit-Policy: %q, want none", got)
+	}
+	if fmt.Sprint(p.LimitNames) != "[burst daily]" {
+		t.Fatalf("LimitNames = %v, want [burst daily]", p.LimitNames)
+	}
+}

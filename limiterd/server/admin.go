@@ -212,6 +212,18 @@ type ClientAnswer struct {
 	Remaining         *int64            `json:"remaining"`
 	ResetAfterSeconds int64             `json:"resetAfterSeconds"`
 	RetryAfterSeconds int64             `json:"retryAfterSeconds"`
+	// Limits are a stacked tier's limits (the top-level fields are those of the one closest to
+	// exhaustion); absent for a tier of one limit.
+	Limits []ClientLimit `json:"limits,omitempty"`
+}
+
+// ClientLimit is one limit of a stacked tier in a ClientAnswer.
+type ClientLimit struct {
+	Name              string `json:"name"`
+	Allowed           bool   `json:"allowed"`
+	Limit             int64  `json:"limit"`
+	Remaining         int64  `json:"remaining"`
+	ResetAfterSeconds int64  `json:"resetAfterSeconds"`
 }
 
 func (a *Admin) clients(w http.ResponseWriter, r *http.Request) {
@@ -266,8 +278,12 @@ func (a *Admin) clients(w http.ResponseWriter, r *http.Request) {
 	if !res.Allowed {
 		answer.RetryAfterSeconds = ratelimitheaders.RetryAfterSeconds(res.RetryAfter)
 	}
-	if res.Tier.Limiter.Limit() > 0 {
+	if res.Tier.Limited() {
 		answer.Limit, answer.Remaining = &res.Limit, &res.Remaining
+	}
+	for i, l := range res.Limits {
+		answer.Limits = append(answer.Limits, ClientLimit{Name: res.Tier.Stack.Name(i), Allowed: l.Allowed, Limit: l.Limit,
+			Remaining: l.Remaining, ResetAfterSeconds: ratelimitheaders.Seconds(l.ResetAfter)})
 	}
 	writeJSON(w, http.StatusOK, answer, a.log)
 }

@@ -41,7 +41,9 @@ func TestBatchAnswersLikeSingleCalls(t *testing.T) {
 		clock := testsupport.NewClock()
 		return NewDecisions(newEngine(t, clock,
 			newPolicy("a", testsupport.TokenBucketTier("standard", 3, 1, time.Second), testsupport.UnlimitedTier("vip")),
-			newPolicy("b", testsupport.SlidingWindowTier("strict", 2, time.Second))), nil)
+			newPolicy("b", testsupport.SlidingWindowTier("strict", 2, time.Second)),
+			newPolicy("c", testsupport.StackedTier("paid", testsupport.TokenBucketLimit("burst", 2, 1, time.Second),
+				testsupport.SlidingWindowLimit("daily", 3, time.Hour)))), nil)
 	}
 	items := []string{
 		`{"policy":"default/a","key":"alice"}`,
@@ -64,6 +66,11 @@ func TestBatchAnswersLikeSingleCalls(t *testing.T) {
 		`[1, {"key": "a"}]`,
 		`null`,
 		`{"policy":"default/a","key":"bob"}`,
+		`{"policy":"default/c","key":"alice"}`,          // a stack: every limit's answer
+		`{"policy":"default/c","key":"alice","cost":2}`, // burst rejects: daily is not charged
+		`{"policy":"default/c","key":"alice","cost":0}`,
+		`{"policy":"default/c","key":"alice","cost":1}`,
+		`{"policy":"default/c","key":"alice","cost":5}`, // above both limits
 	}
 	batch := serve(t, newHandler(), http.MethodPost, "/v1/allow:batch", `{"items": [`+strings.Join(items, ",\n ")+`]}`)
 	results := batchAnswer(t, batch)

@@ -29,6 +29,26 @@
 // exact for tiers whose windows are shorter than a second (a 100 ms window answers a wait of
 // 70 ms as "retryAfterMs":70, where the seconds say 1).
 //
+// A stacked tier (spec limits) admits a request only if every limit admits it, and then charges
+// its cost to each; a request that any limit rejects charges none. Its answer lists every limit
+// in RateLimit-Policy and in the body's "limits", in the tier's order, each item of the header
+// named "<tier>/<limit>":
+//
+//	RateLimit-Policy: "paid/burst";q=20;w=2, "paid/daily";q=10000;w=86400
+//	RateLimit: "paid/daily";r=0;t=3600
+//	{"allowed":false,"limit":10000,"remaining":0,...,"limits":[
+//	 {"name":"burst","allowed":true,"limit":20,"remaining":19,"resetAfterSeconds":1,"resetAfterMs":100},
+//	 {"name":"daily","allowed":false,"limit":10000,"remaining":0,"resetAfterSeconds":3600,"resetAfterMs":3600000}]}
+//
+// The RateLimit field and the body's top-level limit, remaining and reset are those of the
+// binding limit: the one closest to exhaustion (the least remaining, then the longest until
+// whole again), or of a rejection the rejecting limit that must wait longest. Retry-After and
+// the retry fields are the wait until every limit admits the cost (the longest of the
+// rejecting limits' waits; none when a limit can never admit it). A limit's "allowed" says
+// whether it alone admits the request; one that does, in a rejected request, was not charged
+// and describes its state as it is. Peeks and refunds answer so too; a refund returns its
+// units to every limit, each clamped to its own limit.
+//
 // A cost above the tier's limit can never be admitted: it answers 429 with "retryAfterSeconds":0,
 // "retryAfterMs":0 and no Retry-After, and consumes nothing; the other fields describe the
 // client's state as it is. A tier without a limit (Unlimited) answers 200 with "limit" and
@@ -151,7 +171,7 @@ const (
 // setLegacyHeaders sets the X-RateLimit-* fields of an answer, when enabled and its tier has a
 // limit. Call it before the answer is written.
 func (h *Decisions) setLegacyHeaders(w http.ResponseWriter, res *engine.Result) {
-	if !h.legacy || res.Tier.Limiter.Limit() <= 0 {
+	if !h.legacy || !res.Tier.Limited() {
 		return
 	}
 	reset := h.engine.Now().Add(res.ResetAfter)
@@ -289,7 +309,7 @@ func writeAnswer(w http.ResponseWriter, res *engine.Result, status int) {
 	buf := buffers.Get().(*buffer)
 	defer buffers.Put(buf)
 	b := buf.b[:0]
-	limited := res.Tier.Limiter.Limit() > 0
+	limited := res.Tier.Limited()
 	// A rejection without a retry time (a cost above the limit) has no Retry-After: no wait
 	// admits it.
 	retry := status == http.StatusTooManyRequests && res.RetryAfter > 0
@@ -298,10 +318,10 @@ func writeAnswer(w http.ResponseWriter, res *engine.Result, status int) {
 		var ends [3]int
 		n := 0
 		if limited {
-			b = ratelimitheaders.AppendPolicy(b, res.Tier.Name, res.Tier.Limiter.Limit(), res.Tier.Limiter.Window())
+			b = res.Tier.AppendRateLimitPolicy(b)
 			ends[n] = len(b)
 			n++
-			b = ratelimitheaders.AppendLimit(b, res.Tier.Name, res.Remaining, res.ResetAfter)
+			b = ratelimitheaders.AppendLimit(b, res.Tier.HeaderName(res.Binding), res.Remaining, res.ResetAfter)
 			ends[n] = len(b)
 			n++
 		}
@@ -336,7 +356,7 @@ func writeAnswer(w http.ResponseWriter, res *engine.Result, status int) {
 // appendDecision appends the JSON object that answers a decision, the body of a single call and
 // an item of a batch's results; retry says whether it names a retry time.
 func appendDecision(b []byte, res *engine.Result, retry bool) []byte {
-	limited := res.Tier.Limiter.Limit() > 0
+	limited := res.Tier.Limited()
 	b = append(b, `{"allowed":`...)
 	b = strconv.AppendBool(b, res.Allowed)
 	if limited {
@@ -362,6 +382,29 @@ func appendDecision(b []byte, res *engine.Result, retry bool) []byte {
 		b = strconv.AppendInt(b, milliseconds(res.RetryAfter), 10)
 	} else {
 		b = append(b, '0')
+	}
+	if res.Limits != nil {
+		b = append(b, `,"limits":[`...)
+		for i := range res.Limits {
+			l := &res.Limits[i]
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, `{"name":`...)
+			b = strconv.AppendQuote(b, res.Tier.Stack.Name(i)) // a DNS label: nothing to escape
+			b = append(b, `,"allowed":`...)
+			b = strconv.AppendBool(b, l.Allowed)
+			b = append(b, `,"limit":`...)
+			b = strconv.AppendInt(b, l.Limit, 10)
+			b = append(b, `,"remaining":`...)
+			b = strconv.AppendInt(b, l.Remaining, 10)
+			b = append(b, `,"resetAfterSeconds":`...)
+			b = strconv.AppendInt(b, ratelimitheaders.Seconds(l.ResetAfter), 10)
+			b = append(b, `,"resetAfterMs":`...)
+			b = strconv.AppendInt(b, milliseconds(l.ResetAfter), 10)
+			b = append(b, '}')
+		}
+		b = append(b, ']')
 	}
 	return append(b, '}')
 }

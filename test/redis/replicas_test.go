@@ -296,6 +296,10 @@ func TestReplicasOnCluster(t *testing.T) {
 	limitertest.RunConcurrent(t, c.Store(t.Name()), 16, 20, 50)
 	// A batch's keys spread over the masters: one pipeline a node, decided in order.
 	limitertest.RunBatch(t, func(t *testing.T) limiter.BatchStore { return c.Store(t.Name()) })
+	// A stack's keys share their client's slot: one script decides them on one master.
+	limitertest.RunStack(t, func(t *testing.T) limiter.Store { return c.Store(t.Name()) })
+	limitertest.RunStackBatch(t, func(t *testing.T) limiter.BatchStore { return c.Store(t.Name()) })
+	limitertest.RunStackConcurrent(t, c.Store(t.Name()+"/stack"), 16, 20, 50)
 }
 
 // failureModePolicies has one token-bucket policy of 3 units an hour per failure mode, named
@@ -482,4 +486,92 @@ func metric(t *testing.T, r *replica, name string) float64 {
 		}
 	}
 	return 0
+}
+
+// stackedPolicy is default/stack: a stacked tier of a bucket of 40 and a window of 60, both an
+// hour, so that nothing refills during a test.
+const stackedPolicy = `apiVersion: limiterd.dev/v1alpha1
+kind: RateLimitPolicy
+metadata:
+  name: stack
+spec:
+  defaultTier: paid
+  failureMode: Closed
+  tiers:
+  - name: paid
+    limits:
+    - {name: burst, algorithm: TokenBucket, tokenBucket: {capacity: 40, refillRate: 1, refillPeriod: 1h}}
+    - {name: daily, algorithm: SlidingWindow, slidingWindow: {limit: 60, window: 1h}}
+`
+
+// decideCost asks a replica to admit cost units for the client (0: a peek) and returns the
+// status and body.
+func decideCost(t *testing.T, r *replica, policy, key string, cost int) (int, map[string]any) {
+	t.Helper()
+	resp, err := httpClient.Post(r.decisions+"/v1/allow", "application/json",
+		strings.NewReader(fmt.Sprintf(`{"policy":%q,"key":%q,"cost":%d}`, policy, key, cost)))
+	if err != nil {
+		t.Error(err)
+		return 0, nil
+	}
+	defer func() { _ = resp.Body.Close() }()
+	var body map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		t.Error(err)
+	}
+	return resp.StatusCode, body
+}
+
+// TestReplicasShareAStackAllOrNothing drives one client of a stacked tier through three
+// replicas on one Redis at once, with costs of 1 to 3: the units admitted never exceed the
+// tighter limit, and each limit is charged exactly the units admitted, so that a rejection
+// charged no limit whichever replica decided it and whichever replicas raced it.
+func TestReplicasShareAStackAllOrNothing(t *testing.T) {
+	srv := redistest.Start(t)
+	file := filepath.Join(t.TempDir(), "policies.yaml")
+	writePolicies(t, file, stackedPolicy)
+	replicas := startReplicas(t, 3, file, "--store", "redis", "--redis-addr", srv.Addr(), "--store-timeout", "5s")
+	var (
+		wg                 sync.WaitGroup
+		mu                 sync.Mutex
+		admitted, rejected int
+	)
+	for ri, r := range replicas {
+		for g := range 8 {
+			wg.Go(func() {
+				for i := range 20 {
+					cost := 1 + (ri+g+i)%3
+					status, body := decideCost(t, r, "default/stack", "one-client", cost)
+					mu.Lock()
+					switch status {
+					case http.StatusOK:
+						admitted += cost
+					case http.StatusTooManyRequests:
+						rejected++
+					default:
+						t.Errorf("status %d: %v", status, body)
+					}
+					mu.Unlock()
+				}
+			})
+		}
+	}
+	wg.Wait()
+	if admitted > 40 || rejected == 0 {
+		t.Fatalf("three replicas admitted %d units of a stack whose tighter limit is 40 (%d rejections)", admitted, rejected)
+	}
+	for _, r := range replicas {
+		status, body := decideCost(t, r, "default/stack", "one-client", 0)
+		limits, _ := body["limits"].([]any)
+		if status == 0 || len(limits) != 2 {
+			t.Fatalf("peek through %s: %d %v", r.decisions, status, body)
+		}
+		for i, want := range []int{40 - admitted, 60 - admitted} {
+			l, _ := limits[i].(map[string]any)
+			if got := l["remaining"]; got != float64(want) {
+				t.Errorf("replica %s: limit %v has %v remaining after %d units admitted, want %d", r.decisions, l["name"], got, admitted, want)
+			}
+		}
+	}
+	t.Logf("three replicas admitted %d units of 40 and rejected %d requests", admitted, rejected)
 }

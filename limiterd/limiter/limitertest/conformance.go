@@ -516,3 +516,427 @@ func RunBatch(t *testing.T, newStore func(t *testing.T) limiter.BatchStore) {
 		}
 	})
 }
+
+// LimitWant is what one limit of a stack must answer in a StackStep: every field of its
+// Decision is checked (Limit is the limit's own), except RetryAfter when Allowed and a
+// ResetAfter of -1.
+type LimitWant struct {
+	Allowed    bool
+	Remaining  int64
+	ResetAfter time.Duration
+	RetryAfter time.Duration
+}
+
+// StackStep is one decision, peek or refund of a stacked case, and what each limit and the
+// stack must answer.
+type StackStep struct {
+	At   time.Duration // since T0
+	Key  string        // default "client"
+	Cost int64         // default 1
+	// Peek makes the step a peek (DecideStack of cost 0).
+	Peek bool
+	// Refund, when positive, makes the step a RefundStack of that many units.
+	Refund int64
+	// Single, when set, makes the step a single-limit call (Decide, Peek or Refund) by this
+	// strategy, whose answer must be Limits[0]: the state that a stack's limit named
+	// limiter.DefaultLimitName shares.
+	Single limiter.RateLimiter
+	// Allowed and RetryAfter are the stack's answer (RetryAfter checked when rejected); the
+	// stack's other fields must be those of its binding limit, Binding.
+	Allowed    bool
+	RetryAfter time.Duration
+	Binding    int
+	Limits     []LimitWant
+	// Then switches the stack for the following steps (a policy swap).
+	Then *limiter.Stack
+}
+
+// StackCase is a named sequence of steps with one stack (until a step switches it).
+type StackCase struct {
+	Name  string
+	Stack *limiter.Stack
+	Steps []StackStep
+}
+
+// Stack returns a stack of the named limits, for tables; it panics on an invalid stack.
+func Stack(limits ...any) *limiter.Stack {
+	var (
+		names []string
+		rls   []limiter.RateLimiter
+	)
+	for i := 0; i+1 < len(limits); i += 2 {
+		names = append(names, limits[i].(string))
+		rls = append(rls, limits[i+1].(limiter.RateLimiter))
+	}
+	return must(limiter.NewStack(names, rls))
+}
+
+// StackCases returns the conformance table of stacked limits.
+func StackCases() []StackCase {
+	tb := func(capacity, rate int64, period time.Duration) limiter.RateLimiter {
+		return must(limiter.NewTokenBucket(capacity, rate, period))
+	}
+	sw := func(limit int64, window time.Duration) limiter.RateLimiter {
+		return must(limiter.NewSlidingWindow(limit, window))
+	}
+	const (
+		ms = time.Millisecond
+		s  = time.Second
+	)
+	return []StackCase{
+		{Name: "admitted only when every limit admits, and a rejection charges no limit",
+			Stack: Stack("burst", tb(3, 1, s), "daily", sw(5, 10*s)), Steps: []StackStep{
+				{At: 0, Allowed: true, Binding: 0, Limits: []LimitWant{{true, 2, s, 0}, {true, 4, 10 * s, 0}}},
+				{At: 0, Cost: 2, Allowed: true, Binding: 0, Limits: []LimitWant{{true, 0, 3 * s, 0}, {true, 2, 10 * s, 0}}},
+				// The bucket rejects: the window, which would admit, is not charged.
+				{At: 0, Allowed: false, RetryAfter: s, Binding: 0, Limits: []LimitWant{{false, 0, 3 * s, s}, {true, 2, 10 * s, 0}}},
+				{At: s, Allowed: true, Binding: 0, Limits: []LimitWant{{true, 0, 3 * s, 0}, {true, 1, 10 * s, 0}}},
+				// Both reject: the wait is until both admit, the window's.
+				{At: 2 * s, Cost: 2, Allowed: false, RetryAfter: 8 * s, Binding: 1, Limits: []LimitWant{{false, 1, 2 * s, s}, {false, 1, 9 * s, 8 * s}}},
+				{At: 10 * s, Cost: 2, Allowed: true, Binding: 0, Limits: []LimitWant{{true, 1, 2 * s, 0}, {true, 2, 10 * s, 0}}},
+				// Clients are isolated.
+				{At: 10 * s, Key: "other", Cost: 3, Allowed: true, Binding: 0, Limits: []LimitWant{{true, 0, 3 * s, 0}, {true, 2, 10 * s, 0}}},
+			}},
+		{Name: "a cost above one limit is rejected with no retry time and charges nothing",
+			Stack: Stack("burst", tb(3, 1, s), "daily", sw(5, 10*s)), Steps: []StackStep{
+				{At: 0, Cost: 4, Allowed: false, RetryAfter: 0, Binding: 0, Limits: []LimitWant{{false, 3, 0, 0}, {true, 5, 0, 0}}},
+				{At: 0, Cost: 6, Allowed: false, RetryAfter: 0, Binding: 0, Limits: []LimitWant{{false, 3, 0, 0}, {false, 5, 0, 0}}},
+				{At: 0, Cost: 3, Allowed: true, Binding: 0, Limits: []LimitWant{{true, 0, 3 * s, 0}, {true, 2, 10 * s, 0}}},
+				// Once the bucket refills, the window's retry time is the stack's; a cost above the
+				// bucket's capacity is still never admitted.
+				{At: 3 * s, Cost: 3, Allowed: false, RetryAfter: 7 * s, Binding: 1, Limits: []LimitWant{{true, 3, 0, 0}, {false, 2, 7 * s, 7 * s}}},
+				{At: 3 * s, Cost: 4, Allowed: false, RetryAfter: 0, Binding: 0, Limits: []LimitWant{{false, 3, 0, 0}, {false, 2, 7 * s, 7 * s}}},
+			}},
+		{Name: "a peek reads every limit, a refund returns units to every limit, each clamped",
+			Stack: Stack("burst", tb(3, 1, s), "daily", sw(5, 10*s)), Steps: []StackStep{
+				{At: 0, Peek: true, Allowed: true, Binding: 0, Limits: []LimitWant{{true, 3, 0, 0}, {true, 5, 0, 0}}},
+				{At: 0, Refund: 2, Allowed: true, Binding: 0, Limits: []LimitWant{{true, 3, 0, 0}, {true, 5, 0, 0}}},
+				{At: 0, Cost: 3, Allowed: true, Binding: 0, Limits: []LimitWant{{true, 0, 3 * s, 0}, {true, 2, 10 * s, 0}}},
+				{At: 0, Peek: true, Allowed: false, RetryAfter: s, Binding: 0, Limits: []LimitWant{{false, 0, 3 * s, s}, {true, 2, 10 * s, 0}}},
+				{At: 0, Refund: 2, Allowed: true, Binding: 0, Limits: []LimitWant{{true, 2, s, 0}, {true, 4, 10 * s, 0}}},
+				{At: 0, Refund: 10, Allowed: true, Binding: 0, Limits: []LimitWant{{true, 3, 0, 0}, {true, 5, 0, 0}}},
+				{At: 0, Cost: 3, Allowed: true, Binding: 0, Limits: []LimitWant{{true, 0, 3 * s, 0}, {true, 2, 10 * s, 0}}},
+			}},
+		{Name: "a rejected stack leaves a sliding window's log exactly as it was",
+			Stack: Stack("burst", tb(4, 1, 10*s), "window", sw(5, s)), Steps: []StackStep{
+				{At: 0, Allowed: true, Binding: 0, Limits: []LimitWant{{true, 3, 10 * s, 0}, {true, 4, s, 0}}},
+				{At: 100 * ms, Allowed: true, Binding: 0, Limits: []LimitWant{{true, 2, 19900 * ms, 0}, {true, 3, s, 0}}},
+				{At: 200 * ms, Allowed: true, Binding: 0, Limits: []LimitWant{{true, 1, 29800 * ms, 0}, {true, 2, s, 0}}},
+				{At: 300 * ms, Allowed: true, Binding: 0, Limits: []LimitWant{{true, 0, 39700 * ms, 0}, {true, 1, s, 0}}},
+				// The window would add to its newest entry: undone.
+				{At: 300 * ms, Allowed: false, RetryAfter: 9700 * ms, Binding: 0, Limits: []LimitWant{{false, 0, 39700 * ms, 9700 * ms}, {true, 1, s, 0}}},
+				// The window would expire its oldest entry and reuse its slot of the full ring: undone.
+				{At: s, Allowed: false, RetryAfter: 9 * s, Binding: 0, Limits: []LimitWant{{false, 0, 39 * s, 9 * s}, {true, 2, 300 * ms, 0}}},
+				{At: 1100 * ms, Peek: true, Allowed: false, RetryAfter: 8900 * ms, Binding: 0, Limits: []LimitWant{{false, 0, 38900 * ms, 8900 * ms}, {true, 3, 200 * ms, 0}}},
+				{At: 1250 * ms, Peek: true, Allowed: false, RetryAfter: 8750 * ms, Binding: 0, Limits: []LimitWant{{false, 0, 38750 * ms, 8750 * ms}, {true, 4, 50 * ms, 0}}},
+				{At: 10 * s, Allowed: true, Binding: 0, Limits: []LimitWant{{true, 0, 40 * s, 0}, {true, 4, s, 0}}},
+			}},
+		{Name: "limits keep their state by name across a swap, and a new name starts fresh",
+			Stack: Stack("burst", tb(3, 1, s), "daily", sw(5, time.Hour)), Steps: []StackStep{
+				{At: 0, Cost: 2, Allowed: true, Binding: 0, Limits: []LimitWant{{true, 1, 2 * s, 0}, {true, 3, time.Hour, 0}},
+					Then: Stack("daily", sw(5, time.Hour), "hourly", sw(2, time.Hour))},
+				{At: 0, Allowed: true, Binding: 1, Limits: []LimitWant{{true, 2, time.Hour, 0}, {true, 1, time.Hour, 0}},
+					Then: Stack("burst", tb(3, 1, s), "daily", sw(10, time.Hour))},
+				// burst left the stack and came back before its state decayed: it reads it again.
+				// daily's usage carries over to its new limit.
+				{At: 0, Allowed: true, Binding: 0, Limits: []LimitWant{{true, 0, 3 * s, 0}, {true, 6, time.Hour, 0}},
+					Then: Stack("burst", sw(3, time.Hour))},
+				// Another algorithm under a name starts fresh.
+				{At: 0, Allowed: true, Binding: 0, Limits: []LimitWant{{true, 2, time.Hour, 0}}},
+			}},
+		{Name: "the limit named default shares the single-limit state",
+			Stack: Stack("default", tb(3, 1, s), "daily", sw(5, time.Hour)), Steps: []StackStep{
+				{At: 0, Cost: 2, Single: tb(3, 1, s), Limits: []LimitWant{{true, 1, 2 * s, 0}}},
+				{At: 0, Allowed: true, Binding: 0, Limits: []LimitWant{{true, 0, 3 * s, 0}, {true, 4, time.Hour, 0}}},
+				{At: 0, Peek: true, Single: tb(3, 1, s), Limits: []LimitWant{{false, 0, 3 * s, s}}},
+				{At: 2 * s, Cost: 2, Single: tb(3, 1, s), Limits: []LimitWant{{true, 0, 3 * s, 0}}},
+				{At: 2 * s, Allowed: false, RetryAfter: s, Binding: 0, Limits: []LimitWant{{false, 0, 3 * s, s}, {true, 4, time.Hour - 2*s, 0}}},
+			}},
+		{Name: "a rejected stack keeps the state of a limit whose algorithm changed",
+			Stack: Stack("l", tb(2, 1, s)), Steps: []StackStep{
+				{At: 0, Allowed: true, Binding: 0, Limits: []LimitWant{{true, 1, s, 0}},
+					Then: Stack("l", sw(2, time.Hour), "m", tb(1, 1, time.Hour))},
+				{At: 0, Cost: 2, Allowed: false, RetryAfter: 0, Binding: 1, Limits: []LimitWant{{true, 2, 0, 0}, {false, 1, 0, 0}},
+					Then: Stack("l", tb(2, 1, s))},
+				{At: 0, Allowed: true, Binding: 0, Limits: []LimitWant{{true, 0, 2 * s, 0}},
+					Then: Stack("l", sw(2, time.Hour), "m", tb(1, 1, time.Hour))},
+				{At: 0, Allowed: true, Binding: 1, Limits: []LimitWant{{true, 1, time.Hour, 0}, {true, 0, time.Hour, 0}},
+					Then: Stack("l", tb(2, 1, s))},
+				{At: 0, Allowed: true, Binding: 0, Limits: []LimitWant{{true, 1, s, 0}}},
+			}},
+		{Name: "a rejected stack does not keep a token bucket's conversion",
+			Stack: Stack("b", tb(10, 1, s), "w", sw(10, time.Hour)), Steps: []StackStep{
+				// Equally close to exhaustion: the one that takes longer to be whole again binds.
+				{At: 0, Cost: 6, Allowed: true, Binding: 1, Limits: []LimitWant{{true, 4, 6 * s, 0}, {true, 4, time.Hour, 0}},
+					Then: Stack("b", tb(20, 2, s), "w", sw(10, time.Hour))},
+				{At: 0, Cost: 5, Allowed: false, RetryAfter: time.Hour, Binding: 1, Limits: []LimitWant{{true, 14, 3 * s, 0}, {false, 4, time.Hour, time.Hour}}},
+				// Converted again at 300ms (6 tokens used, rounded up), not at 0: a full bucket in 3s.
+				{At: 300 * ms, Peek: true, Allowed: true, Binding: 1, Limits: []LimitWant{{true, 14, 3 * s, 0}, {true, 4, time.Hour - 300*ms, 0}}},
+				{At: 300 * ms, Allowed: true, Binding: 1, Limits: []LimitWant{{true, 13, 3500 * ms, 0}, {true, 3, time.Hour, 0}}},
+			}},
+	}
+}
+
+// stackStepKey returns a step's key and cost, defaulted.
+func stackStepKey(s StackStep) (string, int64) {
+	key, cost := s.Key, s.Cost
+	if key == "" {
+		key = "client"
+	}
+	if cost == 0 && !s.Peek {
+		cost = 1
+	}
+	if s.Peek {
+		cost = 0
+	}
+	return key, cost
+}
+
+// checkStackStep checks what a store answered for a step of a stacked case: the limits'
+// decisions, and the stack's decision combined from them.
+func checkStackStep(t *testing.T, i int, s StackStep, st *limiter.Stack, got limiter.Decision, limits []limiter.Decision, detail string) {
+	t.Helper()
+	want := make([]limiter.Decision, len(s.Limits))
+	if len(s.Limits) != st.Len() {
+		t.Fatalf("step %d: the table gives %d limits for a stack of %d", i, len(s.Limits), st.Len())
+	}
+	for j, l := range s.Limits {
+		want[j] = limiter.Decision{Allowed: l.Allowed, Limit: st.Limiter(j).Limit(), Remaining: l.Remaining, ResetAfter: l.ResetAfter}
+		if !l.Allowed {
+			want[j].RetryAfter = l.RetryAfter
+		}
+		if l.ResetAfter < 0 {
+			want[j].ResetAfter, limits[j].ResetAfter = 0, 0
+		}
+		if limits[j] != want[j] {
+			t.Fatalf("step %d (%s at t0+%v), limit %q:\n got  %+v\n want %+v", i, detail, s.At, st.Name(j), limits[j], want[j])
+		}
+	}
+	wantStack, binding := limiter.Combine(want)
+	if binding != s.Binding || wantStack.Allowed != s.Allowed || !s.Allowed && wantStack.RetryAfter != s.RetryAfter {
+		t.Fatalf("step %d: the table's stack answer (allowed %t, retry %v, binding %d) is not what Combine makes of its limits (%t, %v, %d)",
+			i, s.Allowed, s.RetryAfter, s.Binding, wantStack.Allowed, wantStack.RetryAfter, binding)
+	}
+	if got != wantStack {
+		t.Fatalf("step %d (%s at t0+%v), the stack:\n got  %+v\n want %+v", i, detail, s.At, got, wantStack)
+	}
+}
+
+// runSingleStep runs a StackStep that is a single-limit call and checks it against Limits[0].
+func runSingleStep(t *testing.T, store limiter.Store, i int, s StackStep) {
+	t.Helper()
+	ctx := context.Background()
+	key, cost := stackStepKey(s)
+	var (
+		got limiter.Decision
+		err error
+	)
+	switch {
+	case s.Peek:
+		got, err = store.Peek(ctx, key, s.Single, T0.Add(s.At))
+	case s.Refund > 0:
+		got, err = store.Refund(ctx, key, s.Single, T0.Add(s.At), s.Refund)
+	default:
+		got, err = store.Decide(ctx, key, s.Single, T0.Add(s.At), cost)
+	}
+	if err != nil {
+		t.Fatalf("step %d (single limit): %v", i, err)
+	}
+	l := s.Limits[0]
+	want := limiter.Decision{Allowed: l.Allowed, Limit: s.Single.Limit(), Remaining: l.Remaining, ResetAfter: l.ResetAfter}
+	if !l.Allowed {
+		want.RetryAfter = l.RetryAfter
+	}
+	if got != want {
+		t.Fatalf("step %d (single limit at t0+%v):\n got  %+v\n want %+v", i, s.At, got, want)
+	}
+}
+
+// RunStack runs the stacked conformance table against stores made by newStore, each case on a
+// fresh store, through DecideStack and RefundStack.
+func RunStack(t *testing.T, newStore func(t *testing.T) limiter.Store) {
+	for _, c := range StackCases() {
+		t.Run(c.Name, func(t *testing.T) {
+			store := newStore(t)
+			st := c.Stack
+			for i, s := range c.Steps {
+				if s.Single != nil {
+					runSingleStep(t, store, i, s)
+					continue
+				}
+				key, cost := stackStepKey(s)
+				limits := make([]limiter.Decision, st.Len())
+				var (
+					got limiter.Decision
+					err error
+					op  = "decide"
+				)
+				if s.Refund > 0 {
+					got, err = store.RefundStack(context.Background(), key, st, T0.Add(s.At), s.Refund, limits)
+					op = "refund"
+				} else {
+					if s.Peek {
+						op = "peek"
+					}
+					got, err = store.DecideStack(context.Background(), key, st, T0.Add(s.At), cost, limits)
+				}
+				if err != nil {
+					t.Fatalf("step %d (%s): %v", i, op, err)
+				}
+				checkStackStep(t, i, s, st, got, limits, fmt.Sprintf("%s, key %s, cost %d", op, key, cost))
+				if s.Then != nil {
+					st = s.Then
+				}
+			}
+		})
+	}
+}
+
+// RunStackBatch runs the stacked conformance table through the batch path of stores made by
+// newStore: the decisions and peeks of a case at one instant, up to a swap, a refund or a
+// single-limit step, go in one DecideBatch call (with a single-limit request on another key
+// between them, so that a batch mixes both kinds) and must answer what RunStack's calls answer.
+func RunStackBatch(t *testing.T, newStore func(t *testing.T) limiter.BatchStore) {
+	filler := must(limiter.NewTokenBucket(100, 1, time.Second))
+	for _, c := range StackCases() {
+		t.Run(c.Name, func(t *testing.T) {
+			store := newStore(t)
+			st := c.Stack
+			var (
+				reqs  []limiter.Request
+				steps []int // the steps of reqs; -1 for a filler
+				sts   []*limiter.Stack
+			)
+			flush := func() {
+				t.Helper()
+				if len(reqs) == 0 {
+					return
+				}
+				out := make([]limiter.Answer, len(reqs))
+				at := c.Steps[steps[0]].At
+				store.DecideBatch(context.Background(), reqs, T0.Add(at), out)
+				for j, a := range out {
+					if a.Err != nil {
+						t.Fatalf("item %d of %d: %v", j, len(reqs), a.Err)
+					}
+					if steps[j] < 0 {
+						continue
+					}
+					checkStackStep(t, steps[j], c.Steps[steps[j]], sts[j], a.Decision, reqs[j].Limits,
+						fmt.Sprintf("item %d of %d, key %s, cost %d", j, len(reqs), reqs[j].Key, reqs[j].Cost))
+				}
+				reqs, steps, sts = reqs[:0], steps[:0], sts[:0]
+			}
+			for i, s := range c.Steps {
+				if len(steps) > 0 && c.Steps[steps[0]].At != s.At {
+					flush()
+				}
+				key, cost := stackStepKey(s)
+				switch {
+				case s.Single != nil:
+					flush()
+					runSingleStep(t, store, i, s)
+				case s.Refund > 0:
+					flush()
+					limits := make([]limiter.Decision, st.Len())
+					d, err := store.RefundStack(context.Background(), key, st, T0.Add(s.At), s.Refund, limits)
+					if err != nil {
+						t.Fatalf("step %d (refund): %v", i, err)
+					}
+					checkStackStep(t, i, s, st, d, limits, "refund")
+				default:
+					reqs = append(reqs,
+						limiter.Request{Key: key, Stack: st, Cost: cost, Limits: make([]limiter.Decision, st.Len())},
+						limiter.Request{Key: "filler-" + key, Limiter: filler, Cost: 1})
+					steps, sts = append(steps, i, -1), append(sts, st, nil)
+				}
+				if s.Then != nil {
+					flush()
+					st = s.Then
+				}
+			}
+			flush()
+		})
+	}
+}
+
+// RunStackConcurrent checks the all-or-nothing rule under races: workers goroutines each decide
+// perWorker times at one instant (nothing refills), with costs of 1 to 3, on one client of a
+// stack of a token bucket of capacity limit and a sliding window of limit+limit/2, refunding
+// one unit of every third admission. Whatever the interleaving, the units held (admitted costs
+// minus refunds) never exceed limit, and each limit's remaining allowance is exactly its limit
+// minus the units held: a stack that charged one limit and not the other would leave them
+// apart.
+func RunStackConcurrent(t *testing.T, store limiter.Store, workers, perWorker int, limit int64) {
+	ctx := context.Background()
+	st := Stack("burst", must(limiter.NewTokenBucket(limit, 1, time.Hour)),
+		"daily", must(limiter.NewSlidingWindow(limit+limit/2, time.Hour)))
+	const key = "stack-race"
+	var (
+		wg              sync.WaitGroup
+		mu              sync.Mutex
+		held, admitted  int64
+		rejected, errsN int
+		errs            []error
+	)
+	fail := func(err error) {
+		mu.Lock()
+		errs = append(errs, err)
+		mu.Unlock()
+	}
+	for w := range workers {
+		wg.Go(func() {
+			var h, a int64
+			var r int
+			limits := make([]limiter.Decision, st.Len())
+			for i := range perWorker {
+				cost := int64(1 + (w+i)%3)
+				d, err := store.DecideStack(ctx, key, st, T0, cost, limits)
+				if err != nil {
+					fail(err)
+					return
+				}
+				if !d.Allowed {
+					r++
+					continue
+				}
+				h += cost
+				a++
+				if a%3 != 0 {
+					continue
+				}
+				// This worker holds the units it was just admitted: the refund returns one to each limit.
+				if _, err := store.RefundStack(ctx, key, st, T0, 1, limits); err != nil {
+					fail(err)
+					return
+				}
+				h--
+			}
+			mu.Lock()
+			held, admitted, rejected = held+h, admitted+a, rejected+r
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	errsN = len(errs)
+	if errsN > 0 {
+		t.Fatalf("%d calls failed, the first: %v", errsN, errs[0])
+	}
+	if held > limit || held < 0 {
+		t.Fatalf("%d units held after %d admissions, limit %d", held, admitted, limit)
+	}
+	if rejected == 0 {
+		t.Fatalf("no request was rejected: the race did not reach the limit")
+	}
+	limits := make([]limiter.Decision, st.Len())
+	if _, err := store.DecideStack(ctx, key, st, T0, 0, limits); err != nil {
+		t.Fatal(err)
+	}
+	for j := range st.Len() {
+		if want := st.Limiter(j).Limit() - held; limits[j].Remaining != want {
+			t.Fatalf("%d units held after %d admissions: limit %q says %d remaining, want %d",
+				held, admitted, st.Name(j), limits[j].Remaining, want)
+		}
+	}
+	t.Logf("%d workers: %d admitted, %d rejected, %d units held of %d", workers, admitted, rejected, held, limit)
+}

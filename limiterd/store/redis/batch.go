@@ -48,6 +48,10 @@ func (s *Store) DecideBatch(ctx context.Context, reqs []limiter.Request, now tim
 	}
 	pending := make([]int, 0, len(reqs)) // the requests Redis decides
 	for i, r := range reqs {
+		if r.Stack != nil {
+			pending = append(pending, i)
+			continue
+		}
 		if r.Limiter.Algorithm() == limiter.AlgorithmUnlimited {
 			if r.Cost == 0 {
 				out[i] = limiter.Answer{Decision: r.Limiter.Peek(nil, now)}
@@ -78,7 +82,7 @@ func (s *Store) DecideBatch(ctx context.Context, reqs []limiter.Request, now tim
 			out[i].Err = fmt.Errorf("redis store: policy %s: decide: %w", s.policy, out[i].Err)
 			continue
 		}
-		if d := out[i].Decision; s.cache != nil && reqs[i].Cost > 0 && !d.Allowed && d.RetryAfter > 0 {
+		if d := out[i].Decision; s.cache != nil && reqs[i].Stack == nil && reqs[i].Cost > 0 && !d.Allowed && d.RetryAfter > 0 {
 			s.cache.put(reqs[i].Key, reqs[i].Limiter, reqs[i].Cost, now, d, epoch)
 		}
 	}
@@ -120,10 +124,21 @@ func (s *Store) runBatch(ctx context.Context, reqs []limiter.Request, pending []
 	}
 	cmds := make(rueidis.Commands, 0, len(pending))
 	sent := make([]int, 0, len(pending)) // the requests of cmds
+	var stacks map[int]*stackCall        // the stack calls of stacked requests
 	for _, i := range pending {
 		r := reqs[i]
-		k, p := s.key(r.Key), s.c.prepare(r.Limiter)
 		mode, cost := requestMode(r)
+		if r.Stack != nil {
+			c := s.newStackCall(r.Key, r.Stack, now, cost, mode)
+			if stacks == nil {
+				stacks = make(map[int]*stackCall)
+			}
+			stacks[i] = c
+			cmds = append(cmds, cn.B().Evalsha().Sha1(stackSHA).Numkeys(int64(len(c.keys))).Key(c.keys...).Arg(s.stackArgs(c)...).Build())
+			sent = append(sent, i)
+			continue
+		}
+		k, p := s.key(r.Key), s.c.prepare(r.Limiter)
 		switch rl := r.Limiter.(type) {
 		case *limiter.TokenBucket:
 			args := tokenBucketArgs(mode, p, nowS, nowN, tokenBucketCost(rl, p, cost, mode), s.c.slackMS)
@@ -146,7 +161,16 @@ func (s *Store) runBatch(ctx context.Context, reqs []limiter.Request, pending []
 				again = append(again, i)
 				continue
 			}
-			out[i] = limiter.Answer{Err: fmt.Errorf("%s script: %w", reqs[i].Limiter.Algorithm(), err)}
+			out[i] = limiter.Answer{Err: fmt.Errorf("%s script: %w", scriptName(reqs[i]), err)}
+			continue
+		}
+		if c := stacks[i]; c != nil {
+			d, done, err := c.answer(arr, reqs[i].Limits)
+			if err == nil && !done {
+				again = append(again, i) // converted now, decided after the pipeline
+				continue
+			}
+			out[i] = limiter.Answer{Decision: d, Err: err}
 			continue
 		}
 		var d limiter.Decision
@@ -165,11 +189,24 @@ func (s *Store) runBatch(ctx context.Context, reqs []limiter.Request, pending []
 		out[i] = limiter.Answer{Decision: d, Err: err}
 	}
 	for _, i := range again {
+		if c := stacks[i]; c != nil {
+			d, err := s.callStack(ctx, cn, c, reqs[i].Limits)
+			out[i] = limiter.Answer{Decision: d, Err: err}
+			continue
+		}
 		mode, cost := requestMode(reqs[i])
 		d, err := s.run(ctx, reqs[i].Key, reqs[i].Limiter, now, cost, mode)
 		out[i] = limiter.Answer{Decision: d, Err: err}
 	}
 	return nil
+}
+
+// scriptName names the script of a batch's request, for errors.
+func scriptName(r limiter.Request) string {
+	if r.Stack != nil {
+		return "stack"
+	}
+	return r.Limiter.Algorithm().String()
 }
 
 // requestMode returns the script mode and cost of a batch's request: a peek of one unit for a

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/limiterd/limiterd/internal/testsupport"
 	"github.com/limiterd/limiterd/limiterd/limiter"
 	"github.com/limiterd/limiterd/limiterd/limiter/limitertest"
 )
@@ -111,6 +112,53 @@ func TestServerClock(t *testing.T) {
 		}
 		if admitted != 5 {
 			t.Errorf("%s: callers with skewed clocks were admitted %d times, want 5", fingerprint(rl), admitted)
+		}
+	}
+}
+
+// TestStackOnServerClock checks a stack on the server's clock: callers whose clocks disagree by
+// years share one allowance of each limit, a parameter change converts a token bucket's state
+// (its second round trip), and every limit's key expires when its state is fresh again.
+func TestStackOnServerClock(t *testing.T) {
+	c := newClient(t, Options{Addrs: []string{shared(t).Addr()}, Timeout: 10 * time.Second})
+	s := c.Store(t.Name())
+	st := limitertest.Stack("burst", tokenBucket(t, 5, 1, time.Hour), "daily", slidingWindow(t, 4, 1500*time.Millisecond))
+	out := make([]limiter.Decision, st.Len())
+	admitted := 0
+	for i := range 20 {
+		skewed := limitertest.T0.Add(time.Duration(i%3-1) * 24 * 365 * time.Hour)
+		d, err := s.DecideStack(t.Context(), "skewed", st, skewed, 1, out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 4 || out[0].Remaining != 1 || out[1].Remaining != 0 {
+		t.Fatalf("callers with skewed clocks were admitted %d times, limits %+v; want 4, 1 and 0 remaining", admitted, out)
+	}
+	// The bucket's parameters change: its state is converted (4 tokens used) and decided on.
+	st = limitertest.Stack("burst", tokenBucket(t, 10, 1, time.Hour), "daily", slidingWindow(t, 4, 1500*time.Millisecond))
+	if d, err := s.DecideStack(t.Context(), "skewed", st, time.Time{}, 0, out); err != nil || out[0].Remaining != 6 {
+		t.Fatalf("after the bucket's change: %+v, limits %+v, %v; want 6 remaining in the bucket", d, out, err)
+	}
+	// Once the window is empty, the converted bucket admits and writes its state.
+	testsupport.Eventually(t, 10*time.Second, "the window admits again", func() bool {
+		d, err := s.DecideStack(t.Context(), "skewed", st, time.Time{}, 1, out)
+		return err == nil && d.Allowed
+	})
+	if out[0].Remaining != 5 {
+		t.Fatalf("the converted bucket admitted with %d remaining, want 5", out[0].Remaining)
+	}
+	for i, want := range []time.Duration{5 * time.Hour, 1500 * time.Millisecond} {
+		pttl, err := strconv.ParseInt(do(t, c, "PTTL", LimitKey(t.Name(), "skewed", st.Name(i))), 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Written at most a few ms before PTTL ran, and at most a second before (Eventually).
+		if got := time.Duration(pttl) * time.Millisecond; got > want || got < want-2*time.Second {
+			t.Errorf("limit %q expires in %v, want about %v", st.Name(i), got, want)
 		}
 	}
 }

@@ -2,7 +2,8 @@
 // on the same state: a client gets its limit once in total, not once per replica.
 //
 // A Client connects to one Redis server or to a Redis Cluster; Client.Store returns the
-// limiter.Store of one policy. Each decision is one server-side Lua script on one key, so
+// limiter.Store of one policy. Each decision is one server-side Lua script on one key (on the
+// keys of one client for a stacked tier: see Stacks), so
 // concurrent decisions on a client, from any replica, are serialised by Redis exactly as the
 // memory store serialises them, and answer exactly what limiter.Memory answers (the conformance
 // table in package limitertest runs against both).
@@ -40,6 +41,23 @@
 // so the script hands the old state to Go, which converts it with limiter's code at the instant
 // the script read, and writes the result with a compare-and-set script (a second round trip,
 // once per client after a change; if the state changed meanwhile, the decision starts over).
+//
+// # Stacks
+//
+// A stacked tier's limits are decided by one script (stack.lua) over one key per limit:
+// LimitKey, the client's key followed by ':' and the limit's name (the limit named "default"
+// uses the client's key itself, the state of a tier of one limit). The keys share the client's
+// hash tag, so they live on one cluster slot and one script may touch them all, atomically. Each
+// limit's state is the one its algorithm keeps alone, with its own fingerprint and expiry, so the
+// rule for parameter changes applies per limit name. The script first reads every limit and
+// decides on it, then writes every new state if every limit admitted the cost, and nothing
+// otherwise: a rejected request charges no limit, whichever replicas race on the client. A token
+// bucket whose state other parameters wrote is converted by Go, as for a single limit: the
+// script answers the raw state and writes nothing, Go converts it at the instant read and calls
+// the script again with the conversion, which it uses only if the state is still the one read.
+// A peek writes nothing; a refund returns the units to every limit in the same script. Stacked
+// decisions are not answered from the reject cache (a stacked refund still clears it, as a
+// refund does). In a batch, a stacked request is one EVALSHA of the pipeline.
 //
 // # Clock
 //

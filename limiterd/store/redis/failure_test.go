@@ -13,6 +13,7 @@ import (
 
 	"github.com/limiterd/limiterd/internal/testsupport"
 	"github.com/limiterd/limiterd/limiterd/limiter"
+	"github.com/limiterd/limiterd/limiterd/limiter/limitertest"
 	"github.com/limiterd/limiterd/limiterd/store/redis/redistest"
 )
 
@@ -176,14 +177,28 @@ func TestUnreachableAtStart(t *testing.T) {
 	} else if took := time.Since(start); took > 2*time.Second {
 		t.Fatalf("a decision took %v to fail", took)
 	}
+	st := limitertest.Stack("burst", rl, "daily", slidingWindow(t, 5, time.Hour))
+	out := make([]limiter.Decision, st.Len())
+	start = time.Now()
+	if _, err := c.Store(t.Name()).DecideStack(t.Context(), "k", st, start, 1, out); err == nil {
+		t.Fatal("a stacked decision succeeded while redis is down")
+	} else if took := time.Since(start); took > 2*time.Second {
+		t.Fatalf("a stacked decision took %v to fail", took)
+	}
 	srv.Restart(t)
 	testsupport.Eventually(t, 20*time.Second, "decisions succeed once redis is up", func() bool {
 		_, err := c.Store(t.Name()).Decide(t.Context(), "k", rl, time.Now(), 1)
 		return err == nil
 	})
+	if d, err := c.Store(t.Name()).DecideStack(t.Context(), "k", st, time.Now(), 1, out); err != nil || !d.Allowed {
+		t.Fatalf("a stacked decision once redis is up: %+v, %v", d, err)
+	}
 	c.Close()
 	if _, err := c.Store(t.Name()).Decide(t.Context(), "k", rl, time.Now(), 1); !errors.Is(err, ErrClosed) {
 		t.Errorf("after Close: %v, want ErrClosed", err)
+	}
+	if _, err := c.Store(t.Name()).RefundStack(t.Context(), "k", st, time.Now(), 1, out); !errors.Is(err, ErrClosed) {
+		t.Errorf("a stacked refund after Close: %v, want ErrClosed", err)
 	}
 	noLeak(t, ignore)
 }

@@ -20,6 +20,24 @@ func Key(policyID, clientKey string) string {
 	return keyPrefix(policyID) + keySuffix(clientKey)
 }
 
+// LimitKey returns the Redis key that holds the state of a stacked tier's limit for a client:
+// Key(policyID, clientKey) for the limit named limiter.DefaultLimitName (the state a tier of one
+// limit keeps), else that key followed by ':' and the limit's name. A limit's key has the
+// client's hash tag, so every limit of a client is on the cluster slot of its client key, and
+// one script can decide them together. Nothing follows the hash tag of Key, so a limit's key is
+// no client's key.
+func LimitKey(policyID, clientKey, name string) string {
+	return keyPrefix(policyID) + keySuffix(clientKey) + limitSuffix(name)
+}
+
+// limitSuffix returns what follows a client's key in the key of its limit name.
+func limitSuffix(name string) string {
+	if name == limiter.DefaultLimitName {
+		return ""
+	}
+	return ":" + name
+}
+
 func keyPrefix(policyID string) string {
 	var b strings.Builder
 	b.WriteString(KeyPrefix + "{")

@@ -97,3 +97,67 @@ const (
 	casChanged = 0 // the state changed since it was read: nothing written
 	casWritten = 1 // written
 )
+
+// stack.lua's algorithms (ALGORITHM_*), arguments (ARG_*, then a block of stLimit* arguments a
+// limit, L_* in Lua: its index in the block, 1-based) and reply (REPLY_*, then a block of
+// stReply* elements a limit, R_* in Lua).
+const (
+	stTokenBucket   = "tb"
+	stSlidingWindow = "sw"
+)
+
+const (
+	stArgMode    = iota // mode
+	stArgNowS           // now, seconds; "": the server's clock (TIME)
+	stArgNowN           // now, nanoseconds of the second
+	stArgCost           // the cost (a peek's: 1; a refund's amount)
+	stArgSlackMS        // milliseconds added to a key's expiry
+	stArgRebase         // a sliding window's rebase threshold
+	stArgLimits         // the number of limits
+	stArgs              // the number of arguments before the limits' blocks
+)
+
+// A limit's block of stack.lua's arguments.
+const (
+	stLimitAlgorithm   = iota // stTokenBucket or stSlidingWindow
+	stLimitFingerprint        // fingerprint of the strategy
+	stLimitRate               // token bucket: the refill rate
+	stLimitTauS               // token bucket: tau, a full refill: seconds,
+	stLimitTauN               // nanoseconds,
+	stLimitTauF               // and fraction
+	stLimitCostS              // token bucket: the cost's (refund's) interval: seconds ("": above the capacity),
+	stLimitCostN              // nanoseconds,
+	stLimitCostF              // and fraction
+	stLimitLimit              // sliding window: the limit
+	stLimitWindow             // sliding window: the window, nanoseconds
+	stLimitConvertFrom        // token bucket: the state Go converted ("": none)
+	stLimitConvertS           // the converted TAT: seconds ("": fresh),
+	stLimitConvertN           // nanoseconds,
+	stLimitConvertF           // and fraction
+	stLimitArgs               // the number of arguments a limit
+)
+
+// stack.lua's reply: the outcome, the instant decided at, then a block a limit.
+const (
+	stReplyOutcome = iota // stRejected, stAdmitted, stConvert, stRefunded or stPeeked
+	stReplyNowS           // the instant decided at: seconds,
+	stReplyNowN           // and nanoseconds
+	stReplyLimits         // the first limit's block
+
+	// A token bucket's block: the state decided on (tbState*), as tokenbucket.lua answers it.
+	stReplyState = 0
+	stReplyTATS  = 1
+	stReplyTATN  = 2
+	stReplyTATF  = 3
+	stReplyRaw   = stReplyTATS
+	// A sliding window's block: its decision (swAdmitted or swRejected: on its own).
+	stReplyAdmitted   = 0
+	stReplyRemaining  = 1
+	stReplyResetAfter = 2
+	stReplyRetryAfter = 3
+	stLimitReply      = 4 // the number of elements a limit
+)
+
+// Values of stack.lua's REPLY_OUTCOME: the token bucket's (tbRejected, tbAdmitted, tbConvert,
+// tbRefunded), and a peek's.
+const stPeeked = 4

@@ -132,3 +132,33 @@ func TestResetRace(t *testing.T) {
 		}
 	}
 }
+
+// TestResetForgetsNamedLimits resets a client with the names of stacked limits: the client's
+// state and every named limit's go, on the client's slot, and another client's stay.
+func TestResetForgetsNamedLimits(t *testing.T) {
+	c := newClient(t, testOptions(shared(t).Addr()))
+	cn, err := c.get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	policy := t.Name()
+	s := c.Store(policy)
+	keys := []string{Key(policy, "k"), LimitKey(policy, "k", "burst"), LimitKey(policy, "k", "daily"), LimitKey(policy, "other", "burst")}
+	for _, k := range keys {
+		if err := cn.Do(t.Context(), cn.B().Set().Key(k).Value("x").Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Reset(t.Context(), "k", "burst", limiter.DefaultLimitName, "daily", "unknown"); err != nil {
+		t.Fatal(err)
+	}
+	for i, k := range keys {
+		n, err := cn.Do(t.Context(), cn.B().Exists().Key(k).Build()).AsInt64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if kept := i == 3; (n == 1) != kept {
+			t.Errorf("EXISTS %q = %d after the reset, want it kept: %t", k, n, kept)
+		}
+	}
+}

@@ -429,32 +429,46 @@ func (s *Store) Refund(ctx context.Context, key string, rl limiter.RateLimiter, 
 	if err != nil {
 		return limiter.Decision{}, fmt.Errorf("redis store: policy %s: refund: %w", s.policy, err)
 	}
-	if s.cache != nil {
-		s.c.trust.epoch.Add(1) // a rejection decided before the refund must not be cached after it
-		s.cache.delete(key)
-		if cn, err := s.c.get(); err == nil {
-			ctx, cancel := context.WithTimeout(ctx, s.c.opts.Timeout)
-			defer cancel()
-			// The refund is done: a replica that misses the message keeps rejecting the client
-			// until its cached retry time at most, which admits nothing extra.
-			if err := cn.Do(ctx, cn.B().Publish().Channel(ResetChannel).Message(s.policy+"\x00"+key).Build()).Error(); err != nil {
-				s.c.log.Warn("refund not announced to the other replicas' reject caches", "policy", s.policy, "error", err)
-			}
-		}
-	}
+	s.refunded(ctx, key)
 	return d, nil
 }
 
-// Reset implements limiter.Store: it deletes the client's state and, in the same step,
-// publishes the reset on ResetChannel, so that every replica's reject cache forgets the client.
-// The cache of this process forgets it before Reset returns; other replicas' as soon as the
-// message reaches them.
-func (s *Store) Reset(ctx context.Context, key string) error {
+// refunded tells every replica's reject cache, if there is one, to forget a client that a
+// refund may let in before its cached retry time.
+func (s *Store) refunded(ctx context.Context, key string) {
+	if s.cache == nil {
+		return
+	}
+	s.c.trust.epoch.Add(1) // a rejection decided before the refund must not be cached after it
+	s.cache.delete(key)
+	if cn, err := s.c.get(); err == nil {
+		ctx, cancel := context.WithTimeout(ctx, s.c.opts.Timeout)
+		defer cancel()
+		// The refund is done: a replica that misses the message keeps rejecting the client
+		// until its cached retry time at most, which admits nothing extra.
+		if err := cn.Do(ctx, cn.B().Publish().Channel(ResetChannel).Message(s.policy+"\x00"+key).Build()).Error(); err != nil {
+			s.c.log.Warn("refund not announced to the other replicas' reject caches", "policy", s.policy, "error", err)
+		}
+	}
+}
+
+// Reset implements limiter.Store: it deletes the client's state, and that of the named limits
+// (LimitKey: all on the client's slot), and, in the same step, publishes the reset on
+// ResetChannel, so that every replica's reject cache forgets the client. The cache of this
+// process forgets it before Reset returns; other replicas' as soon as the message reaches them.
+func (s *Store) Reset(ctx context.Context, key string, limits ...string) error {
 	cn, err := s.c.get()
 	if err == nil {
 		ctx, cancel := context.WithTimeout(ctx, s.c.opts.Timeout)
 		defer cancel()
-		err = resetScript.Exec(ctx, cn, []string{s.key(key)}, []string{ResetChannel, s.policy + "\x00" + key}).Error()
+		k := s.key(key)
+		keys := []string{k}
+		for _, name := range limits {
+			if name != limiter.DefaultLimitName {
+				keys = append(keys, k+limitSuffix(name))
+			}
+		}
+		err = resetScript.Exec(ctx, cn, keys, []string{ResetChannel, s.policy + "\x00" + key}).Error()
 	}
 	if s.cache != nil {
 		s.c.trust.epoch.Add(1) // a rejection decided before the reset must not be cached after it

@@ -188,6 +188,29 @@ func TestKey(t *testing.T) {
 	}
 }
 
+func TestLimitKey(t *testing.T) {
+	if got, want := LimitKey("default/api", "a}b", "daily"), "limiterd:{default/api\x00a%7Db}:daily"; got != want {
+		t.Errorf("LimitKey = %q, want %q", got, want)
+	}
+	if got, want := LimitKey("default/api", "a", limiter.DefaultLimitName), Key("default/api", "a"); got != want {
+		t.Errorf("the limit named default is at %q, want the client's key %q", got, want)
+	}
+	// A limit's key is no client's key, and has its client's hash tag.
+	seen := make(map[string]string)
+	for _, c := range []string{"a", "a}:b", "a:b", "}", "a\x00b"} {
+		for _, name := range []string{limiter.DefaultLimitName, "b", "burst"} {
+			k := LimitKey("p", c, name)
+			if prev, dup := seen[k]; dup {
+				t.Errorf("LimitKey(%q, %q) = the key of %s", c, name, prev)
+			}
+			seen[k] = fmt.Sprintf("(%q, %q)", c, name)
+			if tag := k[:strings.IndexByte(k, '}')+1]; tag != Key("p", c) {
+				t.Errorf("LimitKey(%q, %q) = %q: hash tag is not the client's", c, name, k)
+			}
+		}
+	}
+}
+
 func TestFingerprint(t *testing.T) {
 	tb, err := limiter.NewTokenBucket(10, 3, time.Second)
 	if err != nil {
@@ -207,6 +230,170 @@ func TestFingerprint(t *testing.T) {
 	for _, bad := range []string{"", "tb:1:2", "tb:0:1:1000000", "sw:x:1", "xx:1:2"} {
 		if _, err := parseFingerprint(bad); err == nil {
 			t.Errorf("parseFingerprint(%q) succeeded", bad)
+		}
+	}
+}
+
+func TestStackConformance(t *testing.T) {
+	c := newClient(t, testOptions(shared(t).Addr()))
+	limitertest.RunStack(t, func(t *testing.T) limiter.Store { return c.Store(t.Name()) })
+}
+
+func TestStackBatchConformance(t *testing.T) {
+	c := newClient(t, testOptions(shared(t).Addr()))
+	limitertest.RunStackBatch(t, func(t *testing.T) limiter.BatchStore {
+		return c.Store(t.Name())
+	})
+}
+
+func TestStackConcurrent(t *testing.T) {
+	c := newClient(t, testOptions(shared(t).Addr()))
+	limitertest.RunStackConcurrent(t, c.Store(t.Name()), 32, 40, 200)
+}
+
+// randomStack returns 1 to 4 limits of randomStrategy but Unlimited, named from a small set, so
+// that swaps keep, change and drop names, "default" among them.
+func randomStack(r *rand.Rand) *limiter.Stack {
+	pool := []string{limiter.DefaultLimitName, "a", "b", "c", "d"}
+	r.Shuffle(len(pool), func(i, j int) { pool[i], pool[j] = pool[j], pool[i] })
+	n := 1 + r.IntN(limiter.MaxStack)
+	limits := make([]limiter.RateLimiter, 0, n)
+	for len(limits) < n {
+		if rl := randomStrategy(r); rl.Algorithm() != limiter.AlgorithmUnlimited {
+			limits = append(limits, rl)
+		}
+	}
+	return limitertest.Stack(func() []any {
+		var args []any
+		for i, rl := range limits {
+			args = append(args, pool[i], rl)
+		}
+		return args
+	}()...)
+}
+
+// TestStackMatchesMemory runs random stacked decisions, peeks, refunds and batches, with random
+// stacks swapped in and out (names kept, changed and dropped; token buckets converted) and
+// single-limit calls on the state of the limit named "default", random costs and clock steps
+// (backwards too), on a few clients, against Redis and against limiter.Memory: every limit's
+// answer must be the same.
+func TestStackMatchesMemory(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		rebase string
+	}{
+		{"default", rebaseThreshold},
+		{"frequent sliding window rebases", "5000000000"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			defer func(old string) { rebaseThreshold = old }(rebaseThreshold)
+			rebaseThreshold = tc.rebase
+			c := newClient(t, testOptions(shared(t).Addr()))
+			for seed := uint64(1); seed <= seeds; seed++ {
+				t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
+					compareStackWithMemory(t, c.Store(t.Name()), rand.New(rand.NewPCG(seed, 11)), 1000)
+				})
+			}
+		})
+	}
+}
+
+func compareStackWithMemory(t *testing.T, store *Store, r *rand.Rand, steps int) {
+	t.Helper()
+	ctx := t.Context()
+	mem := limiter.NewMemory(nil)
+	st := randomStack(r)
+	single := randomStrategy(r)
+	now := limitertest.T0.Add(time.Duration(r.Int64N(int64(time.Hour))))
+	keys := []string{"a", "b{}", "c\x00%"}
+	for i := range steps {
+		switch r.IntN(30) {
+		case 0, 1:
+			st = randomStack(r)
+		case 2:
+			single = randomStrategy(r)
+		}
+		switch r.IntN(10) {
+		case 0:
+			now = now.Add(-time.Duration(r.Int64N(int64(2 * time.Second))))
+		case 1:
+			now = now.Add(time.Duration(r.Int64N(int64(48 * time.Hour))))
+		case 2, 3, 4:
+		default:
+			now = now.Add(time.Duration(r.Int64N(int64(300 * time.Millisecond))))
+		}
+		key := keys[r.IntN(len(keys))]
+		limit := int64(1)
+		for j := range st.Len() {
+			limit = max(limit, st.Limiter(j).Limit())
+		}
+		cost := max(1, []int64{1, 1, 1, 2, limit / 3, limit, limit + 1, 1 + r.Int64N(limit)}[r.IntN(8)])
+		want, got := make([]limiter.Decision, st.Len()), make([]limiter.Decision, st.Len())
+		var (
+			wantD, gotD limiter.Decision
+			err         error
+			op          string
+		)
+		switch r.IntN(10) {
+		case 0: // a single-limit decision on the state the limit named default shares
+			wantD, _ = mem.Decide(ctx, key, single, now, cost)
+			if gotD, err = store.Decide(ctx, key, single, now, cost); err != nil {
+				t.Fatal(err)
+			}
+			if gotD != wantD {
+				t.Fatalf("step %d: single-limit decision of %d for %q by %s at %v:\n redis  %+v\n memory %+v", i, cost, key, fingerprint(single), now, gotD, wantD)
+			}
+			continue
+		case 1:
+			op = "peek"
+			wantD, _ = mem.DecideStack(ctx, key, st, now, 0, want)
+			gotD, err = store.DecideStack(ctx, key, st, now, 0, got)
+		case 2:
+			op = "refund"
+			wantD, _ = mem.RefundStack(ctx, key, st, now, cost, want)
+			gotD, err = store.RefundStack(ctx, key, st, now, cost, got)
+		case 3: // a batch: the stack twice and a single-limit request between
+			// (on another key: in one batch, the engine sends a key one tier's requests)
+			op = "batch"
+			reqs := []limiter.Request{
+				{Key: key, Stack: st, Cost: cost, Limits: got},
+				{Key: "single:" + key, Limiter: single, Cost: 1},
+				{Key: key, Stack: st, Cost: 1, Limits: make([]limiter.Decision, st.Len())},
+			}
+			out := make([]limiter.Answer, len(reqs))
+			store.DecideBatch(ctx, reqs, now, out)
+			wantD, _ = mem.DecideStack(ctx, key, st, now, cost, want)
+			want2 := make([]limiter.Decision, st.Len())
+			mem.Decide(ctx, "single:"+key, single, now, 1)
+			mem.DecideStack(ctx, key, st, now, 1, want2)
+			for j, a := range out {
+				if a.Err != nil {
+					t.Fatalf("step %d: batch item %d: %v", i, j, a.Err)
+				}
+			}
+			for j := range want2 {
+				if reqs[2].Limits[j] != want2[j] {
+					t.Fatalf("step %d: the batch's second stacked decision, limit %q by %s:\n redis  %+v\n memory %+v",
+						i, st.Name(j), fingerprint(st.Limiter(j)), reqs[2].Limits[j], want2[j])
+				}
+			}
+			gotD = out[0].Decision
+		default:
+			op = "decide"
+			wantD, _ = mem.DecideStack(ctx, key, st, now, cost, want)
+			gotD, err = store.DecideStack(ctx, key, st, now, cost, got)
+		}
+		if err != nil {
+			t.Fatalf("step %d: %s: %v", i, op, err)
+		}
+		for j := range want {
+			if got[j] != want[j] {
+				t.Fatalf("step %d: %s %q of %d at %v, limit %q by %s:\n redis  %+v\n memory %+v",
+					i, op, key, cost, now, st.Name(j), fingerprint(st.Limiter(j)), got[j], want[j])
+			}
+		}
+		if gotD != wantD {
+			t.Fatalf("step %d: %s: the stack answered %+v, memory %+v", i, op, gotD, wantD)
 		}
 	}
 }

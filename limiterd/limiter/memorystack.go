@@ -1,0 +1,283 @@
+package limiter
+
+import (
+	"context"
+	"hash/maphash"
+	"strings"
+	"time"
+	"unsafe"
+)
+
+// A stacked limit's state lives in the same tables as a single-limit client's, under its stack
+// key: the client's stored key, 0xFF and the limit's name, or the stored key alone for the limit
+// named DefaultLimitName (the single-limit form's state). A client's stored key is its key with
+// every 0xFF byte doubled (storedKey): 0xFF never occurs in UTF-8, so for the keys the APIs
+// accept it is the key itself, and whatever bytes a key holds a stack key (one 0xFF, then a
+// name's first character) is no client's stored key. All the limits of a client live in the
+// shard of its stored key, so one shard lock makes a stack decision atomic. Each limit with
+// state counts as one tracked client against the budget, and is swept and evicted as one.
+const stackKeySeparator = 0xFF
+
+// storedKey returns the key under which a store keeps the state of client key: key with every
+// 0xFF doubled (key itself for a UTF-8 key, without allocating).
+func storedKey(key string) string {
+	if strings.IndexByte(key, stackKeySeparator) < 0 {
+		return key
+	}
+	return strings.ReplaceAll(key, "\xff", "\xff\xff")
+}
+
+// appendStackKey appends the stack key of a limit to buf; key is a stored key.
+func appendStackKey(buf []byte, key, name string) []byte {
+	buf = append(buf, key...)
+	buf = append(buf, stackKeySeparator)
+	return append(buf, name...)
+}
+
+// stackLimit is one limit of a stack decision, under its shard's lock.
+type stackLimit struct {
+	h       uint64 // the table hash of the limit's stack key
+	s       State  // a token bucket's state as read, or an untracked sliding window's working state
+	next    State  // a token bucket's state after the decision
+	w       *State // a tracked sliding window's state, decided on in place
+	slot    int    // a tracked token bucket's slot, valid until the tables change
+	tracked bool   // state of the limit's algorithm is kept under key
+	other   bool   // the other algorithm's state is kept under key (a changed algorithm)
+	undo    windowUndo
+}
+
+// windowUndo restores a sliding window's state after a decision that its stack rejected.
+// SlidingWindow.Decide changes a tracked log in three ways only: it moves the header (expiring
+// entries from the head, converting), it adds to the newest entry's total, and it appends an
+// entry, into the slot after the newest of the same ring or into a new, larger ring. Expired
+// entries leave from the head, so the only slots of the old ring it writes are the newest's
+// and the one after it: saving the state, the header and those two slots restores it exactly.
+type windowUndo struct {
+	s          State
+	hdr        windowLog
+	last, next admission
+	bytes      int64 // logBytes before
+}
+
+func (u *windowUndo) save(s *State) {
+	u.s, u.bytes = *s, logBytes(s)
+	if l := s.log; l != nil {
+		u.hdr = *l
+		if len(l.entries) > 0 {
+			u.last, u.next = *l.at(l.n - 1), *l.at(l.n)
+		}
+	}
+}
+
+func (u *windowUndo) restore(s *State) {
+	*s = u.s
+	if l := s.log; l != nil {
+		*l = u.hdr
+		if len(l.entries) > 0 {
+			*l.at(l.n - 1), *l.at(l.n) = u.last, u.next
+		}
+	}
+}
+
+// DecideStack implements Store: every limit's state is read, decided and written, or restored,
+// under the shard lock of the client key. It never fails.
+func (m *Memory) DecideStack(_ context.Context, key string, st *Stack, now time.Time, cost int64, out []Decision) (Decision, error) {
+	o := opDecide
+	if cost == 0 {
+		o, cost = opPeek, 1
+	}
+	if m.applyStack(key, st, now, cost, o, out) && m.budget.over() {
+		m.budget.reclaim(m, now)
+	}
+	d, _ := Combine(out[:st.Len()])
+	return d, nil
+}
+
+// RefundStack implements Store: every limit that keeps state for the client refunds, each as
+// RateLimiter.Refund does, under the shard lock of the client key. It never fails.
+func (m *Memory) RefundStack(_ context.Context, key string, st *Stack, now time.Time, amount int64, out []Decision) (Decision, error) {
+	m.applyStack(key, st, now, amount, opRefund, out)
+	d, _ := Combine(out[:st.Len()])
+	return d, nil
+}
+
+// applyStack decides (all or nothing), peeks or refunds a stack for key; it reports whether the
+// store's bytes grew (new clients, grown logs).
+func (m *Memory) applyStack(key string, st *Stack, now time.Time, cost int64, o op, out []Decision) (added bool) {
+	n := st.Len()
+	out = out[:n]
+	key = storedKey(key)
+	sh, _ := m.shard(key, o == opDecide)
+	if sh == nil { // the store never decided: every limit is fresh
+		for i, rl := range st.limits {
+			out[i] = rl.Peek(&State{}, now)
+		}
+		return false
+	}
+	var (
+		limits [MaxStack]stackLimit
+		// The limits' stack keys: views of scratch memory, cloned when inserted. They are kept
+		// apart from limits, whose fields are written through pointers, so that escape analysis
+		// keeps scratch on the stack.
+		keys    [MaxStack]string
+		scratch [192]byte
+	)
+	buf := scratch[:0]
+	sh.Lock()
+	defer sh.Unlock()
+	for i, rl := range st.limits {
+		l := &limits[i]
+		if name := st.names[i]; name == DefaultLimitName {
+			keys[i] = key
+		} else {
+			start := len(buf)
+			buf = appendStackKey(buf, key, name)
+			// A view of buf: an append that outgrows it leaves the bytes viewed in place.
+			keys[i] = unsafe.String(&buf[start], len(buf)-start)
+		}
+		l.h = tableHash(maphash.String(m.seed, keys[i]))
+		switch rl.Algorithm() {
+		case AlgorithmTokenBucket:
+			if j, ok := sh.buckets.find(keys[i], l.h); ok {
+				b := sh.buckets.slots[j].state
+				l.s, l.slot, l.tracked = State{stamp: b.stamp, frac: b.frac, tat: b.tat}, j, true
+			} else if _, ok := sh.windows[keys[i]]; ok {
+				l.other = true
+			}
+		case AlgorithmSlidingWindow:
+			if w, ok := sh.windows[keys[i]]; ok {
+				l.w, l.tracked = w, true
+			} else if _, ok := sh.buckets.find(keys[i], l.h); ok {
+				l.other = true
+			}
+		case AlgorithmUnlimited: // NewStack admits none
+		}
+	}
+
+	switch o {
+	case opPeek:
+		for i, rl := range st.limits {
+			out[i] = peekLimit(rl, &limits[i], now)
+		}
+		return false
+	case opRefund:
+		for i, rl := range st.limits {
+			l := &limits[i]
+			switch rl := rl.(type) {
+			case *TokenBucket:
+				if !l.tracked {
+					out[i] = rl.Peek(&l.s, now) // nothing to refund
+					continue
+				}
+				out[i] = rl.Refund(&l.s, now, cost)
+				sh.buckets.slots[l.slot].state = bucketState{tat: l.s.tat, frac: l.s.frac, stamp: l.s.stamp}
+			case *SlidingWindow:
+				if !l.tracked {
+					out[i] = rl.Peek(&l.s, now)
+					continue
+				}
+				out[i] = rl.Refund(l.w, now, cost) // the log only shrinks: its capacity stays
+			}
+		}
+		return false
+	case opDecide:
+	}
+
+	allowed := true
+	for i, rl := range st.limits {
+		l := &limits[i]
+		switch rl := rl.(type) { // concrete calls keep the states on the stack
+		case *TokenBucket:
+			l.next = l.s
+			out[i] = rl.Decide(&l.next, now, cost)
+		case *SlidingWindow:
+			if l.w != nil {
+				l.undo.save(l.w)
+				out[i] = rl.Decide(l.w, now, cost)
+			} else {
+				out[i] = rl.Decide(&l.s, now, cost)
+			}
+		}
+		allowed = allowed && out[i].Allowed
+	}
+	if !allowed {
+		// No limit is charged: each state is as it was (a conversion included), and a limit that
+		// admitted answers its state as it is.
+		for i, rl := range st.limits {
+			l := &limits[i]
+			if l.w != nil {
+				l.undo.restore(l.w)
+			}
+			if out[i].Allowed {
+				s := &l.s
+				if l.w != nil {
+					s = l.w
+				} else if rl.Algorithm() == AlgorithmSlidingWindow {
+					l.s = State{} // untracked: fresh again
+				}
+				out[i] = UnchargedDecision(rl, s, now)
+			}
+		}
+		return false
+	}
+	// Every limit admitted: write each state. Slots are found again, since an insertion may grow
+	// the table and a removal shift its entries.
+	for i, rl := range st.limits {
+		l := &limits[i]
+		switch rl.Algorithm() {
+		case AlgorithmTokenBucket:
+			b := bucketState{tat: l.next.tat, frac: l.next.frac, stamp: l.next.stamp}
+			if l.tracked {
+				j, _ := sh.buckets.find(keys[i], l.h)
+				sh.buckets.slots[j].state = b
+				continue
+			}
+			if l.other {
+				forgetWindow(m, sh, keys[i]) // the limit changed algorithm: it started fresh
+			}
+			if m.admit(bucketBytes(keys[i])) {
+				sh.buckets.insert(strings.Clone(keys[i]), l.h, b)
+				added = true
+			}
+		case AlgorithmSlidingWindow:
+			if l.tracked {
+				// The log may have grown: account for it like a new client's bytes.
+				if grown := logBytes(l.w) - l.undo.bytes; grown != 0 {
+					m.account(0, grown)
+					added = added || grown > 0
+				}
+				continue
+			}
+			if l.other {
+				j, _ := sh.buckets.find(keys[i], l.h)
+				forgetBucket(m, sh, j)
+			}
+			s := new(State)
+			*s = l.s
+			if m.admit(windowBytes(keys[i], s)) {
+				if sh.windows == nil {
+					sh.windows = make(map[string]*State)
+				}
+				sh.windows[strings.Clone(keys[i])] = s
+				added = true
+			}
+		case AlgorithmUnlimited:
+		}
+	}
+	return added
+}
+
+// peekLimit answers what limit l would answer for one unit at now, changing nothing.
+func peekLimit(rl RateLimiter, l *stackLimit, now time.Time) Decision {
+	s := &l.s
+	if l.w != nil {
+		s = l.w
+	}
+	switch rl := rl.(type) { // concrete calls keep the state on the stack
+	case *TokenBucket:
+		return rl.Peek(s, now)
+	case *SlidingWindow:
+		return rl.Peek(s, now)
+	}
+	return Decision{Allowed: true} // Unlimited: NewStack admits none
+}

@@ -1,0 +1,146 @@
+package limiter
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/limiterd/limiterd/api/v1alpha1"
+)
+
+// MaxStack is the most limits of a Stack (v1alpha1.MaxLimits).
+const MaxStack = v1alpha1.MaxLimits
+
+// DefaultLimitName is the name under which a store keeps the state of a single-limit tier's
+// client (v1alpha1.DefaultLimitName): a Stack's limit of this name decides on that same state.
+const DefaultLimitName = v1alpha1.DefaultLimitName
+
+// Stack is the limits of one stacked tier, decided all or nothing: a request is admitted only if
+// every limit admits it, and then consumes its cost from each; when any limit rejects it, no
+// limit is charged (a store decides the whole stack in one atomic step per client). A peek
+// reads every limit; a refund returns the units to every limit, each clamped to its own limit.
+//
+// A store keeps one state per limit of a client, keyed by the client key and the limit's name,
+// so the rule for parameter changes (see the package documentation) applies per limit name:
+// when a tier's limits change, a limit whose name was there before decides on the state that
+// name holds (kept, carried over or fresh by the usual rule), and a new name starts fresh. The
+// state of a limit that left the stack is not read any more and decays like an idle client's.
+// The limit named DefaultLimitName shares its state with the client's single-limit state.
+//
+// The answer to a stacked request is combined from the limits' decisions by Combine. A Stack is
+// immutable and safe for concurrent use; build one with NewStack.
+type Stack struct {
+	names  []string
+	limits []RateLimiter
+}
+
+// NewStack returns the stack of the given limits, in order: 1 to MaxStack token buckets or
+// sliding windows with distinct names.
+func NewStack(names []string, limits []RateLimiter) (*Stack, error) {
+	switch {
+	case len(names) != len(limits):
+		return nil, fmt.Errorf("%d names for %d limits", len(names), len(limits))
+	case len(limits) == 0:
+		return nil, errors.New("a stack needs at least one limit")
+	case len(limits) > MaxStack:
+		return nil, fmt.Errorf("a stack has at most %d limits, got %d", MaxStack, len(limits))
+	}
+	for i, rl := range limits {
+		switch {
+		case names[i] == "":
+			return nil, fmt.Errorf("limit %d has no name", i)
+		case rl == nil:
+			return nil, fmt.Errorf("limit %q is nil", names[i])
+		}
+		switch rl.Algorithm() {
+		case AlgorithmTokenBucket, AlgorithmSlidingWindow:
+		case AlgorithmUnlimited:
+			return nil, fmt.Errorf("limit %q: a limit of a stack is a token bucket or a sliding window, not %s", names[i], rl.Algorithm())
+		}
+		for _, n := range names[:i] {
+			if n == names[i] {
+				return nil, fmt.Errorf("limit %q is named twice", n)
+			}
+		}
+	}
+	return &Stack{names: append([]string(nil), names...), limits: append([]RateLimiter(nil), limits...)}, nil
+}
+
+// Len returns the number of limits.
+func (st *Stack) Len() int { return len(st.limits) }
+
+// Name returns the name of limit i.
+func (st *Stack) Name(i int) string { return st.names[i] }
+
+// Limiter returns the strategy of limit i.
+func (st *Stack) Limiter(i int) RateLimiter { return st.limits[i] }
+
+// Combine returns the decision a stack answers from its limits' decisions ds (in the stack's
+// order, at least one), and the index of the binding limit, whose Limit, Remaining and
+// ResetAfter it reports:
+//
+//   - Allowed: every limit admitted the request (for a peek: would admit one unit).
+//   - The binding limit: of a rejection, the rejecting limit that must wait longest (one that no
+//     wait cures first: RetryAfter 0), then the one with the least remaining; of an admission,
+//     the limit closest to exhaustion, the least remaining, then the longest until it is whole
+//     again. Ties go to the first in the stack's order.
+//   - RetryAfter, of a rejection: how long until every limit would admit the same cost, the
+//     longest wait of the rejecting limits (a limit never admits sooner than its own wait, and
+//     once it admits it keeps admitting until something else consumes); 0 when a limit can
+//     never admit it (a cost above its limit).
+func Combine(ds []Decision) (Decision, int) {
+	allowed := true
+	for i := range ds {
+		allowed = allowed && ds[i].Allowed
+	}
+	binding := 0
+	for i := 1; i < len(ds); i++ {
+		if binds(&ds[i], &ds[binding], allowed) {
+			binding = i
+		}
+	}
+	d := ds[binding]
+	d.Allowed = allowed
+	if allowed {
+		d.RetryAfter = 0
+	}
+	return d, binding
+}
+
+// binds reports whether limit decision d binds before b (the binding one so far); allowed is
+// the stack's outcome.
+func binds(d, b *Decision, allowed bool) bool {
+	if !allowed {
+		switch {
+		case d.Allowed:
+			return false
+		case b.Allowed:
+			return true
+		case (d.RetryAfter == 0) != (b.RetryAfter == 0): // never admitted waits longest
+			return d.RetryAfter == 0
+		case d.RetryAfter != b.RetryAfter:
+			return d.RetryAfter > b.RetryAfter
+		}
+		return d.Remaining < b.Remaining
+	}
+	if d.Remaining != b.Remaining {
+		return d.Remaining < b.Remaining
+	}
+	return d.ResetAfter > b.ResetAfter
+}
+
+// UnchargedDecision is what limit rl answers, on its state s at now, when it admitted a request
+// that another limit of its stack rejected: its state as it is (as Peek sees it: no unit
+// consumed), still saying that it would admit. Every store answers so; a shared store calls it
+// on the state it read.
+func UnchargedDecision(rl RateLimiter, s *State, now time.Time) Decision {
+	var d Decision
+	switch rl := rl.(type) { // concrete calls keep s on the caller's stack
+	case *TokenBucket:
+		d = rl.Peek(s, now)
+	case *SlidingWindow:
+		d = rl.Peek(s, now)
+	}
+	d.Allowed, d.RetryAfter = true, 0
+	return d
+}
