@@ -55,7 +55,7 @@ func (s *Store) guardedStack(ctx context.Context, key string, st *limiter.Stack,
 	if err != nil {
 		return limiter.Decision{}, err
 	}
-	timed, cancel := context.WithTimeout(ctx, s.c.opts.Timeout)
+	timed, cancel := s.c.waits.context(ctx)
 	defer cancel()
 	d, err := s.runStack(timed, key, st, now, cost, mode, out)
 	if err != nil && (ctx.Err() != nil || errors.Is(err, ErrClosed)) {

@@ -77,7 +77,10 @@ type Options struct {
 	TLS *tls.Config
 	// Timeout bounds each decision, peek and reset, round trips included (default
 	// DefaultTimeout), and each batch as a whole (Store.DecideBatch): size it for the largest
-	// batch clients send. A call that runs out of time returns an error.
+	// batch clients send. A call that runs out of time returns an error. Single decisions that
+	// start close together share one deadline, so that each costs no timer: such a decision
+	// waits at most a sixteenth longer than Timeout, and once sent it waits for its answer even
+	// if its caller's context is cancelled (a caller's sooner deadline is kept).
 	Timeout time.Duration
 	// Clock is the clock decisions are made on (default ServerClock).
 	Clock Clock
@@ -137,6 +140,7 @@ type Client struct {
 	done     chan struct{} // closed when the connect loop ended
 	closed   atomic.Bool
 	breaker  *breaker
+	waits    *deadlines // bound a single decision's wait (Options.Timeout)
 
 	// Reject caches (invalidate.go), when Options.RejectCache > 0.
 	caches         sync.Map // policy ID -> weak.Pointer[rejectCache]
@@ -200,6 +204,7 @@ func New(opts Options) (*Client, error) {
 		stop:    stop,
 		done:    make(chan struct{}),
 		breaker: newBreaker(opts.BreakerFailures, opts.BreakerBackoff, opts.Logger),
+		waits:   newDeadlines(opts.Timeout),
 	}
 	connected := true
 	if err := c.connect(); err != nil {
@@ -489,7 +494,7 @@ func (s *Store) guarded(ctx context.Context, key string, rl limiter.RateLimiter,
 	if err != nil {
 		return limiter.Decision{}, err
 	}
-	timed, cancel := context.WithTimeout(ctx, s.c.opts.Timeout)
+	timed, cancel := s.c.waits.context(ctx)
 	defer cancel()
 	d, err := s.run(timed, key, rl, now, cost, mode)
 	if err != nil && (ctx.Err() != nil || errors.Is(err, ErrClosed)) {
