@@ -2,12 +2,10 @@ package limiter
 
 import (
 	"fmt"
-	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
-	"weak"
 
 	"github.com/limiterd/limiterd/api/v1alpha1"
 )
@@ -99,208 +97,62 @@ type State struct {
 	log   *windowLog // sliding window: admitted instants
 }
 
-// stamps interns strategy parameters: equal parameters share one stamp, so that a state written
-// by a strategy finds the strategy (and its parameters) that wrote it, and its usage carries over
-// when its tier's parameters change (see the package documentation).
-//
-// The table references its strategies weakly, so it is bounded by what is still needed: the
-// strategies that something holds (the loaded policies, a decision in flight), plus each strategy
-// that was collected for its horizon (Window: a full refill, or the window) after its collection.
-// No decision can run on a strategy after it is collected, so by then every state it wrote is
-// fresh under it, and a state whose stamp the table has forgotten is treated as fresh. Until its
-// horizon passes, a collected strategy is rebuilt from its parameters, with the same stamp, when
-// a state it wrote needs it. The horizon is measured on the wall clock, like the engine's
-// decisions.
-//
-// Stamps are not reused until the 32-bit counter wraps (2^32 distinct parameter sets); a state
-// that outlives its strategy that long is read under the strategy that got its stamp again.
-var stamps = internTable{byParams: make(map[any]*stampEntry)}
-
-type internTable struct {
-	mu       sync.Mutex
-	byParams map[any]*stampEntry // guarded by mu
-	byStamp  sync.Map            // uint32 → *stampEntry; written under mu, read without it
-	last     uint32              // last stamp issued; guarded by mu
-	retired  []*stampEntry       // collected strategies waiting for their horizon; guarded by mu
-	pruneAt  int64               // earliest forgetAt in retired (Unix ns); guarded by mu
+// stamps interns strategy parameters: equal parameters share one stamp, so a state written by
+// a strategy can find the strategy (and its parameters) that wrote it. It holds one entry per
+// distinct parameter set ever compiled (Strategies reports how many): a state may carry any stamp
+// ever issued, and its usage must carry over when its tier's parameters change, so an entry is
+// never dropped or reused. Strategies are looked up by stamp without the lock, in chunks that
+// never move, so that adding one costs O(1) whatever the number of policies.
+var stamps struct {
+	sync.Mutex
+	byParams map[any]uint32
+	n        atomic.Uint32                              // stamps issued
+	chunks   atomic.Pointer[[]*[stampChunk]RateLimiter] // stamp-1 is at chunks[(stamp-1)/stampChunk]
 }
 
-// stampEntry is the table's record of one parameter set.
-type stampEntry struct {
-	stamp   uint32
-	params  any
-	horizon time.Duration
-	ref     atomic.Value       // strategyRef: the strategy, weakly
-	fill    func() RateLimiter // builds the strategy again and stores a weak reference to it; under mu
-	// Guarded by mu: when the strategy was collected, Unix ns after which the entry is forgotten
-	// (0 while something holds it or it has not been collected yet), and whether it was.
-	forgetAt  int64
-	forgotten bool
-	retiring  bool // in retired
+const stampChunk = 256
+
+// Strategies returns how many distinct strategies (parameter sets) were ever compiled.
+func Strategies() int { return int(stamps.n.Load()) }
+
+// intern returns the canonical strategy for params, creating it with build on first use.
+func intern(params any, build func(stamp uint32) RateLimiter) RateLimiter {
+	stamps.Lock()
+	defer stamps.Unlock()
+	if stamps.byParams == nil {
+		stamps.byParams = make(map[any]uint32)
+	}
+	if s, ok := stamps.byParams[params]; ok {
+		return strategyOf(s)
+	}
+	i := stamps.n.Load()
+	var chunks []*[stampChunk]RateLimiter
+	if p := stamps.chunks.Load(); p != nil {
+		chunks = *p
+	}
+	if int(i/stampChunk) == len(chunks) {
+		// Copy the spine on write: readers may hold it without the lock. Chunks are shared.
+		grown := make([]*[stampChunk]RateLimiter, len(chunks)+1)
+		copy(grown, chunks)
+		grown[len(chunks)] = new([stampChunk]RateLimiter)
+		chunks = grown
+		stamps.chunks.Store(&grown)
+	}
+	rl := build(i + 1)
+	// A reader only looks up a stamp it found in a State, which was written after this strategy
+	// was returned, so the slot is written before any read of it.
+	chunks[i/stampChunk][i%stampChunk] = rl
+	stamps.byParams[params] = i + 1
+	stamps.n.Store(i + 1)
+	return rl
 }
 
-// strategyRef is a weak reference to a strategy.
-type strategyRef interface{ strategy() RateLimiter }
-
-type weakStrategy[T any, P interface {
-	*T
-	RateLimiter
-}] weak.Pointer[T]
-
-func (w weakStrategy[T, P]) strategy() RateLimiter {
-	if v := weak.Pointer[T](w).Value(); v != nil {
-		return P(v)
-	}
-	return nil
-}
-
-// strategy returns the entry's strategy, or nil if it was collected.
-func (e *stampEntry) strategy() RateLimiter {
-	if r, ok := e.ref.Load().(strategyRef); ok {
-		return r.strategy()
-	}
-	return nil
-}
-
-// Strategies returns how many strategies (distinct parameter sets) the intern table holds: those
-// in use and those collected less than their horizon ago.
-func Strategies() int {
-	t := &stamps
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.prune()
-	return len(t.byParams)
-}
-
-// intern returns the canonical strategy for params, building it with build (given its stamp) if
-// no strategy with those parameters is alive. horizon is the strategy's Window.
-func intern[T any, P interface {
-	*T
-	RateLimiter
-}](params any, horizon time.Duration, build func(stamp uint32) P) P {
-	t := &stamps
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.prune()
-	e := t.byParams[params]
-	if e == nil {
-		e = &stampEntry{stamp: t.issue(), params: params, horizon: horizon}
-		e.fill = func() RateLimiter {
-			p := build(e.stamp)
-			e.ref.Store(strategyRef(weakStrategy[T, P](weak.Make((*T)(p)))))
-			runtime.AddCleanup((*T)(p), t.collected, e)
-			return p
-		}
-		t.byParams[params] = e
-		t.byStamp.Store(e.stamp, e)
-	}
-	e.forgetAt = 0 // in use again: the caller holds it
-	if rl := e.strategy(); rl != nil {
-		return rl.(P)
-	}
-	return e.fill().(P)
-}
-
-// issue returns an unused stamp. Stamp 0 means fresh and is never issued.
-func (t *internTable) issue() uint32 {
-	for {
-		t.last++
-		if _, used := t.byStamp.Load(t.last); t.last != 0 && !used {
-			return t.last
-		}
-	}
-}
-
-// collected is the cleanup of a strategy the garbage collector freed: the entry is kept for the
-// strategy's horizon from the first collection after its last use.
-func (t *internTable) collected(e *stampEntry) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if e.forgotten || e.forgetAt != 0 || e.strategy() != nil {
-		return // already retiring (a rebuilt copy was collected), or rebuilt and alive
-	}
-	e.forgetAt = time.Now().Add(e.horizon).UnixNano()
-	if len(t.retired) == 0 || e.forgetAt < t.pruneAt {
-		t.pruneAt = e.forgetAt
-	}
-	if !e.retiring {
-		e.retiring = true
-		t.retired = append(t.retired, e)
-	}
-}
-
-// prune forgets the retired entries whose horizon has passed. It scans them only once the
-// earliest horizon has passed, so that interning many strategies costs O(1) each.
-func (t *internTable) prune() {
-	now := time.Now().UnixNano()
-	if len(t.retired) == 0 || now <= t.pruneAt {
-		return
-	}
-	kept := t.retired[:0]
-	t.pruneAt = 0
-	for _, e := range t.retired {
-		switch {
-		case e.forgetAt == 0: // in use again
-			e.retiring = false
-		case now <= e.forgetAt || e.strategy() != nil:
-			if len(kept) == 0 || e.forgetAt < t.pruneAt {
-				t.pruneAt = e.forgetAt
-			}
-			kept = append(kept, e)
-		default:
-			e.retiring, e.forgotten = false, true
-			delete(t.byParams, e.params)
-			t.byStamp.Delete(e.stamp)
-		}
-	}
-	clear(t.retired[len(kept):])
-	t.retired = kept
-}
-
-// strategyOf returns the strategy that wrote a state, or nil for a fresh state or one whose
-// strategy was forgotten (which is fresh under it).
+// strategyOf returns the strategy that wrote a state, or nil for a fresh state.
 func strategyOf(stamp uint32) RateLimiter {
 	if stamp == 0 {
 		return nil
 	}
-	v, ok := stamps.byStamp.Load(stamp)
-	if !ok {
-		return nil
-	}
-	e := v.(*stampEntry)
-	if rl := e.strategy(); rl != nil {
-		return rl
-	}
-	t := &stamps
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if rl := e.strategy(); rl != nil || e.forgotten {
-		return rl
-	}
-	if e.forgetAt != 0 && time.Now().UnixNano() > e.forgetAt {
-		return nil // past its horizon: the next prune forgets it
-	}
-	return e.fill()
-}
-
-// strategyCache remembers the last strategyOf lookup, for a loop over many states that mostly
-// share a stamp (a sweep, an eviction sample).
-type strategyCache struct {
-	stamp uint32
-	rl    RateLimiter
-}
-
-func (c *strategyCache) of(stamp uint32) RateLimiter {
-	if stamp != c.stamp {
-		c.stamp, c.rl = stamp, strategyOf(stamp)
-	}
-	return c.rl
-}
-
-// fresh is IsFresh through the cache.
-func (c *strategyCache) fresh(s *State, now time.Time) bool {
-	rl := c.of(s.stamp)
-	return rl == nil || rl.Fresh(s, now)
+	return (*stamps.chunks.Load())[(stamp-1)/stampChunk][(stamp-1)%stampChunk]
 }
 
 // adopt prepares s for a decision by rl: it applies the rule for parameter changes (see the

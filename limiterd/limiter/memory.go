@@ -541,9 +541,8 @@ func (m *Memory) evict(sh *memoryShard, now time.Time, onlyFresh bool) (sampled 
 		best       time.Duration = -1
 		seen       int
 	)
-	var strategies strategyCache
 	left := func(s *State) time.Duration {
-		if rl := strategies.of(s.stamp); rl != nil {
+		if rl := strategyOf(s.stamp); rl != nil {
 			return rl.Peek(s, now).ResetAfter
 		}
 		return 0
@@ -595,13 +594,12 @@ func (m *Memory) Sweep(now time.Time) {
 	if shards == nil {
 		return
 	}
-	var strategies strategyCache
 	for i := range shards {
 		sh := &shards[i]
 		sh.Lock()
 		for t, i := &sh.buckets, 0; i < len(t.slots); {
 			b := t.slots[i].state
-			if t.tags[i] != 0 && strategies.fresh(&State{stamp: b.stamp, frac: b.frac, tat: b.tat}, now) {
+			if t.tags[i] != 0 && IsFresh(&State{stamp: b.stamp, frac: b.frac, tat: b.tat}, now) {
 				forgetBucket(m, sh, i)
 				m.budget.dropped.Add(1)
 				continue // remove may have shifted an unvisited entry into slot i
@@ -609,7 +607,7 @@ func (m *Memory) Sweep(now time.Time) {
 			i++
 		}
 		for key, s := range sh.windows {
-			if strategies.fresh(s, now) {
+			if IsFresh(s, now) {
 				forgetWindow(m, sh, key)
 				m.budget.dropped.Add(1)
 			}

@@ -38,9 +38,10 @@ func NewSlidingWindow(limit int64, window time.Duration) (*SlidingWindow, error)
 	if err := checkPeriod("window", window); err != nil {
 		return nil, err
 	}
-	return intern(slidingWindowParams{limit, window}, window, func(stamp uint32) *SlidingWindow {
+	rl := intern(slidingWindowParams{limit, window}, func(stamp uint32) RateLimiter {
 		return &SlidingWindow{limit: limit, window: int64(window), stamp: stamp}
-	}), nil
+	})
+	return rl.(*SlidingWindow), nil
 }
 
 // windowLog is a ring of admissions, oldest first.

@@ -3,12 +3,9 @@ package limiter_test
 import (
 	"math/big"
 	"math/rand/v2"
-	"runtime"
 	"testing"
 	"time"
-	"weak"
 
-	"github.com/limiterd/limiterd/internal/testsupport"
 	"github.com/limiterd/limiterd/limiterd/limiter"
 	"github.com/limiterd/limiterd/limiterd/limiter/limitertest"
 )
@@ -46,44 +43,6 @@ func TestStrategiesAreInterned(t *testing.T) {
 	}
 	if a.Stamp() == c.Stamp() || a.Stamp() == mustSW(t, 5, time.Second).Stamp() {
 		t.Fatalf("different parameters share a stamp")
-	}
-}
-
-// TestStrategyTableForgetsCollectedStrategies compiles 5,000 parameter sets that nothing keeps:
-// once they are collected and their horizon (here a few nanoseconds) has passed, the intern table
-// forgets them, instead of holding one entry per parameter set ever compiled.
-func TestStrategyTableForgetsCollectedStrategies(t *testing.T) {
-	before := limiter.Strategies()
-	for i := range 5000 { // a full refill of i+1 tokens at 1e9 per ms takes at most 5 ns
-		mustTB(t, int64(i+1), limiter.MaxCapacity, time.Millisecond)
-	}
-	testsupport.Eventually(t, 10*time.Second, "the intern table to forget 5,000 unused strategies", func() bool {
-		runtime.GC()
-		mustTB(t, 1, 1, time.Second) // interning prunes what is past its horizon
-		return limiter.Strategies() <= before+10
-	})
-}
-
-// TestCollectedStrategyStillCarriesItsClientsOver: a strategy that nothing holds any more is
-// collected, but a state it wrote less than its horizon ago still carries its usage over to the
-// tier's new parameters, exactly as if the strategy had stayed in memory.
-func TestCollectedStrategyStillCarriesItsClientsOver(t *testing.T) {
-	ctx := t.Context()
-	m := limiter.NewMemory(nil)
-	t0 := limitertest.T0
-	old := mustTB(t, 7, 1, 61*time.Minute) // a full refill takes 7 h 7 min
-	if d, _ := m.Decide(ctx, "client", old, t0, 4); !d.Allowed || d.Remaining != 3 {
-		t.Fatalf("first decision: %+v", d)
-	}
-	gone := weak.Make(old)
-	old = nil //nolint:ineffassign,wastedassign // drop the last reference, so that it can be collected
-	testsupport.Eventually(t, 10*time.Second, "the old strategy to be collected", func() bool {
-		runtime.GC()
-		return gone.Value() == nil
-	})
-	grown := mustTB(t, 20, 1, 61*time.Minute)
-	if d, _ := m.Decide(ctx, "client", grown, t0.Add(time.Second), 1); !d.Allowed || d.Remaining != 15 {
-		t.Fatalf("after the change: %+v, want allowed with 15 remaining (20 - 4 carried over - 1)", d)
 	}
 }
 

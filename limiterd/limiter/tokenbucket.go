@@ -50,9 +50,10 @@ func NewTokenBucket(capacity, rate int64, period time.Duration) (*TokenBucket, e
 		return nil, errRefillTooSlow
 	}
 	tau := mulDiv(uint64(capacity), uint64(period), uint64(rate))
-	return intern(tokenBucketParams{capacity, rate, period}, ceil(tau), func(stamp uint32) *TokenBucket {
+	rl := intern(tokenBucketParams{capacity, rate, period}, func(stamp uint32) RateLimiter {
 		return &TokenBucket{capacity: capacity, rate: uint64(rate), period: uint64(period), tau: tau, stamp: stamp}
-	}), nil
+	})
+	return rl.(*TokenBucket), nil
 }
 
 type strategyError string

@@ -85,7 +85,7 @@ func New(budget *limiter.Budget) *Metrics {
 		m.decisions, m.decisionLatency, m.storeErrors, m.reloads, m.lastReloadSuccess,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "limiterd_strategies",
-			Help: "Strategy parameter sets interned: those in use, and those retired less than their horizon (a full refill or the window) ago.",
+			Help: "Distinct strategy parameter sets compiled since the process started (the strategy intern table's size).",
 		}, func() float64 { return float64(limiter.Strategies()) }),
 	)
 	if budget != nil {

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"math"
 	"net"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -136,7 +135,7 @@ type Client struct {
 	log      *slog.Logger
 	slackMS  string
 	conn     atomic.Pointer[conn]
-	prepared sync.Map // strategy stamp (uint32) -> *prepared, while the strategy is alive
+	prepared sync.Map // limiter.RateLimiter -> *prepared
 	stop     context.CancelFunc
 	done     chan struct{} // closed when the connect loop ended
 	closed   atomic.Bool
@@ -338,7 +337,7 @@ type prepared struct {
 }
 
 func (c *Client) prepare(rl limiter.RateLimiter) *prepared {
-	if p, ok := c.prepared.Load(rl.Stamp()); ok {
+	if p, ok := c.prepared.Load(rl); ok {
 		return p.(*prepared)
 	}
 	p := &prepared{fp: fingerprint(rl)}
@@ -352,25 +351,10 @@ func (c *Client) prepare(rl limiter.RateLimiter) *prepared {
 		limit, window := rl.Params()
 		p.limit, p.window = strconv.FormatInt(limit, 10), strconv.FormatInt(int64(window), 10)
 	}
-	// Strategies are interned by limiter: equal stamps, equal parameters. The entry goes with
-	// its strategy, so that the map holds only the strategies in use: keyed by stamp, it does
-	// not keep the strategy alive (and in package limiter's intern table).
-	if got, loaded := c.prepared.LoadOrStore(rl.Stamp(), p); loaded {
-		return got.(*prepared)
-	}
-	switch rl := rl.(type) {
-	case *limiter.TokenBucket:
-		runtime.AddCleanup(rl, c.forgetPrepared, rl.Stamp())
-	case *limiter.SlidingWindow:
-		runtime.AddCleanup(rl, c.forgetPrepared, rl.Stamp())
-	}
+	// Strategies are interned by limiter: the map holds one entry per parameter set ever used.
+	c.prepared.Store(rl, p)
 	return p
 }
-
-// forgetPrepared drops the prepared arguments of a strategy the garbage collector freed. If
-// package limiter rebuilt the strategy meanwhile, with the same stamp and parameters, its next
-// decision prepares them again.
-func (c *Client) forgetPrepared(stamp uint32) { c.prepared.Delete(stamp) }
 
 // limbs formats a duration of ns + frac/rate nanoseconds as (seconds, ns, frac).
 func limbs(ns int64, frac uint64) [3]string {
