@@ -139,18 +139,7 @@ var httpClient = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transp
 // allow asks a replica to admit one unit for the client and returns the status and body.
 func allow(t *testing.T, r *replica, policy, key string) (int, map[string]any) {
 	t.Helper()
-	resp, err := httpClient.Post(r.decisions+"/v1/allow", "application/json",
-		strings.NewReader(fmt.Sprintf(`{"policy":%q,"key":%q}`, policy, key)))
-	if err != nil {
-		t.Error(err)
-		return 0, nil
-	}
-	defer func() { _ = resp.Body.Close() }()
-	var body map[string]any
-	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
-		t.Error(err)
-	}
-	return resp.StatusCode, body
+	return decideCost(t, r, policy, key, 1)
 }
 
 // hammer drives one client through all replicas at once, perReplica requests each from as

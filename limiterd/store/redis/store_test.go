@@ -57,6 +57,14 @@ func init() {
 // random costs and random clock steps (backwards too), on a few clients, against Redis and
 // against limiter.Memory: every answer must be the same.
 func TestMatchesMemory(t *testing.T) {
+	forEachRebaseAndSeed(t, func(t *testing.T, s *Store, seed uint64) {
+		compareWithMemory(t, s, rand.New(rand.NewPCG(seed, 7)), 2000)
+	})
+}
+
+// forEachRebaseAndSeed runs compare for every seed, with the default sliding-window rebase
+// threshold and with frequent rebases, each time on a store of its own.
+func forEachRebaseAndSeed(t *testing.T, compare func(t *testing.T, s *Store, seed uint64)) {
 	for _, tc := range []struct {
 		name   string
 		rebase string
@@ -70,7 +78,7 @@ func TestMatchesMemory(t *testing.T) {
 			c := newClient(t, testOptions(shared(t).Addr()))
 			for seed := uint64(1); seed <= seeds; seed++ {
 				t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
-					compareWithMemory(t, c.Store(t.Name()), rand.New(rand.NewPCG(seed, 7)), 2000)
+					compare(t, c.Store(t.Name()), seed)
 				})
 			}
 		})
@@ -278,24 +286,9 @@ func randomStack(r *rand.Rand) *limiter.Stack {
 // (backwards too), on a few clients, against Redis and against limiter.Memory: every limit's
 // answer must be the same.
 func TestStackMatchesMemory(t *testing.T) {
-	for _, tc := range []struct {
-		name   string
-		rebase string
-	}{
-		{"default", rebaseThreshold},
-		{"frequent sliding window rebases", "5000000000"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			defer func(old string) { rebaseThreshold = old }(rebaseThreshold)
-			rebaseThreshold = tc.rebase
-			c := newClient(t, testOptions(shared(t).Addr()))
-			for seed := uint64(1); seed <= seeds; seed++ {
-				t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
-					compareStackWithMemory(t, c.Store(t.Name()), rand.New(rand.NewPCG(seed, 11)), 1000)
-				})
-			}
-		})
-	}
+	forEachRebaseAndSeed(t, func(t *testing.T, s *Store, seed uint64) {
+		compareStackWithMemory(t, s, rand.New(rand.NewPCG(seed, 11)), 1000)
+	})
 }
 
 func compareStackWithMemory(t *testing.T, store *Store, r *rand.Rand, steps int) {
