@@ -47,11 +47,13 @@
 //
 // # Parameter changes
 //
-// Every strategy carries a stamp that identifies its algorithm and parameters, and a client's
-// state records the stamp of the strategy that last wrote it. When a policy is swapped, nothing
-// is rewritten; the next decision for a client converts its state lazily (O(1)):
+// Strategies are interned: while one is in use, building a strategy from equal parameters
+// returns it. A client's state references (stamps) the strategy that last wrote it, which stays
+// in use as long as the state does; a strategy nothing references any more is freed by the
+// garbage collector. When a policy is swapped, nothing is rewritten; the next decision for a
+// client converts its state lazily (O(1)):
 //
-//   - same stamp (parameters unchanged): the state is kept as it is;
+//   - same strategy (parameters unchanged): the state is kept as it is;
 //   - same algorithm, new parameters: the usage carries over, clamped to the new limits (a token
 //     bucket keeps the tokens it had used, at most the new capacity; a sliding window keeps the
 //     admissions still inside the new window, at most the new limit, dropping the oldest);

@@ -2,10 +2,12 @@ package limiter
 
 import (
 	"fmt"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
+	"weak"
 
 	"github.com/limiterd/limiterd/api/v1alpha1"
 )
@@ -78,97 +80,110 @@ type RateLimiter interface {
 	// Window returns the interval the limit is expressed over, for the RateLimit-Policy header:
 	// the time a token bucket takes to refill completely, or a sliding window's window.
 	Window() time.Duration
-	// Stamp identifies the algorithm and parameters: equal stamps, equal strategies.
-	Stamp() uint32
+	// ID identifies the strategy for the life of the process: strategies built from equal
+	// parameters while one of them is in use are one value, with one ID; an ID is never reused.
+	// It is 0 for Unlimited.
+	ID() uint64
 
-	sealed()
+	// stamped returns the strategy's stamp (nil for Unlimited); unexported, it also closes the
+	// set of strategies.
+	stamped() *stamp
 }
 
-func (*TokenBucket) sealed()   {}
-func (*SlidingWindow) sealed() {}
-func (unlimited) sealed()      {}
+// stamp is the part of a stateful strategy that a State records of the strategy that last wrote
+// it: a single pointer, which keeps the strategy in use as long as the state is.
+type stamp struct {
+	rl RateLimiter // the strategy the stamp is part of
+	id uint64
+}
+
+// ID implements RateLimiter.
+func (s *stamp) ID() uint64 { return s.id }
+
+func (s *stamp) stamped() *stamp { return s }
 
 // State is one client's state under a strategy. The zero value is a client never seen.
-// It is not safe for concurrent use.
+// It is not safe for concurrent use. It references the strategy that last wrote it, which
+// therefore stays in use as long as the state does.
 type State struct {
-	stamp uint32     // Stamp of the strategy that last wrote the state; 0: fresh
-	frac  uint32     // token bucket: fraction of tat, in units of 1/refillRate ns
+	stamp *stamp     // of the strategy that last wrote the state; nil: fresh
 	tat   int64      // token bucket: theoretical arrival time, Unix ns
+	frac  uint32     // token bucket: fraction of tat, in units of 1/refillRate ns
 	log   *windowLog // sliding window: admitted instants
 }
 
-// stamps interns strategy parameters: equal parameters share one stamp, so a state written by
-// a strategy can find the strategy (and its parameters) that wrote it. It holds one entry per
-// distinct parameter set ever compiled (Strategies reports how many): a state may carry any stamp
-// ever issued, and its usage must carry over when its tier's parameters change, so an entry is
-// never dropped or reused. Strategies are looked up by stamp without the lock, in chunks that
-// never move, so that adding one costs O(1) whatever the number of policies.
-var stamps struct {
+// strategies interns strategies: while a strategy is reachable, building one from equal
+// parameters returns it, so that a state written under a policy is recognised as unchanged when
+// the policy is compiled again, and a shared store formats a strategy's parameters once. It
+// holds strategies weakly: a strategy that no policy, decision or state references any more is
+// freed by the garbage collector, and its entry with it, so the table holds the strategies in
+// use, however many parameter sets were ever compiled (Strategies reports how many).
+var strategies struct {
 	sync.Mutex
-	byParams map[any]uint32
-	n        atomic.Uint32                              // stamps issued
-	chunks   atomic.Pointer[[]*[stampChunk]RateLimiter] // stamp-1 is at chunks[(stamp-1)/stampChunk]
+	byParams map[any]any // tokenBucketParams → weak.Pointer[TokenBucket]; slidingWindowParams → weak.Pointer[SlidingWindow]
+	ids      atomic.Uint64
 }
 
-const stampChunk = 256
+// Strategies returns how many strategies are in use: built and not yet freed.
+func Strategies() int {
+	strategies.Lock()
+	defer strategies.Unlock()
+	return len(strategies.byParams)
+}
 
-// Strategies returns how many distinct strategies (parameter sets) were ever compiled.
-func Strategies() int { return int(stamps.n.Load()) }
-
-// intern returns the canonical strategy for params, creating it with build on first use.
-func intern(params any, build func(stamp uint32) RateLimiter) RateLimiter {
-	stamps.Lock()
-	defer stamps.Unlock()
-	if stamps.byParams == nil {
-		stamps.byParams = make(map[any]uint32)
+// intern returns the strategy in use for params, building one with build, which is given the
+// new strategy's ID, if none is.
+func intern[T any](params any, build func(id uint64) *T) *T {
+	strategies.Lock()
+	defer strategies.Unlock()
+	if w, ok := strategies.byParams[params].(weak.Pointer[T]); ok {
+		if rl := w.Value(); rl != nil {
+			return rl
+		}
 	}
-	if s, ok := stamps.byParams[params]; ok {
-		return strategyOf(s)
+	if strategies.byParams == nil {
+		strategies.byParams = make(map[any]any)
 	}
-	i := stamps.n.Load()
-	var chunks []*[stampChunk]RateLimiter
-	if p := stamps.chunks.Load(); p != nil {
-		chunks = *p
-	}
-	if int(i/stampChunk) == len(chunks) {
-		// Copy the spine on write: readers may hold it without the lock. Chunks are shared.
-		grown := make([]*[stampChunk]RateLimiter, len(chunks)+1)
-		copy(grown, chunks)
-		grown[len(chunks)] = new([stampChunk]RateLimiter)
-		chunks = grown
-		stamps.chunks.Store(&grown)
-	}
-	rl := build(i + 1)
-	// A reader only looks up a stamp it found in a State, which was written after this strategy
-	// was returned, so the slot is written before any read of it.
-	chunks[i/stampChunk][i%stampChunk] = rl
-	stamps.byParams[params] = i + 1
-	stamps.n.Store(i + 1)
+	rl := build(strategies.ids.Add(1))
+	w := weak.Make(rl)
+	strategies.byParams[params] = w
+	runtime.AddCleanup(rl, forgetStrategy, internEntry{params, w})
 	return rl
 }
 
-// strategyOf returns the strategy that wrote a state, or nil for a fresh state.
-func strategyOf(stamp uint32) RateLimiter {
-	if stamp == 0 {
-		return nil
-	}
-	return (*stamps.chunks.Load())[(stamp-1)/stampChunk][(stamp-1)%stampChunk]
+// internEntry is what the cleanup of a freed strategy needs to remove its entry.
+type internEntry struct {
+	params any
+	weak   any // the weak.Pointer the entry held
 }
 
-// adopt prepares s for a decision by rl: it applies the rule for parameter changes (see the
-// package documentation) when s was last written by another strategy.
-func adopt(rl RateLimiter, s *State, now int64) {
-	if s.stamp == rl.Stamp() || s.stamp == 0 {
-		return
+// forgetStrategy removes the entry of a freed strategy, unless it was replaced meanwhile.
+func forgetStrategy(e internEntry) {
+	strategies.Lock()
+	defer strategies.Unlock()
+	if strategies.byParams[e.params] == e.weak {
+		delete(strategies.byParams, e.params)
 	}
+}
+
+// adopt prepares s for a decision by rl, whose stamp is own: it applies the rule for parameter
+// changes (see the package documentation) when s was last written by another strategy.
+func adopt(rl RateLimiter, own *stamp, s *State, now int64) {
+	if s.stamp != own && s.stamp != nil {
+		convert(rl, s, now)
+	}
+}
+
+// convert converts s, last written by another strategy, for a decision by rl.
+func convert(rl RateLimiter, s *State, now int64) {
 	switch to := rl.(type) {
 	case *TokenBucket:
-		if from, ok := strategyOf(s.stamp).(*TokenBucket); ok {
+		if from, ok := s.stamp.rl.(*TokenBucket); ok {
 			to.carryFrom(from, s, now)
 			return
 		}
 	case *SlidingWindow:
-		if _, ok := strategyOf(s.stamp).(*SlidingWindow); ok {
+		if _, ok := s.stamp.rl.(*SlidingWindow); ok {
 			to.carryFrom(s, now)
 			return
 		}
@@ -213,4 +228,5 @@ func (unlimited) Fresh(*State, time.Time) bool             { return true }
 func (unlimited) Algorithm() Algorithm                     { return AlgorithmUnlimited }
 func (unlimited) Limit() int64                             { return 0 }
 func (unlimited) Window() time.Duration                    { return 0 }
-func (unlimited) Stamp() uint32                            { return 0 }
+func (unlimited) ID() uint64                               { return 0 }
+func (unlimited) stamped() *stamp                          { return nil }

@@ -208,13 +208,99 @@ type shardState struct {
 	sync.Mutex
 	buckets bucketTable       // token-bucket clients
 	windows map[string]*State // sliding-window clients
+	writers []writer          // the strategies that wrote the token-bucket states
 }
 
-// bucketState is the compact form of a token bucket's State.
+// bucketState is the compact form of a token bucket's State: instead of a reference to the
+// strategy that wrote it, it holds that strategy's place among its shard's writers, so that a
+// slot stays 32 bytes and free of a second pointer.
 type bucketState struct {
-	tat   int64
-	frac  uint32
-	stamp uint32
+	tat  int64
+	frac uint32
+	by   uint32 // 1 + the index of the strategy in the shard's writers; 0: fresh
+}
+
+// writer is a strategy that wrote token-bucket states of a shard, and how many of the shard's
+// states it wrote. The shard references it for them, so that it stays in use, and drops it with
+// the last of them: a shard holds the strategies its clients need, however many were ever used.
+type writer struct {
+	tb     *TokenBucket
+	states int
+}
+
+// unpack returns the State that b is the compact form of.
+func (sh *shardState) unpack(b bucketState) State {
+	s := State{tat: b.tat, frac: b.frac}
+	if b.by != 0 {
+		s.stamp = &sh.writers[b.by-1].tb.stamp
+	}
+	return s
+}
+
+// pack returns the compact form of s, the new state of a slot whose previous state, written by
+// writer prev (0: a new slot, or a fresh state), unpacked to a State written by was. It counts
+// the change of writer, if any.
+func (sh *shardState) pack(s *State, was *stamp, prev uint32) bucketState {
+	if s.stamp == was {
+		return bucketState{tat: s.tat, frac: s.frac, by: prev} // the common case: the same writer
+	}
+	return sh.packNewWriter(s, prev)
+}
+
+// packNewWriter is pack for a state whose writer changed.
+func (sh *shardState) packNewWriter(s *State, prev uint32) bucketState {
+	by := sh.retain(s.stamp)
+	sh.release(prev)
+	return bucketState{tat: s.tat, frac: s.frac, by: by}
+}
+
+// retain counts one more state stamped st, a token bucket's or nil (fresh), and returns the
+// place of its writer.
+func (sh *shardState) retain(st *stamp) uint32 {
+	if st == nil {
+		return 0
+	}
+	tb := st.rl.(*TokenBucket)
+	free := -1
+	for i := range sh.writers {
+		switch w := &sh.writers[i]; w.tb {
+		case tb:
+			w.states++
+			return uint32(i + 1)
+		case nil:
+			if free < 0 {
+				free = i
+			}
+		}
+	}
+	if free < 0 {
+		sh.writers = append(sh.writers, writer{})
+		free = len(sh.writers) - 1
+	}
+	sh.writers[free] = writer{tb: tb, states: 1}
+	return uint32(free + 1)
+}
+
+// release counts one state fewer for writer by (0: none), dropping the writer with its last.
+func (sh *shardState) release(by uint32) {
+	if by == 0 {
+		return
+	}
+	w := &sh.writers[by-1]
+	if w.states--; w.states > 0 {
+		return
+	}
+	*w = writer{}
+	n := len(sh.writers)
+	for n > 0 && sh.writers[n-1].tb == nil {
+		n--
+	}
+	if n == 0 {
+		sh.writers = nil // let the array go: a shard with no clients costs nothing
+		return
+	}
+	clear(sh.writers[n:])
+	sh.writers = sh.writers[:n]
 }
 
 // NewMemory returns an empty store whose clients count against budget (nil: unbounded) until
@@ -323,9 +409,10 @@ func (m *Memory) apply(key string, rl RateLimiter, now time.Time, cost int64, o 
 		defer sh.Unlock()
 		i, ok := sh.buckets.find(key, h)
 		var s State
+		var prev uint32 // the slot's writer
 		if ok {
-			b := &sh.buckets.slots[i].state
-			s = State{stamp: b.stamp, frac: b.frac, tat: b.tat}
+			prev = sh.buckets.slots[i].state.by
+			s = sh.unpack(sh.buckets.slots[i].state)
 		} else if _, had := sh.windows[key]; had && create {
 			forgetWindow(m, sh, key) // the client changed algorithm: it starts fresh
 		}
@@ -336,18 +423,18 @@ func (m *Memory) apply(key string, rl RateLimiter, now time.Time, cost int64, o 
 		case o == opRefund && !ok:
 			return tb.Peek(&s, now), false
 		case o == opRefund:
+			was := s.stamp
 			d := tb.Refund(&s, now, cost)
-			sh.buckets.slots[i].state = bucketState{tat: s.tat, frac: s.frac, stamp: s.stamp}
+			sh.buckets.slots[i].state = sh.pack(&s, was, prev)
 			return d, false
 		}
-		stamp := s.stamp
+		was := s.stamp
 		d := tb.Decide(&s, now, cost)
-		if d.Allowed || s.stamp != stamp { // the state changed
-			b := bucketState{tat: s.tat, frac: s.frac, stamp: s.stamp}
+		if d.Allowed || s.stamp != was { // the state changed
 			if ok {
-				sh.buckets.slots[i].state = b
+				sh.buckets.slots[i].state = sh.pack(&s, was, prev)
 			} else if added = m.admit(bucketBytes(key)); added {
-				sh.buckets.insert(strings.Clone(key), h, b)
+				sh.buckets.insert(strings.Clone(key), h, sh.pack(&s, nil, 0))
 			}
 		}
 		return d, added
@@ -458,6 +545,7 @@ func (m *Memory) Close() {
 			bytes += windowBytes(key, s)
 		}
 		sh.buckets = bucketTable{seed: m.seed}
+		sh.writers = nil
 		clear(sh.windows)
 		m.account(-n, -bytes)
 		sh.Unlock()
@@ -467,6 +555,7 @@ func (m *Memory) Close() {
 // forgetBucket deletes the token-bucket client in slot i of a shard.
 func forgetBucket(m *Memory, sh *memoryShard, i int) {
 	bytes := bucketBytes(sh.buckets.slots[i].key)
+	sh.release(sh.buckets.slots[i].state.by)
 	sh.buckets.remove(i)
 	m.account(-1, -bytes)
 }
@@ -542,16 +631,16 @@ func (m *Memory) evict(sh *memoryShard, now time.Time, onlyFresh bool) (sampled 
 		seen       int
 	)
 	left := func(s *State) time.Duration {
-		if rl := strategyOf(s.stamp); rl != nil {
-			return rl.Peek(s, now).ResetAfter
+		if s.stamp != nil {
+			return s.stamp.rl.Peek(s, now).ResetAfter
 		}
 		return 0
 	}
 	if t := &sh.buckets; t.n > 0 {
 		for i := t.home(uint64(now.UnixNano()) * 0x9E3779B97F4A7C15); seen < evictionSample && seen < t.n; {
 			if t.tags[i] != 0 {
-				b := t.slots[i].state
-				if l := left(&State{stamp: b.stamp, frac: b.frac, tat: b.tat}); best < 0 || l < best {
+				s := sh.unpack(t.slots[i].state)
+				if l := left(&s); best < 0 || l < best {
 					victimSlot, best = i, l
 				}
 				seen++
@@ -598,11 +687,12 @@ func (m *Memory) Sweep(now time.Time) {
 		sh := &shards[i]
 		sh.Lock()
 		for t, i := &sh.buckets, 0; i < len(t.slots); {
-			b := t.slots[i].state
-			if t.tags[i] != 0 && IsFresh(&State{stamp: b.stamp, frac: b.frac, tat: b.tat}, now) {
-				forgetBucket(m, sh, i)
-				m.budget.dropped.Add(1)
-				continue // remove may have shifted an unvisited entry into slot i
+			if t.tags[i] != 0 {
+				if s := sh.unpack(t.slots[i].state); IsFresh(&s, now) {
+					forgetBucket(m, sh, i)
+					m.budget.dropped.Add(1)
+					continue // remove may have shifted an unvisited entry into slot i
+				}
 			}
 			i++
 		}

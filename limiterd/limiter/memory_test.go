@@ -2,6 +2,7 @@ package limiter_test
 
 import (
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -24,6 +25,50 @@ func TestMemoryConcurrentDecisionsOnOneKey(t *testing.T) {
 
 func TestMemoryRefundRacesDecisions(t *testing.T) {
 	limitertest.RunRefundRace(t, limiter.NewMemory(nil), 16, 400, 100)
+}
+
+// TestMemoryKeepsTheStrategiesItsClientsNeed: a store keeps the strategies that wrote its
+// clients' states in use, so a client's usage carries over exactly whatever the garbage
+// collector does, and lets them go with the last of those states. Before, the intern table kept
+// every strategy for good.
+func TestMemoryKeepsTheStrategiesItsClientsNeed(t *testing.T) {
+	ctx := t.Context()
+	const n = 1000
+	for _, forget := range []struct {
+		name string
+		do   func(*limiter.Memory)
+	}{
+		{"sweep", func(m *limiter.Memory) { m.Sweep(limitertest.T0.Add(time.Hour)) }},
+		{"close", func(m *limiter.Memory) { m.Close() }},
+	} {
+		t.Run(forget.name, func(t *testing.T) {
+			m := limiter.NewMemory(nil)
+			peak := func() int { // n token buckets and n sliding windows, one client each
+				for i := range int64(n) {
+					m.Decide(ctx, fmt.Sprint("b", i), mustTB(t, i+2, 3, 19*time.Millisecond), limitertest.T0, 2)
+					m.Decide(ctx, fmt.Sprint("w", i), mustSW(t, i+2, 23*time.Millisecond), limitertest.T0, 2)
+				}
+				return limiter.Strategies()
+			}()
+			for range 3 {
+				runtime.GC()
+			}
+			// Each client used 2; under a limit of 2 it has nothing left.
+			tb, sw := mustTB(t, 2, 3, 19*time.Millisecond), mustSW(t, 2, 23*time.Millisecond)
+			for i := range n {
+				if d, _ := m.Peek(ctx, fmt.Sprint("b", i), tb, limitertest.T0); d.Allowed {
+					t.Fatalf("token-bucket client %d lost its usage: %+v", i, d)
+				}
+				if d, _ := m.Peek(ctx, fmt.Sprint("w", i), sw, limitertest.T0); d.Allowed {
+					t.Fatalf("sliding-window client %d lost its usage: %+v", i, d)
+				}
+			}
+			forget.do(m)
+			collected(t, "the strategies of the forgotten clients to be freed", func() bool {
+				return limiter.Strategies() <= peak-2*n
+			})
+		})
+	}
 }
 
 func mustTB(t testing.TB, capacity, rate int64, period time.Duration) *limiter.TokenBucket {

@@ -139,8 +139,7 @@ func (m *Memory) applyStack(key string, st *Stack, now time.Time, cost int64, o 
 		switch rl.Algorithm() {
 		case AlgorithmTokenBucket:
 			if j, ok := sh.buckets.find(keys[i], l.h); ok {
-				b := sh.buckets.slots[j].state
-				l.s, l.slot, l.tracked = State{stamp: b.stamp, frac: b.frac, tat: b.tat}, j, true
+				l.s, l.slot, l.tracked = sh.unpack(sh.buckets.slots[j].state), j, true
 			} else if _, ok := sh.windows[keys[i]]; ok {
 				l.other = true
 			}
@@ -169,8 +168,9 @@ func (m *Memory) applyStack(key string, st *Stack, now time.Time, cost int64, o 
 					out[i] = rl.Peek(&l.s, now) // nothing to refund
 					continue
 				}
+				was, prev := l.s.stamp, sh.buckets.slots[l.slot].state.by
 				out[i] = rl.Refund(&l.s, now, cost)
-				sh.buckets.slots[l.slot].state = bucketState{tat: l.s.tat, frac: l.s.frac, stamp: l.s.stamp}
+				sh.buckets.slots[l.slot].state = sh.pack(&l.s, was, prev)
 			case *SlidingWindow:
 				if !l.tracked {
 					out[i] = rl.Peek(&l.s, now)
@@ -226,17 +226,17 @@ func (m *Memory) applyStack(key string, st *Stack, now time.Time, cost int64, o 
 		l := &limits[i]
 		switch rl.Algorithm() {
 		case AlgorithmTokenBucket:
-			b := bucketState{tat: l.next.tat, frac: l.next.frac, stamp: l.next.stamp}
 			if l.tracked {
 				j, _ := sh.buckets.find(keys[i], l.h)
-				sh.buckets.slots[j].state = b
+				slot := &sh.buckets.slots[j].state
+				*slot = sh.pack(&l.next, l.s.stamp, slot.by)
 				continue
 			}
 			if l.other {
 				forgetWindow(m, sh, keys[i]) // the limit changed algorithm: it started fresh
 			}
 			if m.admit(bucketBytes(keys[i])) {
-				sh.buckets.insert(strings.Clone(keys[i]), l.h, b)
+				sh.buckets.insert(strings.Clone(keys[i]), l.h, sh.pack(&l.next, nil, 0))
 				added = true
 			}
 		case AlgorithmSlidingWindow:

@@ -24,7 +24,7 @@ func (b *TokenBucket) Interval(n int64) (ns int64, frac uint64) {
 // theoretical arrival time tat Unix nanoseconds plus frac/refillRate ns (frac < refillRate):
 // the state b.Decide, Peek and Fresh read, and that another token bucket converts.
 func (b *TokenBucket) StateAt(tat int64, frac uint64) State {
-	return State{stamp: b.stamp, tat: tat, frac: uint32(frac)}
+	return State{stamp: &b.stamp, tat: tat, frac: uint32(frac)}
 }
 
 // TAT returns the theoretical arrival time of a state last written by a token bucket: Unix
@@ -41,6 +41,6 @@ func (w *SlidingWindow) Params() (limit int64, window time.Duration) {
 // one, is returned as it is; another algorithm's starts fresh). A shared store converts a state
 // so before deciding on it.
 func (b *TokenBucket) Convert(s State, now time.Time) State {
-	adopt(b, &s, now.UnixNano())
+	adopt(b, &b.stamp, &s, now.UnixNano())
 	return s
 }

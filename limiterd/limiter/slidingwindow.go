@@ -19,9 +19,9 @@ import (
 //
 // A SlidingWindow is immutable and safe for concurrent use; build one with NewSlidingWindow.
 type SlidingWindow struct {
+	stamp
 	limit  int64
 	window int64 // ns
-	stamp  uint32
 }
 
 type slidingWindowParams struct {
@@ -38,10 +38,11 @@ func NewSlidingWindow(limit int64, window time.Duration) (*SlidingWindow, error)
 	if err := checkPeriod("window", window); err != nil {
 		return nil, err
 	}
-	rl := intern(slidingWindowParams{limit, window}, func(stamp uint32) RateLimiter {
-		return &SlidingWindow{limit: limit, window: int64(window), stamp: stamp}
-	})
-	return rl.(*SlidingWindow), nil
+	return intern(slidingWindowParams{limit, window}, func(id uint64) *SlidingWindow {
+		w := &SlidingWindow{limit: limit, window: int64(window)}
+		w.stamp = stamp{rl: w, id: id}
+		return w
+	}), nil
 }
 
 // windowLog is a ring of admissions, oldest first.
@@ -128,7 +129,7 @@ func (l *windowLog) clamp(now int64) int64 {
 // Decide implements RateLimiter.
 func (w *SlidingWindow) Decide(s *State, now time.Time, cost int64) Decision {
 	t := now.UnixNano()
-	adopt(w, s, t)
+	adopt(w, &w.stamp, s, t)
 	t = s.log.clamp(t)
 	if s.log != nil {
 		s.log.expire(t, w.window)
@@ -141,7 +142,7 @@ func (w *SlidingWindow) Decide(s *State, now time.Time, cost int64) Decision {
 		s.log = &windowLog{}
 	}
 	s.log.push(t, cost)
-	s.stamp = w.stamp
+	s.stamp = &w.stamp
 	return w.decision(s.log, t, used+cost, cost, true)
 }
 
@@ -169,14 +170,14 @@ func (w *SlidingWindow) decision(l *windowLog, t, used, cost int64, allowed bool
 // Peek implements RateLimiter.
 func (w *SlidingWindow) Peek(s *State, now time.Time) Decision {
 	t := now.UnixNano()
-	if s.stamp != w.stamp && s.stamp != 0 {
+	if s.stamp != &w.stamp && s.stamp != nil {
 		c := *s
 		if c.log != nil { // carryFrom changes the log in place: work on a copy
 			cp := *c.log
 			cp.entries = append([]admission(nil), c.log.entries...)
 			c.log = &cp
 		}
-		adopt(w, &c, t)
+		adopt(w, &w.stamp, &c, t)
 		s = &c
 	}
 	t = s.log.clamp(t)
@@ -199,7 +200,7 @@ func (w *SlidingWindow) Peek(s *State, now time.Time) Decision {
 // first, so that a reservation refunded at once leaves the log as if it had been smaller.
 func (w *SlidingWindow) Refund(s *State, now time.Time, amount int64) Decision {
 	t := now.UnixNano()
-	adopt(w, s, t)
+	adopt(w, &w.stamp, s, t)
 	if s.log == nil {
 		return w.decision(nil, t, 0, 1, true)
 	}
@@ -219,7 +220,7 @@ func (w *SlidingWindow) Fresh(s *State, now time.Time) bool {
 // the new window stay, at most the new limit of them (the oldest units are dropped first).
 func (w *SlidingWindow) carryFrom(s *State, now int64) {
 	l := s.log
-	s.stamp = w.stamp
+	s.stamp = &w.stamp
 	if l == nil {
 		return
 	}
@@ -242,12 +243,8 @@ func (w *SlidingWindow) Limit() int64 { return w.limit }
 // Window implements RateLimiter.
 func (w *SlidingWindow) Window() time.Duration { return time.Duration(w.window) }
 
-// Stamp implements RateLimiter.
-func (w *SlidingWindow) Stamp() uint32 { return w.stamp }
-
 // IsFresh reports whether s has decayed back to the state of a client never seen, judged by the
 // strategy that wrote it. A store uses it to drop idle clients.
 func IsFresh(s *State, now time.Time) bool {
-	rl := strategyOf(s.stamp)
-	return rl == nil || rl.Fresh(s, now)
+	return s.stamp == nil || s.stamp.rl.Fresh(s, now)
 }

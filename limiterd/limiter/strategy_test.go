@@ -3,9 +3,11 @@ package limiter_test
 import (
 	"math/big"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 	"time"
 
+	"github.com/limiterd/limiterd/internal/testsupport"
 	"github.com/limiterd/limiterd/limiterd/limiter"
 	"github.com/limiterd/limiterd/limiterd/limiter/limitertest"
 )
@@ -38,12 +40,68 @@ func second[T any](_ T, err error) error { return err }
 func TestStrategiesAreInterned(t *testing.T) {
 	a, b := mustTB(t, 5, 2, time.Second), mustTB(t, 5, 2, time.Second)
 	c := mustTB(t, 5, 3, time.Second)
-	if a != b || a.Stamp() != b.Stamp() {
+	if a != b || a.ID() != b.ID() {
 		t.Fatalf("equal parameters gave different strategies")
 	}
-	if a.Stamp() == c.Stamp() || a.Stamp() == mustSW(t, 5, time.Second).Stamp() {
-		t.Fatalf("different parameters share a stamp")
+	if a.ID() == c.ID() || a.ID() == mustSW(t, 5, time.Second).ID() {
+		t.Fatalf("different parameters share an ID")
 	}
+}
+
+// TestUnusedStrategiesAreFreed: the intern table holds the strategies in use, not every
+// parameter set ever compiled. Before, it kept each one for the life of the process, so every
+// policy edit grew it for good.
+func TestUnusedStrategiesAreFreed(t *testing.T) {
+	const n = 5000
+	peak := func() int { // builds 2n strategies in use only until it returns
+		kept := make([]limiter.RateLimiter, 0, 2*n)
+		for i := range int64(n) {
+			kept = append(kept, mustTB(t, i+1, 7, 13*time.Millisecond), mustSW(t, i+1, 17*time.Millisecond))
+		}
+		peak := limiter.Strategies()
+		runtime.KeepAlive(kept)
+		return peak
+	}()
+	collected(t, "the unused strategies to leave the intern table", func() bool {
+		return limiter.Strategies() <= peak-2*n
+	})
+}
+
+// TestAStateKeepsItsStrategy: a State references the strategy that wrote it, so that its usage
+// still carries over exactly to new parameters once nothing else references that strategy.
+func TestAStateKeepsItsStrategy(t *testing.T) {
+	var bucket, window limiter.State
+	func() {
+		tb, sw := mustTB(t, 10, 1, 31*time.Minute), mustSW(t, 10, 37*time.Minute)
+		for range 7 {
+			tb.Decide(&bucket, limitertest.T0, 1)
+			sw.Decide(&window, limitertest.T0, 1)
+		}
+	}()
+	for range 3 {
+		runtime.GC()
+	}
+	// 7 of 10 used; the new limit of 8 leaves 1.
+	for name, c := range map[string]struct {
+		rl limiter.RateLimiter
+		s  *limiter.State
+	}{"token bucket": {mustTB(t, 8, 1, 31*time.Minute), &bucket}, "sliding window": {mustSW(t, 8, 37*time.Minute), &window}} {
+		if d := c.rl.Decide(c.s, limitertest.T0, 1); !d.Allowed || d.Remaining != 0 {
+			t.Errorf("%s: the last unit: %+v, want admitted with 0 remaining", name, d)
+		}
+		if d := c.rl.Decide(c.s, limitertest.T0, 1); d.Allowed {
+			t.Errorf("%s: a unit beyond the carried-over usage admitted: %+v", name, d)
+		}
+	}
+}
+
+// collected runs the garbage collector until condition holds, or fails t after 10 s.
+func collected(t *testing.T, what string, condition func() bool) {
+	t.Helper()
+	testsupport.Eventually(t, 10*time.Second, what, func() bool {
+		runtime.GC()
+		return condition()
+	})
 }
 
 // TestTokenBucketNoDrift spends every token the moment it accrues (at the first whole

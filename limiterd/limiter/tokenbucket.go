@@ -18,11 +18,11 @@ import (
 //
 // A TokenBucket is immutable and safe for concurrent use; build one with NewTokenBucket.
 type TokenBucket struct {
+	stamp
 	capacity int64
 	rate     uint64  // tokens per period
 	period   uint64  // ns
 	tau      instant // time for a full refill: capacity*period/rate
-	stamp    uint32
 }
 
 type tokenBucketParams struct {
@@ -50,10 +50,11 @@ func NewTokenBucket(capacity, rate int64, period time.Duration) (*TokenBucket, e
 		return nil, errRefillTooSlow
 	}
 	tau := mulDiv(uint64(capacity), uint64(period), uint64(rate))
-	rl := intern(tokenBucketParams{capacity, rate, period}, func(stamp uint32) RateLimiter {
-		return &TokenBucket{capacity: capacity, rate: uint64(rate), period: uint64(period), tau: tau, stamp: stamp}
-	})
-	return rl.(*TokenBucket), nil
+	return intern(tokenBucketParams{capacity, rate, period}, func(id uint64) *TokenBucket {
+		b := &TokenBucket{capacity: capacity, rate: uint64(rate), period: uint64(period), tau: tau}
+		b.stamp = stamp{rl: b, id: id}
+		return b
+	}), nil
 }
 
 type strategyError string
@@ -137,7 +138,7 @@ func (b *TokenBucket) debt(s *State, now int64) instant {
 // Decide implements RateLimiter.
 func (b *TokenBucket) Decide(s *State, now time.Time, cost int64) Decision {
 	t := now.UnixNano()
-	adopt(b, s, t)
+	adopt(b, &b.stamp, s, t)
 	debt := b.debt(s, t)
 	if cost > b.capacity {
 		return b.reject(debt, instant{}) // never admitted: no retry time
@@ -147,7 +148,7 @@ func (b *TokenBucket) Decide(s *State, now time.Time, cost int64) Decision {
 		return b.reject(debt, b.sub(next, b.tau))
 	}
 	tat := b.add(instant{ns: t}, next)
-	s.tat, s.frac, s.stamp = tat.ns, uint32(tat.frac), b.stamp
+	s.tat, s.frac, s.stamp = tat.ns, uint32(tat.frac), &b.stamp
 	return Decision{
 		Allowed:    true,
 		Limit:      b.capacity,
@@ -169,7 +170,7 @@ func (b *TokenBucket) reject(debt, wait instant) Decision {
 func (b *TokenBucket) Peek(s *State, now time.Time) Decision {
 	t := now.UnixNano()
 	c := *s
-	adopt(b, &c, t)
+	adopt(b, &b.stamp, &c, t)
 	debt := b.debt(&c, t)
 	d := Decision{Limit: b.capacity, Remaining: b.tokens(b.sub(b.tau, debt)), ResetAfter: ceil(debt)}
 	d.Allowed = d.Remaining >= 1
@@ -184,7 +185,7 @@ func (b *TokenBucket) Peek(s *State, now time.Time) Decision {
 // now (a full bucket).
 func (b *TokenBucket) Refund(s *State, now time.Time, amount int64) Decision {
 	t := now.UnixNano()
-	adopt(b, s, t)
+	adopt(b, &b.stamp, s, t)
 	if debt := b.debt(s, t); debt != (instant{}) {
 		back := b.tau // a refund of the capacity or more fills any bucket
 		if amount < b.capacity {
@@ -195,7 +196,7 @@ func (b *TokenBucket) Refund(s *State, now time.Time, amount int64) Decision {
 			next = b.sub(debt, back)
 		}
 		tat := b.add(instant{ns: t}, next)
-		s.tat, s.frac, s.stamp = tat.ns, uint32(tat.frac), b.stamp
+		s.tat, s.frac, s.stamp = tat.ns, uint32(tat.frac), &b.stamp
 	}
 	return b.Peek(s, now)
 }
@@ -215,7 +216,7 @@ func (b *TokenBucket) carryFrom(from *TokenBucket, s *State, now int64) {
 	}
 	used = min(used, b.capacity)
 	tat := b.add(instant{ns: now}, mulDiv(uint64(used), b.period, b.rate))
-	*s = State{stamp: b.stamp, tat: tat.ns, frac: uint32(tat.frac)}
+	*s = State{stamp: &b.stamp, tat: tat.ns, frac: uint32(tat.frac)}
 }
 
 // Algorithm implements RateLimiter.
@@ -226,6 +227,3 @@ func (b *TokenBucket) Limit() int64 { return b.capacity }
 
 // Window implements RateLimiter: the time a full refill takes.
 func (b *TokenBucket) Window() time.Duration { return ceil(b.tau) }
-
-// Stamp implements RateLimiter.
-func (b *TokenBucket) Stamp() uint32 { return b.stamp }

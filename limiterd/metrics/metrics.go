@@ -85,7 +85,7 @@ func New(budget *limiter.Budget) *Metrics {
 		m.decisions, m.decisionLatency, m.storeErrors, m.reloads, m.lastReloadSuccess,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "limiterd_strategies",
-			Help: "Distinct strategy parameter sets compiled since the process started (the strategy intern table's size).",
+			Help: "Strategies in use: distinct parameter sets that a loaded policy, a decision in flight or a client's state references (the strategy intern table's size).",
 		}, func() float64 { return float64(limiter.Strategies()) }),
 	)
 	if budget != nil {
