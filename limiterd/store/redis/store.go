@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -135,7 +136,7 @@ type Client struct {
 	log      *slog.Logger
 	slackMS  string
 	conn     atomic.Pointer[conn]
-	prepared sync.Map // limiter.RateLimiter -> *prepared
+	prepared sync.Map // strategy ID (uint64) -> *prepared, while the strategy is in use
 	stop     context.CancelFunc
 	done     chan struct{} // closed when the connect loop ended
 	closed   atomic.Bool
@@ -337,7 +338,8 @@ type prepared struct {
 }
 
 func (c *Client) prepare(rl limiter.RateLimiter) *prepared {
-	if p, ok := c.prepared.Load(rl); ok {
+	id := rl.ID()
+	if p, ok := c.prepared.Load(id); ok {
 		return p.(*prepared)
 	}
 	p := &prepared{fp: fingerprint(rl)}
@@ -351,10 +353,23 @@ func (c *Client) prepare(rl limiter.RateLimiter) *prepared {
 		limit, window := rl.Params()
 		p.limit, p.window = strconv.FormatInt(limit, 10), strconv.FormatInt(int64(window), 10)
 	}
-	// Strategies are interned by limiter: the map holds one entry per parameter set ever used.
-	c.prepared.Store(rl, p)
+	// The entry goes with its strategy: the map holds the strategies in use (package limiter
+	// frees a strategy nothing references), and never keeps one in use itself. IDs are never
+	// reused, so an entry is never taken for another strategy's.
+	if q, loaded := c.prepared.LoadOrStore(id, p); loaded {
+		return q.(*prepared)
+	}
+	switch rl := rl.(type) {
+	case *limiter.TokenBucket:
+		runtime.AddCleanup(rl, c.forgetPrepared, id)
+	case *limiter.SlidingWindow:
+		runtime.AddCleanup(rl, c.forgetPrepared, id)
+	}
 	return p
 }
+
+// forgetPrepared removes the prepared arguments of a strategy the garbage collector freed.
+func (c *Client) forgetPrepared(id uint64) { c.prepared.Delete(id) }
 
 // limbs formats a duration of ns + frac/rate nanoseconds as (seconds, ns, frac).
 func limbs(ns int64, frac uint64) [3]string {
