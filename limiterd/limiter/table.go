@@ -42,7 +42,10 @@ func (t *bucketTable) home(h uint64) int {
 	return int(hi)
 }
 
-func tag(h uint64) uint8 { return 0x80 | uint8(h) }
+// tag returns the byte a slot keeps to skip most string compares: 7 bits of the hash that
+// neither chose the key's shard (the low byte, after tableHash) nor weigh much in its home slot
+// (the high bits).
+func tag(h uint64) uint8 { return 0x80 | uint8(h>>8) }
 
 // find returns the slot holding key, or the empty slot where it would be inserted and false.
 func (t *bucketTable) find(key string, h uint64) (int, bool) {

@@ -42,3 +42,23 @@ func TestBucketTableMatchesMap(t *testing.T) {
 		}
 	}
 }
+
+// TestTagsTellKeysOfAShardApart: the keys of one Memory shard must get different tags, or every
+// probe of a run compares strings. Before, the tag was the byte that chose the shard: one tag
+// for every key of a shard.
+func TestTagsTellKeysOfAShardApart(t *testing.T) {
+	m := NewMemory(nil)
+	first, _ := m.shard("k0", true)
+	tags := map[uint8]bool{}
+	keys := 0
+	for i := 0; keys < 1000; i++ {
+		key := fmt.Sprint("k", i)
+		if sh, h := m.shard(key, true); sh == first {
+			tags[tag(h)] = true
+			keys++
+		}
+	}
+	if len(tags) < 100 { // of 128
+		t.Fatalf("%d keys of one shard share %d tags", keys, len(tags))
+	}
+}
