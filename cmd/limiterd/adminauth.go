@@ -30,7 +30,8 @@ type adminAuthConfig struct {
 func (c *adminAuthConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.tokenFile, "admin-token-file", "",
 		"`path` of a file holding a bearer token (at least 16 bytes) that may do everything on the admin API; "+
-			"with Kubernetes it is accepted besides the TokenReview of other tokens")
+			"with Kubernetes it is accepted besides the TokenReview of other tokens; the file is read again when it changes, "+
+			"so a rotated token works without a restart")
 	fs.BoolVar(&c.insecure, "admin-insecure-no-auth", false,
 		"serve the admin API (client resets, policies, metrics) to anyone without authentication: for local development only")
 }
@@ -77,10 +78,10 @@ func (c adminAuthConfig) build(kube kubeConfig, log *slog.Logger) (*adminauth.Au
 			"flag", "--admin-insecure-no-auth")
 		return adminauth.Open(), nil
 	}
-	var token string
+	var token *adminauth.TokenFile
 	if c.tokenFile != "" {
 		var err error
-		if token, err = adminauth.ReadTokenFile(c.tokenFile); err != nil {
+		if token, err = adminauth.LoadTokenFile(c.tokenFile, log); err != nil {
 			return nil, err
 		}
 	}
@@ -94,12 +95,12 @@ func (c adminAuthConfig) build(kube kubeConfig, log *slog.Logger) (*adminauth.Au
 		if err != nil {
 			return nil, err
 		}
-		if token != "" {
+		if token != nil {
 			return auth.WithToken(token)
 		}
 		return auth, nil
-	case token != "":
-		return adminauth.Token(token)
+	case token != nil:
+		return adminauth.Token(token), nil
 	}
 	log.Info("admin API without authentication on loopback only: give --admin-token-file to serve it on other addresses")
 	return adminauth.Open(), nil

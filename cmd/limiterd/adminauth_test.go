@@ -82,6 +82,19 @@ func TestAdminTokenFile(t *testing.T) {
 		t.Errorf("/readyz without a token: %d, want 200", status)
 	}
 
+	// A rotated token takes effect without a restart, and the old one stops working.
+	rotated := "fedcba9876543210-rotated"
+	if err := os.WriteFile(tokenFile, []byte(rotated+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	testsupport.Eventually(t, 10*time.Second, "the rotated token to be accepted", func() bool {
+		status, _ := adminCall(t, http.MethodDelete, d.admin+"/v1/clients?key=alice", rotated)
+		return status == 204
+	})
+	if status, _ := adminCall(t, http.MethodDelete, d.admin+"/v1/clients?key=alice", token); status != 401 {
+		t.Errorf("reset with the old token after the rotation: %d, want 401", status)
+	}
+
 	short := filepath.Join(dir, "short")
 	if err := os.WriteFile(short, []byte("abc"), 0o600); err != nil {
 		t.Fatal(err)

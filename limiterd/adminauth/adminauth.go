@@ -10,8 +10,9 @@
 //     briefly (KubernetesOptions). The actions are those of the attribute functions below:
 //     resetting a client of policy shop/api is "delete ratelimitpolicies/clients shop/api"
 //     in group limiterd.dev, so an ordinary Role grants it for one namespace.
-//   - Token: one bearer token read from a file; whoever presents it may do everything. It can
-//     be combined with Kubernetes (WithToken) as a break-glass credential.
+//   - Token: one bearer token read from a file, and read again when the file changes
+//     (TokenFile); whoever presents it may do everything. It can be combined with Kubernetes
+//     (WithToken) as a break-glass credential.
 //   - Open: no authentication, everyone may do everything. For a loopback-only listener or
 //     local development only.
 package adminauth
@@ -22,9 +23,12 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -204,35 +208,107 @@ func Kubernetes(cfg *rest.Config, opts KubernetesOptions) (*Auth, error) {
 	return &Auth{authn: authn, authz: authz, mode: "kubernetes"}, nil
 }
 
-// Token returns an Auth that admits the bearer token token, as TokenUser, to everything.
-// token must be at least MinTokenBytes long.
-func Token(token string) (*Auth, error) {
-	authn, err := tokenAuthenticator(token)
-	if err != nil {
-		return nil, err
-	}
-	return &Auth{authn: authn, authz: authorizerfactory.NewPrivilegedGroups(PrivilegedGroup), mode: "token"}, nil
+// Token returns an Auth that admits the bearer token of tf, as TokenUser, to everything.
+func Token(tf *TokenFile) *Auth {
+	return &Auth{authn: tf.authenticator(), authz: authorizerfactory.NewPrivilegedGroups(PrivilegedGroup), mode: "token"}
 }
 
-// WithToken returns an Auth that also admits the bearer token token, as TokenUser, to
+// WithToken returns an Auth that also admits the bearer token of tf, as TokenUser, to
 // everything; other requests are authenticated and authorized by a.
-func (a *Auth) WithToken(token string) (*Auth, error) {
-	authn, err := tokenAuthenticator(token)
-	if err != nil {
-		return nil, err
-	}
+func (a *Auth) WithToken(tf *TokenFile) (*Auth, error) {
 	authz, err := unionauthz.New(
 		unionauthz.NamedAuthorizer{AuthorizerName: "token", Authorizer: authorizerfactory.NewPrivilegedGroups(PrivilegedGroup)},
 		unionauthz.NamedAuthorizer{AuthorizerName: a.mode, Authorizer: a.authz})
 	if err != nil {
 		return nil, fmt.Errorf("admin authorizer: %w", err)
 	}
-	return &Auth{authn: unionauthn.New(authn, a.authn), authz: authz, mode: a.mode + "+token"}, nil
+	return &Auth{authn: unionauthn.New(tf.authenticator(), a.authn), authz: authz, mode: a.mode + "+token"}, nil
 }
 
-// ReadTokenFile reads a static token from path: the file's content without surrounding white
-// space, at least MinTokenBytes long.
-func ReadTokenFile(path string) (string, error) {
+// TokenRecheck is how long a TokenFile trusts what it read before it reads its file again.
+const TokenRecheck = time.Second
+
+// TokenFile is a static bearer token kept in a file: the file's content without surrounding
+// white space, at least MinTokenBytes long, with no white space inside. The file is read again
+// when a request comes TokenRecheck or more after the last read, so that a rotated token (a
+// Secret updated in place, a file rewritten) is honoured without a restart, and the old one is
+// refused. Content that is not a valid token (a file being written, a mistake) is not applied:
+// it is logged, and the last good token stays in force. It is safe for concurrent use.
+type TokenFile struct {
+	path    string
+	log     *slog.Logger
+	recheck time.Duration
+	now     func() time.Time
+
+	mu      sync.Mutex // serialises reads of the file
+	checked atomic.Int64
+	sum     atomic.Pointer[[sha256.Size]byte] // of the token in force
+	refused string                            // why the file's content was last refused, logged once
+}
+
+// LoadTokenFile reads the token in path. It fails if the file cannot be read or does not hold a
+// valid token.
+func LoadTokenFile(path string, log *slog.Logger) (*TokenFile, error) {
+	tf := &TokenFile{path: path, log: log, recheck: TokenRecheck, now: time.Now}
+	token, err := readToken(path)
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256([]byte(token))
+	tf.sum.Store(&sum)
+	tf.checked.Store(tf.now().UnixNano())
+	return tf, nil
+}
+
+// current returns the digest of the token in force, reading the file again if it is due.
+func (tf *TokenFile) current() *[sha256.Size]byte {
+	if !tf.due(tf.now().UnixNano()) {
+		return tf.sum.Load()
+	}
+	tf.mu.Lock()
+	defer tf.mu.Unlock()
+	now := tf.now().UnixNano()
+	if !tf.due(now) {
+		return tf.sum.Load() // another request read it meanwhile
+	}
+	tf.checked.Store(now)
+	token, err := readToken(tf.path)
+	if err != nil {
+		if msg := err.Error(); msg != tf.refused {
+			tf.refused = msg
+			tf.log.Error("admin token file not applied: the last good token stays in force", "path", tf.path, "error", err)
+		}
+		return tf.sum.Load()
+	}
+	tf.refused = ""
+	if sum := sha256.Sum256([]byte(token)); sum != *tf.sum.Load() {
+		tf.sum.Store(&sum)
+		tf.log.Info("admin token reloaded", "path", tf.path)
+	}
+	return tf.sum.Load()
+}
+
+// due reports whether the file is to be read again at now (Unix ns): TokenRecheck after the last
+// read, or at once if the clock went back.
+func (tf *TokenFile) due(now int64) bool {
+	elapsed := now - tf.checked.Load()
+	return elapsed < 0 || elapsed >= int64(tf.recheck)
+}
+
+// authenticator authenticates requests bearing the token in force, comparing in constant time.
+func (tf *TokenFile) authenticator() authenticator.Request {
+	tokenUser := &user.DefaultInfo{Name: TokenUser, Groups: []string{PrivilegedGroup, user.AllAuthenticated}}
+	return bearertoken.New(authenticator.TokenFunc(func(_ context.Context, got string) (*authenticator.Response, bool, error) {
+		sum := sha256.Sum256([]byte(got))
+		if subtle.ConstantTimeCompare(sum[:], tf.current()[:]) != 1 {
+			return nil, false, nil
+		}
+		return &authenticator.Response{User: tokenUser}, true, nil
+	}))
+}
+
+// readToken reads a static token from path.
+func readToken(path string) (string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return "", fmt.Errorf("read admin token: %w", err)
@@ -252,22 +328,6 @@ func checkToken(token string) error {
 		return errors.New("a token must not contain white space")
 	}
 	return nil
-}
-
-// tokenAuthenticator authenticates requests bearing token, comparing in constant time.
-func tokenAuthenticator(token string) (authenticator.Request, error) {
-	if err := checkToken(token); err != nil {
-		return nil, err
-	}
-	want := sha256.Sum256([]byte(token))
-	tokenUser := &user.DefaultInfo{Name: TokenUser, Groups: []string{PrivilegedGroup, user.AllAuthenticated}}
-	return bearertoken.New(authenticator.TokenFunc(func(_ context.Context, got string) (*authenticator.Response, bool, error) {
-		sum := sha256.Sum256([]byte(got))
-		if subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
-			return nil, false, nil
-		}
-		return &authenticator.Response{User: tokenUser}, true, nil
-	})), nil
 }
 
 // New returns an Auth of an authenticator and an authorizer, for another way of deciding (a
