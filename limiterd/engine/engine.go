@@ -93,14 +93,22 @@ type Result struct {
 // Observer records decisions, typically as metrics. Tier is called when a policy is swapped in,
 // never per decision, so that recording a decision needs no label lookup.
 type Observer interface {
+	// Policy returns the recorder for one policy as a whole.
+	Policy(policyID v1alpha1.PolicyID) PolicyObserver
 	// Tier returns the recorder for one tier of one policy.
 	Tier(policyID v1alpha1.PolicyID, tier string) TierObserver
-	// StoreError counts a store failure for a policy.
-	StoreError(policyID v1alpha1.PolicyID)
 	// Forget is called when a swap removed a tier of a policy that stays, or a whole policy
 	// (tier ""): what was recorded for it can go. Decisions that started before the swap may
-	// still record on the TierObservers returned for it.
+	// still record on the PolicyObserver and TierObservers returned for it: what they record
+	// must not bring back what was forgotten.
 	Forget(policyID v1alpha1.PolicyID, tier string)
+}
+
+// PolicyObserver records what happens to one policy as a whole. It must be safe for concurrent
+// use.
+type PolicyObserver interface {
+	// StoreError counts a failure of the policy's store.
+	StoreError()
 }
 
 // TierObserver records one tier's decisions. It must be safe for concurrent use.
@@ -141,17 +149,21 @@ type bound struct {
 	policy *policy.Policy
 	store  limiter.Store
 	local  *limiter.Memory // failure mode Local: state while the store fails
-	tiers  []TierObserver  // by Tier.Index
+	obs    PolicyObserver
+	tiers  []TierObserver // by Tier.Index
 }
 
-// NopObserver is an Observer and TierObserver that records nothing.
+// NopObserver is an Observer, PolicyObserver and TierObserver that records nothing.
 type NopObserver struct{}
+
+// Policy implements Observer.
+func (NopObserver) Policy(v1alpha1.PolicyID) PolicyObserver { return NopObserver{} }
 
 // Tier implements Observer.
 func (NopObserver) Tier(v1alpha1.PolicyID, string) TierObserver { return NopObserver{} }
 
-// StoreError implements Observer.
-func (NopObserver) StoreError(v1alpha1.PolicyID) {}
+// StoreError implements PolicyObserver.
+func (NopObserver) StoreError() {}
 
 // Forget implements Observer.
 func (NopObserver) Forget(v1alpha1.PolicyID, string) {}
@@ -188,7 +200,7 @@ func (e *Engine) Swap(set *policy.Set) {
 	next := &snapshot{set: set, byID: make(map[v1alpha1.PolicyID]*bound, set.Len())}
 	var unused []limiter.Store // stores of the old snapshot no policy decides on any more
 	for _, p := range set.All() {
-		b := &bound{policy: p}
+		b := &bound{policy: p, obs: e.opts.Observer.Policy(p.ID)}
 		if prev, ok := old.lookup(p.ID); ok {
 			b.store, b.local = prev.store, prev.local
 		} else {
@@ -493,7 +505,7 @@ func outcome(r *Result) Outcome {
 // stacked tier, limits receives each limit's decision: Closed rejects by every limit, Open
 // admits by every limit, Local decides the stack on the fallback.
 func (e *Engine) degraded(ctx context.Context, b *bound, key string, tier *policy.Tier, now time.Time, cost int64, limits []limiter.Decision) limiter.Decision {
-	e.opts.Observer.StoreError(b.policy.ID)
+	b.obs.StoreError()
 	mode := b.policy.FailureMode
 	if mode == v1alpha1.FailureModeLocal && b.local != nil {
 		switch {
@@ -577,7 +589,7 @@ func (e *Engine) Refund(ctx context.Context, policyID v1alpha1.PolicyID, key str
 	}
 	r.Decision, r.StoreError = refund(b.store)
 	if r.StoreError != nil {
-		e.opts.Observer.StoreError(b.policy.ID)
+		b.obs.StoreError()
 		if b.local == nil {
 			return Result{}, fmt.Errorf("%w: %w", ErrRefundNotApplied, r.StoreError)
 		}

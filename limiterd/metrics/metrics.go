@@ -3,8 +3,10 @@
 // Every metric is prefixed limiterd_. Labels are policy IDs, tier names and fixed outcome
 // words, all bounded by the loaded configuration: a client key is never a label.
 //
-// Metrics implements engine.Observer: the labelled children of a tier are resolved once, when
-// a policy is swapped in, so recording a decision is two atomic updates and no label lookup.
+// Metrics implements engine.Observer: the labelled children of a policy and its tiers are
+// resolved once, when the policy is swapped in, so recording a decision is two atomic updates
+// and no label lookup, and a decision that outlives its policy's removal records on children no
+// longer exported instead of bringing their series back.
 // The series of a policy or tier are deleted when a swap removes it (Forget), so that their
 // number is bounded by the policies loaded, not by those ever loaded.
 package metrics
@@ -130,10 +132,19 @@ func (m *Metrics) Tier(policyID v1alpha1.PolicyID, tier string) engine.TierObser
 	}
 }
 
-// StoreError implements engine.Observer.
-func (m *Metrics) StoreError(policyID v1alpha1.PolicyID) {
-	m.storeErrors.WithLabelValues(policyID.String()).Inc()
+// Policy implements engine.Observer: it resolves the policy's store-error counter once, so that
+// an error recorded by a decision that outlived the policy's removal counts on a child no longer
+// exported, rather than bringing the series back.
+func (m *Metrics) Policy(policyID v1alpha1.PolicyID) engine.PolicyObserver {
+	return policyObserver{storeErrors: m.storeErrors.WithLabelValues(policyID.String())}
 }
+
+type policyObserver struct {
+	storeErrors prometheus.Counter
+}
+
+// StoreError implements engine.PolicyObserver.
+func (o policyObserver) StoreError() { o.storeErrors.Inc() }
 
 // Forget implements engine.Observer: it deletes the series of a removed tier, or of every tier
 // of a removed policy (tier "").

@@ -307,14 +307,21 @@ func TestSeriesOfRemovedPoliciesAndTiersAreDeleted(t *testing.T) {
 			}
 		}
 	}
-	m.StoreError("default/other")
-	if lines := policyLines(t, m); !strings.Contains(strings.Join(lines, "\n"), `policy="default/other"`) {
-		t.Fatalf("no series of default/other before its removal:\n%s", strings.Join(lines, "\n"))
+	// A decision of default/other that started before its removal, and will see its store fail
+	// after: its observers were resolved when the policy was swapped in.
+	inFlight, inFlightTier := m.Policy("default/other"), m.Tier("default/other", "standard")
+	inFlight.StoreError()
+	if lines := policyLines(t, m); !strings.Contains(strings.Join(lines, "\n"), `limiterd_store_errors_total{policy="default/other"} 1`) {
+		t.Fatalf("no store error of default/other before its removal:\n%s", strings.Join(lines, "\n"))
 	}
 	// default/other goes; default/api loses its shadow tier.
 	api := apiPolicy(v1alpha1.FailureModeOpen)
 	api.Spec.Tiers, api.Spec.Overrides = api.Spec.Tiers[:1], nil
 	e.Swap(compileSet(t, api))
+	// The decision in flight ends: its store error and outcome must not bring the series back.
+	// Before, a store error was counted by label lookup and recreated the series.
+	inFlight.StoreError()
+	inFlightTier.Observe(engine.Allowed, time.Millisecond)
 	lines := policyLines(t, m)
 	for _, line := range lines {
 		if strings.Contains(line, `policy="default/other"`) || strings.Contains(line, `tier="shadow"`) {

@@ -103,8 +103,10 @@ func (t *Tally) Tier(policyID v1alpha1.PolicyID, tier string) engine.TierObserve
 	return &dryRunObserver{inner: inner, rejected: &c.rejected}
 }
 
-// StoreError implements engine.Observer.
-func (t *Tally) StoreError(policyID v1alpha1.PolicyID) { t.inner.StoreError(policyID) }
+// Policy implements engine.Observer.
+func (t *Tally) Policy(policyID v1alpha1.PolicyID) engine.PolicyObserver {
+	return t.inner.Policy(policyID)
+}
 
 // Forget implements engine.Observer. The tally itself keeps only the policies of the last set.
 func (t *Tally) Forget(policyID v1alpha1.PolicyID, tier string) { t.inner.Forget(policyID, tier) }

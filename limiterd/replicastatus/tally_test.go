@@ -88,7 +88,9 @@ func (c *countingObserver) Tier(policyID v1alpha1.PolicyID, tier string) engine.
 	})
 }
 
-func (c *countingObserver) StoreError(v1alpha1.PolicyID)     {}
+func (c *countingObserver) Policy(v1alpha1.PolicyID) engine.PolicyObserver {
+	return engine.NopObserver{}
+}
 func (c *countingObserver) Forget(v1alpha1.PolicyID, string) {}
 
 type observeFunc func(engine.Outcome)
