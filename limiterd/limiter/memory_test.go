@@ -53,16 +53,17 @@ func TestMemoryKeepsTheStrategiesItsClientsNeed(t *testing.T) {
 			for range 3 {
 				runtime.GC()
 			}
-			// Each client used 2; under a limit of 2 it has nothing left.
-			tb, sw := mustTB(t, 2, 3, 19*time.Millisecond), mustSW(t, 2, 23*time.Millisecond)
-			for i := range n {
-				if d, _ := m.Peek(ctx, fmt.Sprint("b", i), tb, limitertest.T0); d.Allowed {
-					t.Fatalf("token-bucket client %d lost its usage: %+v", i, d)
+			func() { // each client used 2; under a limit of 2 it has nothing left
+				tb, sw := mustTB(t, 2, 3, 19*time.Millisecond), mustSW(t, 2, 23*time.Millisecond)
+				for i := range n {
+					if d, _ := m.Peek(ctx, fmt.Sprint("b", i), tb, limitertest.T0); d.Allowed {
+						t.Fatalf("token-bucket client %d lost its usage: %+v", i, d)
+					}
+					if d, _ := m.Peek(ctx, fmt.Sprint("w", i), sw, limitertest.T0); d.Allowed {
+						t.Fatalf("sliding-window client %d lost its usage: %+v", i, d)
+					}
 				}
-				if d, _ := m.Peek(ctx, fmt.Sprint("w", i), sw, limitertest.T0); d.Allowed {
-					t.Fatalf("sliding-window client %d lost its usage: %+v", i, d)
-				}
-			}
+			}()
 			forget.do(m)
 			collected(t, "the strategies of the forgotten clients to be freed", func() bool {
 				return limiter.Strategies() <= peak-2*n
