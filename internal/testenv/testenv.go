@@ -100,7 +100,10 @@ func NeedAssets(t testing.TB) string {
 }
 
 // Start starts a control plane and installs the CRDs of config/crd/bases. Stop it with Stop.
-func Start() (_ *Env, err error) {
+func Start() (*Env, error) { return start(true) }
+
+// start starts a control plane, with the CRDs of config/crd/bases installed if crds is set.
+func start(crds bool) (_ *Env, err error) {
 	assets, err := AssetsDir()
 	if err != nil {
 		return nil, err
@@ -126,12 +129,16 @@ func Start() (_ *Env, err error) {
 		return nil, fmt.Errorf("start control plane: %w", err)
 	}
 	scheme := NewScheme()
+	var crdPaths []string
+	if crds {
+		crdPaths = []string{filepath.Join(root, "config", "crd", "bases")}
+	}
 	te := &envtest.Environment{
 		// CPUs are shared with other tests: give the processes longer than envtest's 20s to start.
 		ControlPlaneStartTimeout: startTimeout(),
 		BinaryAssetsDirectory:    assets,
-		CRDDirectoryPaths:        []string{filepath.Join(root, "config", "crd", "bases")},
-		ErrorIfCRDPathMissing:    true,
+		CRDDirectoryPaths:        crdPaths,
+		ErrorIfCRDPathMissing:    crds,
 		Scheme:                   scheme,
 		ControlPlane: envtest.ControlPlane{
 			APIServer: &envtest.APIServer{CertDir: certDir},
@@ -263,10 +270,15 @@ func (e *Env) Namespace(t testing.TB) string {
 
 // New starts a control plane for t alone, stopped when t ends. Use it when a test stops or
 // restarts the API server; otherwise share one with Shared.
-func New(t testing.TB) *Env {
+func New(t testing.TB) *Env { return newEnv(t, true) }
+
+// NewWithoutCRDs is New with no CRD installed, for a test that installs them as a user does.
+func NewWithoutCRDs(t testing.TB) *Env { return newEnv(t, false) }
+
+func newEnv(t testing.TB, crds bool) *Env {
 	t.Helper()
 	NeedAssets(t)
-	e, err := Start()
+	e, err := start(crds)
 	if err != nil {
 		t.Fatalf("test control plane: %v", err)
 	}

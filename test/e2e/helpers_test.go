@@ -21,8 +21,6 @@ import (
 	"testing"
 	"time"
 
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -140,37 +138,17 @@ func mustKubectl(t *testing.T, env *testenv.Env, stdin string, args ...string) s
 	return out
 }
 
-// installCRDWithKubectl replaces the CRD envtest installed with the one kubectl applies from
-// config/crd/bases, as a user installs it: the CRD is deleted (and gone) first.
+// installCRDWithKubectl installs the CRD with kubectl from config/crd/bases, as a user does,
+// on a control plane started without it (testenv.NewWithoutCRDs).
 func installCRDWithKubectl(t *testing.T, env *testenv.Env) {
 	t.Helper()
 	root, err := testenv.Root()
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := t.Context()
-	var crds apiextensionsv1.CustomResourceDefinitionList
-	if err := env.Client.List(ctx, &crds); err != nil {
-		t.Fatal(err)
-	}
-	for i := range crds.Items {
-		if err := env.Client.Delete(ctx, &crds.Items[i]); err != nil && !apierrors.IsNotFound(err) {
-			t.Fatal(err)
-		}
-	}
-	testsupport.Eventually(t, waitTimeout, "CRDs installed", func() error {
-		if err := env.Client.List(ctx, &crds); err != nil {
-			return err
-		}
-		if len(crds.Items) > 0 {
-			return fmt.Errorf("%d CRDs still installed", len(crds.Items))
-		}
-		return nil
-	})
 	mustKubectl(t, env, "", "apply", "-f", filepath.Join(root, "config", "crd", "bases"))
 	mustKubectl(t, env, "", "wait", "--for=condition=Established", "--timeout=60s", "crd/ratelimitpolicies.limiterd.dev")
-	// The API server's discovery and the scheme's client learn the kind anew: wait until a
-	// list succeeds.
+	// The API server's discovery learns the new kind: wait until a list succeeds.
 	testsupport.Eventually(t, waitTimeout, "ratelimitpolicies served", func() error {
 		_, errOut, err := kubectl(env, "", "get", "ratelimitpolicies", "--all-namespaces")
 		if err != nil {

@@ -111,7 +111,7 @@ func (l *load) finish() {
 // continuous load, with every request answered 200 or 429 and limiterd never restarted.
 func TestPoliciesFollowKubectl(t *testing.T) {
 	managerBin, limiterdBin := binaries(t)
-	env := testenv.New(t)
+	env := testenv.NewWithoutCRDs(t)
 	installCRDWithKubectl(t, env)
 	createNamespace(t, env, statusNamespace)
 	ns := env.Namespace(t)
