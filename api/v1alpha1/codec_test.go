@@ -149,15 +149,20 @@ func TestSamplePolicy(t *testing.T) {
 		t.Errorf("namespace %q, want %q", p.Namespace, DefaultNamespace)
 	}
 	algorithms := map[Algorithm]int{}
-	dryRun := 0
+	dryRun, stacked := 0, 0
 	for _, tier := range p.Spec.Tiers {
-		algorithms[tier.Algorithm]++
+		if len(tier.Limits) > 0 {
+			stacked++
+		} else {
+			algorithms[tier.Algorithm]++
+		}
 		if tier.DryRun {
 			dryRun++
 		}
 	}
-	if len(algorithms) != 3 || dryRun == 0 {
-		t.Errorf("the sample should show every algorithm and a dry-run tier; has %v, %d dry-run", algorithms, dryRun)
+	if len(algorithms) != 3 || dryRun == 0 || stacked == 0 {
+		t.Errorf("the sample should show every algorithm, a dry-run tier and stacked limits; has %v, %d dry-run, %d stacked",
+			algorithms, dryRun, stacked)
 	}
 	clients, prefixes := 0, 0
 	for _, o := range p.Spec.Overrides {
