@@ -85,9 +85,7 @@ type RateLimiter interface {
 	// It is 0 for Unlimited.
 	ID() uint64
 
-	// stamped returns the strategy's stamp (nil for Unlimited); unexported, it also closes the
-	// set of strategies.
-	stamped() *stamp
+	sealed()
 }
 
 // stamp is the part of a stateful strategy that a State records of the strategy that last wrote
@@ -100,7 +98,8 @@ type stamp struct {
 // ID implements RateLimiter.
 func (s *stamp) ID() uint64 { return s.id }
 
-func (s *stamp) stamped() *stamp { return s }
+func (*stamp) sealed()    {} // TokenBucket and SlidingWindow, which embed a stamp
+func (unlimited) sealed() {}
 
 // State is one client's state under a strategy. The zero value is a client never seen.
 // It is not safe for concurrent use. It references the strategy that last wrote it, which
@@ -229,4 +228,3 @@ func (unlimited) Algorithm() Algorithm                     { return AlgorithmUnl
 func (unlimited) Limit() int64                             { return 0 }
 func (unlimited) Window() time.Duration                    { return 0 }
 func (unlimited) ID() uint64                               { return 0 }
-func (unlimited) stamped() *stamp                          { return nil }

@@ -220,11 +220,12 @@ type bucketState struct {
 	by   uint32 // 1 + the index of the strategy in the shard's writers; 0: fresh
 }
 
-// writer is a strategy that wrote token-bucket states of a shard, and how many of the shard's
-// states it wrote. The shard references it for them, so that it stays in use, and drops it with
-// the last of them: a shard holds the strategies its clients need, however many were ever used.
+// writer is the stamp of a strategy that wrote token-bucket states of a shard, and how many of
+// the shard's states it wrote. The shard references it for them, so that the strategy stays in
+// use, and drops it with the last of them: a shard holds the strategies its clients need,
+// however many were ever used.
 type writer struct {
-	tb     *TokenBucket
+	stamp  *stamp
 	states int
 }
 
@@ -232,7 +233,7 @@ type writer struct {
 func (sh *shardState) unpack(b bucketState) State {
 	s := State{tat: b.tat, frac: b.frac}
 	if b.by != 0 {
-		s.stamp = &sh.writers[b.by-1].tb.stamp
+		s.stamp = sh.writers[b.by-1].stamp
 	}
 	return s
 }
@@ -254,17 +255,15 @@ func (sh *shardState) packNewWriter(s *State, prev uint32) bucketState {
 	return bucketState{tat: s.tat, frac: s.frac, by: by}
 }
 
-// retain counts one more state stamped st, a token bucket's or nil (fresh), and returns the
-// place of its writer.
+// retain counts one more state stamped st (nil: fresh), and returns the place of its writer.
 func (sh *shardState) retain(st *stamp) uint32 {
 	if st == nil {
 		return 0
 	}
-	tb := st.rl.(*TokenBucket)
 	free := -1
 	for i := range sh.writers {
-		switch w := &sh.writers[i]; w.tb {
-		case tb:
+		switch w := &sh.writers[i]; w.stamp {
+		case st:
 			w.states++
 			return uint32(i + 1)
 		case nil:
@@ -277,7 +276,7 @@ func (sh *shardState) retain(st *stamp) uint32 {
 		sh.writers = append(sh.writers, writer{})
 		free = len(sh.writers) - 1
 	}
-	sh.writers[free] = writer{tb: tb, states: 1}
+	sh.writers[free] = writer{stamp: st, states: 1}
 	return uint32(free + 1)
 }
 
@@ -292,15 +291,14 @@ func (sh *shardState) release(by uint32) {
 	}
 	*w = writer{}
 	n := len(sh.writers)
-	for n > 0 && sh.writers[n-1].tb == nil {
+	for n > 0 && sh.writers[n-1].stamp == nil {
 		n--
 	}
 	if n == 0 {
 		sh.writers = nil // let the array go: a shard with no clients costs nothing
 		return
 	}
-	clear(sh.writers[n:])
-	sh.writers = sh.writers[:n]
+	sh.writers = sh.writers[:n] // the writers cut off are all empty
 }
 
 // NewMemory returns an empty store whose clients count against budget (nil: unbounded) until

@@ -91,7 +91,7 @@ func checkWriters(m *Memory) error {
 			by := sh.buckets.slots[j].state.by
 			switch {
 			case tag == 0 || by == 0:
-			case int(by) > len(sh.writers) || sh.writers[by-1].tb == nil:
+			case int(by) > len(sh.writers) || sh.writers[by-1].stamp == nil:
 				err = fmt.Errorf("shard %d: slot %d names writer %d, which is not there", i, j, by)
 			default:
 				counts[by-1]++
@@ -102,7 +102,7 @@ func checkWriters(m *Memory) error {
 				err = fmt.Errorf("shard %d: writer %d counts %d states, the table holds %d", i, j+1, w.states, counts[j])
 			}
 		}
-		if n := len(sh.writers); err == nil && n > 0 && sh.writers[n-1].tb == nil {
+		if n := len(sh.writers); err == nil && n > 0 && sh.writers[n-1].stamp == nil {
 			err = fmt.Errorf("shard %d: an empty writer at the end of %d", i, n)
 		}
 		sh.Unlock()
