@@ -235,13 +235,12 @@ const TokenRecheck = time.Second
 // refused. Content that is not a valid token (a file being written, a mistake) is not applied:
 // it is logged, and the last good token stays in force. It is safe for concurrent use.
 type TokenFile struct {
-	path    string
-	log     *slog.Logger
-	recheck time.Duration
-	now     func() time.Time
+	path string
+	log  *slog.Logger
+	now  func() time.Time
 
-	mu      sync.Mutex // serialises reads of the file
-	checked atomic.Int64
+	mu      sync.Mutex                        // serialises reads of the file
+	checked atomic.Int64                      // Unix ns of the last read of the file
 	sum     atomic.Pointer[[sha256.Size]byte] // of the token in force
 	refused string                            // why the file's content was last refused, logged once
 }
@@ -249,7 +248,7 @@ type TokenFile struct {
 // LoadTokenFile reads the token in path. It fails if the file cannot be read or does not hold a
 // valid token.
 func LoadTokenFile(path string, log *slog.Logger) (*TokenFile, error) {
-	tf := &TokenFile{path: path, log: log, recheck: TokenRecheck, now: time.Now}
+	tf := &TokenFile{path: path, log: log, now: time.Now}
 	token, err := readToken(path)
 	if err != nil {
 		return nil, err
@@ -292,7 +291,7 @@ func (tf *TokenFile) current() *[sha256.Size]byte {
 // read, or at once if the clock went back.
 func (tf *TokenFile) due(now int64) bool {
 	elapsed := now - tf.checked.Load()
-	return elapsed < 0 || elapsed >= int64(tf.recheck)
+	return elapsed < 0 || elapsed >= int64(TokenRecheck)
 }
 
 // authenticator authenticates requests bearing the token in force, comparing in constant time.
