@@ -325,14 +325,8 @@ func (a *answer) decision() (Decision, error) {
 	}
 	d := Decision{
 		Allowed:    *a.Allowed,
-		ResetAfter: seconds(a.ResetAfterSeconds),
-		RetryAfter: seconds(a.RetryAfterSeconds),
-	}
-	if a.ResetAfterMs != nil {
-		d.ResetAfter = milliseconds(*a.ResetAfterMs)
-	}
-	if a.RetryAfterMs != nil {
-		d.RetryAfter = milliseconds(*a.RetryAfterMs)
+		ResetAfter: duration(a.ResetAfterSeconds, a.ResetAfterMs),
+		RetryAfter: duration(a.RetryAfterSeconds, a.RetryAfterMs),
 	}
 	if a.Limit != nil {
 		d.Limit = *a.Limit
@@ -347,13 +341,19 @@ func (a *answer) decision() (Decision, error) {
 		case l.ResetAfterSeconds < 0 || l.ResetAfterMs != nil && *l.ResetAfterMs < 0:
 			return Decision{}, fmt.Errorf("has a limit (%q) with a negative duration", l.Name)
 		}
-		limit := Limit{Name: l.Name, Allowed: *l.Allowed, Limit: l.Limit, Remaining: l.Remaining, ResetAfter: seconds(l.ResetAfterSeconds)}
-		if l.ResetAfterMs != nil {
-			limit.ResetAfter = milliseconds(*l.ResetAfterMs)
-		}
-		d.Limits = append(d.Limits, limit)
+		d.Limits = append(d.Limits, Limit{Name: l.Name, Allowed: *l.Allowed, Limit: l.Limit, Remaining: l.Remaining,
+			ResetAfter: duration(l.ResetAfterSeconds, l.ResetAfterMs)})
 	}
 	return d, nil
+}
+
+// duration reads one of an answer's durations: its milliseconds when the answer has them, else
+// its whole seconds.
+func duration(s int64, ms *int64) time.Duration {
+	if ms != nil {
+		return milliseconds(*ms)
+	}
+	return seconds(s)
 }
 
 // seconds converts whole seconds to a duration, saturating instead of overflowing.
