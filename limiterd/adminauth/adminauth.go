@@ -28,7 +28,6 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -239,59 +238,46 @@ type TokenFile struct {
 	log  *slog.Logger
 	now  func() time.Time
 
-	mu      sync.Mutex                        // serialises reads of the file
-	checked atomic.Int64                      // Unix ns of the last read of the file
-	sum     atomic.Pointer[[sha256.Size]byte] // of the token in force
-	refused string                            // why the file's content was last refused, logged once
+	mu      sync.Mutex
+	checked time.Time         // when the file was last read
+	sum     [sha256.Size]byte // of the token in force
+	refused string            // why the file's content was last refused, logged once
 }
 
 // LoadTokenFile reads the token in path. It fails if the file cannot be read or does not hold a
 // valid token.
 func LoadTokenFile(path string, log *slog.Logger) (*TokenFile, error) {
-	tf := &TokenFile{path: path, log: log, now: time.Now}
 	token, err := readToken(path)
 	if err != nil {
 		return nil, err
 	}
-	sum := sha256.Sum256([]byte(token))
-	tf.sum.Store(&sum)
-	tf.checked.Store(tf.now().UnixNano())
-	return tf, nil
+	return &TokenFile{path: path, log: log, now: time.Now, checked: time.Now(), sum: sha256.Sum256([]byte(token))}, nil
 }
 
-// current returns the digest of the token in force, reading the file again if it is due.
-func (tf *TokenFile) current() *[sha256.Size]byte {
-	if !tf.due(tf.now().UnixNano()) {
-		return tf.sum.Load()
-	}
+// current returns the digest of the token in force, reading the file again if it is due. The
+// admin API is not a hot path: one lock a request serialises the reads.
+func (tf *TokenFile) current() [sha256.Size]byte {
 	tf.mu.Lock()
 	defer tf.mu.Unlock()
-	now := tf.now().UnixNano()
-	if !tf.due(now) {
-		return tf.sum.Load() // another request read it meanwhile
+	now := tf.now()
+	if now.Sub(tf.checked) < TokenRecheck {
+		return tf.sum
 	}
-	tf.checked.Store(now)
+	tf.checked = now
 	token, err := readToken(tf.path)
 	if err != nil {
 		if msg := err.Error(); msg != tf.refused {
 			tf.refused = msg
 			tf.log.Error("admin token file not applied: the last good token stays in force", "path", tf.path, "error", err)
 		}
-		return tf.sum.Load()
+		return tf.sum
 	}
 	tf.refused = ""
-	if sum := sha256.Sum256([]byte(token)); sum != *tf.sum.Load() {
-		tf.sum.Store(&sum)
+	if sum := sha256.Sum256([]byte(token)); sum != tf.sum {
+		tf.sum = sum
 		tf.log.Info("admin token reloaded", "path", tf.path)
 	}
-	return tf.sum.Load()
-}
-
-// due reports whether the file is to be read again at now (Unix ns): TokenRecheck after the last
-// read, or at once if the clock went back.
-func (tf *TokenFile) due(now int64) bool {
-	elapsed := now - tf.checked.Load()
-	return elapsed < 0 || elapsed >= int64(TokenRecheck)
+	return tf.sum
 }
 
 // authenticator authenticates requests bearing the token in force, comparing in constant time.
@@ -299,7 +285,8 @@ func (tf *TokenFile) authenticator() authenticator.Request {
 	tokenUser := &user.DefaultInfo{Name: TokenUser, Groups: []string{PrivilegedGroup, user.AllAuthenticated}}
 	return bearertoken.New(authenticator.TokenFunc(func(_ context.Context, got string) (*authenticator.Response, bool, error) {
 		sum := sha256.Sum256([]byte(got))
-		if subtle.ConstantTimeCompare(sum[:], tf.current()[:]) != 1 {
+		want := tf.current()
+		if subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
 			return nil, false, nil
 		}
 		return &authenticator.Response{User: tokenUser}, true, nil

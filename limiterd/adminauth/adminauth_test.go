@@ -102,7 +102,7 @@ func TestTokenFileRotates(t *testing.T) {
 	tf.log = slog.New(slog.NewTextHandler(&logs, nil))
 	now := time.Unix(1_700_000_000, 0)
 	tf.now = func() time.Time { return now }
-	tf.checked.Store(now.UnixNano()) // as if loaded at now
+	tf.checked = now // as if loaded at now
 	a := Token(tf)
 	authenticates := func(token string) bool {
 		_, err := a.Authenticate(request(token))
