@@ -165,11 +165,11 @@ func forgetStrategy(e internEntry) {
 	}
 }
 
-// adopt prepares s for a decision by rl, whose stamp is own: it applies the rule for parameter
-// changes (see the package documentation) when s was last written by another strategy.
-func adopt(rl RateLimiter, own *stamp, s *State, now int64) {
+// adopt prepares s for a decision by the strategy whose stamp is own: it applies the rule for
+// parameter changes (see the package documentation) when s was last written by another one.
+func adopt(own *stamp, s *State, now int64) {
 	if s.stamp != own && s.stamp != nil {
-		convert(rl, s, now)
+		convert(own.rl, s, now)
 	}
 }
 

@@ -41,6 +41,6 @@ func (w *SlidingWindow) Params() (limit int64, window time.Duration) {
 // one, is returned as it is; another algorithm's starts fresh). A shared store converts a state
 // so before deciding on it.
 func (b *TokenBucket) Convert(s State, now time.Time) State {
-	adopt(b, &b.stamp, &s, now.UnixNano())
+	adopt(&b.stamp, &s, now.UnixNano())
 	return s
 }

@@ -129,7 +129,7 @@ func (l *windowLog) clamp(now int64) int64 {
 // Decide implements RateLimiter.
 func (w *SlidingWindow) Decide(s *State, now time.Time, cost int64) Decision {
 	t := now.UnixNano()
-	adopt(w, &w.stamp, s, t)
+	adopt(&w.stamp, s, t)
 	t = s.log.clamp(t)
 	if s.log != nil {
 		s.log.expire(t, w.window)
@@ -177,7 +177,7 @@ func (w *SlidingWindow) Peek(s *State, now time.Time) Decision {
 			cp.entries = append([]admission(nil), c.log.entries...)
 			c.log = &cp
 		}
-		adopt(w, &w.stamp, &c, t)
+		convert(w, &c, t)
 		s = &c
 	}
 	t = s.log.clamp(t)
@@ -200,7 +200,7 @@ func (w *SlidingWindow) Peek(s *State, now time.Time) Decision {
 // first, so that a reservation refunded at once leaves the log as if it had been smaller.
 func (w *SlidingWindow) Refund(s *State, now time.Time, amount int64) Decision {
 	t := now.UnixNano()
-	adopt(w, &w.stamp, s, t)
+	adopt(&w.stamp, s, t)
 	if s.log == nil {
 		return w.decision(nil, t, 0, 1, true)
 	}

@@ -138,7 +138,7 @@ func (b *TokenBucket) debt(s *State, now int64) instant {
 // Decide implements RateLimiter.
 func (b *TokenBucket) Decide(s *State, now time.Time, cost int64) Decision {
 	t := now.UnixNano()
-	adopt(b, &b.stamp, s, t)
+	adopt(&b.stamp, s, t)
 	debt := b.debt(s, t)
 	if cost > b.capacity {
 		return b.reject(debt, instant{}) // never admitted: no retry time
@@ -170,7 +170,7 @@ func (b *TokenBucket) reject(debt, wait instant) Decision {
 func (b *TokenBucket) Peek(s *State, now time.Time) Decision {
 	t := now.UnixNano()
 	c := *s
-	adopt(b, &b.stamp, &c, t)
+	adopt(&b.stamp, &c, t)
 	debt := b.debt(&c, t)
 	d := Decision{Limit: b.capacity, Remaining: b.tokens(b.sub(b.tau, debt)), ResetAfter: ceil(debt)}
 	d.Allowed = d.Remaining >= 1
@@ -185,7 +185,7 @@ func (b *TokenBucket) Peek(s *State, now time.Time) Decision {
 // now (a full bucket).
 func (b *TokenBucket) Refund(s *State, now time.Time, amount int64) Decision {
 	t := now.UnixNano()
-	adopt(b, &b.stamp, s, t)
+	adopt(&b.stamp, s, t)
 	if debt := b.debt(s, t); debt != (instant{}) {
 		back := b.tau // a refund of the capacity or more fills any bucket
 		if amount < b.capacity {
