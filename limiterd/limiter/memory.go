@@ -512,7 +512,7 @@ func (m *Memory) Reset(_ context.Context, key string, limits ...string) error {
 	for _, name := range limits {
 		if name != DefaultLimitName {
 			k := string(appendStackKey(nil, key, name))
-			forget(k, tableHash(maphash.String(m.seed, k)))
+			forget(k, sh.buckets.hash(k))
 		}
 	}
 	return nil

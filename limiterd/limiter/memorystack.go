@@ -2,7 +2,6 @@ package limiter
 
 import (
 	"context"
-	"hash/maphash"
 	"strings"
 	"time"
 	"unsafe"
@@ -135,7 +134,7 @@ func (m *Memory) applyStack(key string, st *Stack, now time.Time, cost int64, o 
 			// A view of buf: an append that outgrows it leaves the bytes viewed in place.
 			keys[i] = unsafe.String(&buf[start], len(buf)-start)
 		}
-		l.h = tableHash(maphash.String(m.seed, keys[i]))
+		l.h = sh.buckets.hash(keys[i])
 		switch rl.Algorithm() {
 		case AlgorithmTokenBucket:
 			if j, ok := sh.buckets.find(keys[i], l.h); ok {
