@@ -51,19 +51,9 @@ func (s *Store) RefundStack(ctx context.Context, key string, st *limiter.Stack, 
 
 // guardedStack runs the stack script within the timeout, through the circuit breaker.
 func (s *Store) guardedStack(ctx context.Context, key string, st *limiter.Stack, now time.Time, cost int64, mode mode, out []limiter.Decision) (limiter.Decision, error) {
-	probe, err := s.c.breaker.allow()
-	if err != nil {
-		return limiter.Decision{}, err
-	}
-	timed, cancel := s.c.waits.context(ctx)
-	defer cancel()
-	d, err := s.runStack(timed, key, st, now, cost, mode, out)
-	if err != nil && (ctx.Err() != nil || errors.Is(err, ErrClosed)) {
-		s.c.breaker.abandon(probe)
-	} else {
-		s.c.breaker.done(probe, err != nil)
-	}
-	return d, err
+	return s.throughBreaker(ctx, func(ctx context.Context) (limiter.Decision, error) {
+		return s.runStack(ctx, key, st, now, cost, mode, out)
+	})
 }
 
 // stackCall is one stack request's script call: its keys, and the conversions of token-bucket
@@ -79,11 +69,11 @@ type stackCall struct {
 }
 
 // conversion is a token bucket's state converted by Go: the state read (from: "" for none) and
-// the TAT it converts to at the instant the script read it (fresh: none).
+// the TAT it converts to at the instant the script read it (empty: fresh, which the script
+// reads as no TAT).
 type conversion struct {
-	from  string
-	tat   [3]string
-	fresh bool
+	from string
+	tat  [3]string
 }
 
 func (s *Store) newStackCall(key string, st *limiter.Stack, now time.Time, cost int64, mode mode) *stackCall {
@@ -145,9 +135,7 @@ func (s *Store) stackArgs(c *stackCall) []string {
 			if c.converts != nil && c.converts[i].from != "" {
 				cv := &c.converts[i]
 				a[stLimitConvertFrom] = cv.from
-				if !cv.fresh {
-					a[stLimitConvertS], a[stLimitConvertN], a[stLimitConvertF] = cv.tat[0], cv.tat[1], cv.tat[2]
-				}
+				a[stLimitConvertS], a[stLimitConvertN], a[stLimitConvertF] = cv.tat[0], cv.tat[1], cv.tat[2]
 			}
 		case *limiter.SlidingWindow:
 			a[stLimitAlgorithm], a[stLimitLimit], a[stLimitWindow] = stSlidingWindow, p.limit, p.window
@@ -192,7 +180,7 @@ func (c *stackCall) answer(arr []rueidis.RedisMessage, out []limiter.Decision) (
 					if c.converts == nil {
 						c.converts = make([]conversion, n)
 					}
-					c.converts[i] = convertTokenBucket(rl, *raw, at)
+					c.converts[i] = conversionOf(rl, *raw, at)
 				}
 				continue
 			}
@@ -275,16 +263,14 @@ func stackTokenBucketState(block []rueidis.RedisMessage, rl *limiter.TokenBucket
 	return limiter.State{}, nil, fmt.Errorf("state %d", state)
 }
 
-// convertTokenBucket converts a raw state another strategy wrote to rl's parameters at the
-// instant the script read it, as limiter.TokenBucket converts it: a state no known token bucket
-// wrote is fresh.
-func convertTokenBucket(rl *limiter.TokenBucket, raw string, at time.Time) conversion {
+// conversionOf converts a raw state another strategy wrote to rl's parameters at the instant the
+// script read it, as limiter.TokenBucket converts it: a state no known token bucket wrote is
+// fresh.
+func conversionOf(rl *limiter.TokenBucket, raw string, at time.Time) conversion {
 	old, known := parseTokenBucketState(raw)
 	if !known {
-		return conversion{from: raw, fresh: true}
+		return conversion{from: raw}
 	}
 	converted := rl.Convert(old, at)
-	tat, frac := converted.TAT()
-	sec, ns := split(tat)
-	return conversion{from: raw, tat: [3]string{strconv.FormatInt(sec, 10), strconv.FormatInt(ns, 10), strconv.FormatUint(frac, 10)}}
+	return conversion{from: raw, tat: limbs(converted.TAT())}
 }

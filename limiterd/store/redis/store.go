@@ -342,6 +342,10 @@ func (c *Client) prepare(rl limiter.RateLimiter) *prepared {
 	if p, ok := c.prepared.Load(id); ok {
 		return p.(*prepared)
 	}
+	// The entry goes with its strategy: the map holds the strategies in use (package limiter
+	// frees a strategy nothing references), and never keeps one in use itself. IDs are never
+	// reused, so an entry is never taken for another strategy's. Two callers racing to prepare
+	// one strategy register two cleanups, which delete the same entry.
 	p := &prepared{fp: fingerprint(rl)}
 	switch rl := rl.(type) {
 	case *limiter.TokenBucket:
@@ -349,23 +353,14 @@ func (c *Client) prepare(rl limiter.RateLimiter) *prepared {
 		p.rate = strconv.FormatInt(rate, 10)
 		p.tau = limbs(rl.Interval(capacity))
 		p.unit = limbs(rl.Interval(1))
+		runtime.AddCleanup(rl, c.forgetPrepared, id)
 	case *limiter.SlidingWindow:
 		limit, window := rl.Params()
 		p.limit, p.window = strconv.FormatInt(limit, 10), strconv.FormatInt(int64(window), 10)
-	}
-	// The entry goes with its strategy: the map holds the strategies in use (package limiter
-	// frees a strategy nothing references), and never keeps one in use itself. IDs are never
-	// reused, so an entry is never taken for another strategy's.
-	if q, loaded := c.prepared.LoadOrStore(id, p); loaded {
-		return q.(*prepared)
-	}
-	switch rl := rl.(type) {
-	case *limiter.TokenBucket:
-		runtime.AddCleanup(rl, c.forgetPrepared, id)
-	case *limiter.SlidingWindow:
 		runtime.AddCleanup(rl, c.forgetPrepared, id)
 	}
-	return p
+	q, _ := c.prepared.LoadOrStore(id, p)
+	return q.(*prepared)
 }
 
 // forgetPrepared removes the prepared arguments of a strategy the garbage collector freed.
@@ -502,16 +497,23 @@ func (s *Store) Reset(ctx context.Context, key string, limits ...string) error {
 
 func (s *Store) key(client string) string { return s.prefix + keySuffix(client) }
 
-// guarded runs a script within the timeout, through the circuit breaker. A call the caller
-// gave up on (ctx done) says nothing of Redis's health.
+// guarded runs one strategy's script within the timeout, through the circuit breaker.
 func (s *Store) guarded(ctx context.Context, key string, rl limiter.RateLimiter, now time.Time, cost int64, mode mode) (limiter.Decision, error) {
+	return s.throughBreaker(ctx, func(ctx context.Context) (limiter.Decision, error) {
+		return s.run(ctx, key, rl, now, cost, mode)
+	})
+}
+
+// throughBreaker runs a decision's script calls within the timeout, through the circuit
+// breaker. A call the caller gave up on (ctx done) says nothing of Redis's health.
+func (s *Store) throughBreaker(ctx context.Context, run func(context.Context) (limiter.Decision, error)) (limiter.Decision, error) {
 	probe, err := s.c.breaker.allow()
 	if err != nil {
 		return limiter.Decision{}, err
 	}
 	timed, cancel := s.c.waits.context(ctx)
 	defer cancel()
-	d, err := s.run(timed, key, rl, now, cost, mode)
+	d, err := run(timed)
 	if err != nil && (ctx.Err() != nil || errors.Is(err, ErrClosed)) {
 		s.c.breaker.abandon(probe)
 	} else {
