@@ -320,15 +320,10 @@ func (e *Engine) Decide(ctx context.Context, policyID v1alpha1.PolicyID, key str
 	start := e.opts.Clock()
 	tier := b.policy.Resolve(key)
 	r := Result{Policy: b.policy, Tier: tier}
-	switch {
-	case tier.Stack != nil:
+	if tier.Stack != nil {
 		r.Limits = make([]limiter.Decision, tier.Stack.Len())
-		r.Decision, r.StoreError = b.store.DecideStack(ctx, key, tier.Stack, start, cost, r.Limits)
-	case cost == 0:
-		r.Decision, r.StoreError = b.store.Peek(ctx, key, tier.Limiter, start)
-	default:
-		r.Decision, r.StoreError = b.store.Decide(ctx, key, tier.Limiter, start, cost)
 	}
+	r.Decision, r.StoreError = decideOn(ctx, b.store, key, tier, start, cost, r.Limits)
 	if r.StoreError != nil {
 		r.Decision = e.degraded(ctx, b, key, tier, start, cost, r.Limits)
 	}
@@ -434,14 +429,7 @@ func (e *Engine) DecideBatch(ctx context.Context, items []BatchItem, out []Batch
 		if !ok {
 			for _, i := range g.items {
 				r := &out[i]
-				switch {
-				case r.Tier.Stack != nil:
-					r.Decision, r.StoreError = g.b.store.DecideStack(ctx, items[i].Key, r.Tier.Stack, start, items[i].Cost, r.Limits)
-				case items[i].Cost == 0:
-					r.Decision, r.StoreError = g.b.store.Peek(ctx, items[i].Key, r.Tier.Limiter, start)
-				default:
-					r.Decision, r.StoreError = g.b.store.Decide(ctx, items[i].Key, r.Tier.Limiter, start, items[i].Cost)
-				}
+				r.Decision, r.StoreError = decideOn(ctx, g.b.store, items[i].Key, r.Tier, start, items[i].Cost, r.Limits)
 			}
 			continue
 		}
@@ -501,6 +489,18 @@ func outcome(r *Result) Outcome {
 	}
 }
 
+// decideOn asks st for tier's decision on cost units for key (cost 0: a peek); limits receives a
+// stacked tier's decision of each limit.
+func decideOn(ctx context.Context, st limiter.Store, key string, tier *policy.Tier, now time.Time, cost int64, limits []limiter.Decision) (limiter.Decision, error) {
+	switch {
+	case tier.Stack != nil:
+		return st.DecideStack(ctx, key, tier.Stack, now, cost, limits)
+	case cost == 0:
+		return st.Peek(ctx, key, tier.Limiter, now)
+	}
+	return st.Decide(ctx, key, tier.Limiter, now, cost)
+}
+
 // degraded decides by the policy's failure mode after its store failed (cost 0: peeks). For a
 // stacked tier, limits receives each limit's decision: Closed rejects by every limit, Open
 // admits by every limit, Local decides the stack on the fallback.
@@ -508,15 +508,7 @@ func (e *Engine) degraded(ctx context.Context, b *bound, key string, tier *polic
 	b.obs.StoreError()
 	mode := b.policy.FailureMode
 	if mode == v1alpha1.FailureModeLocal && b.local != nil {
-		switch {
-		case tier.Stack != nil:
-			d, _ := b.local.DecideStack(ctx, key, tier.Stack, now, cost, limits)
-			return d
-		case cost == 0:
-			d, _ := b.local.Peek(ctx, key, tier.Limiter, now)
-			return d
-		}
-		d, _ := b.local.Decide(ctx, key, tier.Limiter, now, cost)
+		d, _ := decideOn(ctx, b.local, key, tier, now, cost, limits) // Memory never fails
 		return d
 	}
 	answer := func(limit int64) limiter.Decision {
@@ -547,10 +539,8 @@ func (e *Engine) Peek(ctx context.Context, policyID v1alpha1.PolicyID, key strin
 	r := Result{Policy: b.policy, Tier: tier}
 	if tier.Stack != nil {
 		r.Limits = make([]limiter.Decision, tier.Stack.Len())
-		r.Decision, err = b.store.DecideStack(ctx, key, tier.Stack, e.opts.Clock(), 0, r.Limits)
-	} else {
-		r.Decision, err = b.store.Peek(ctx, key, tier.Limiter, e.opts.Clock())
 	}
+	r.Decision, err = decideOn(ctx, b.store, key, tier, e.opts.Clock(), 0, r.Limits)
 	if err != nil {
 		return Result{}, fmt.Errorf("read client state: %w", err)
 	}
