@@ -431,8 +431,8 @@ func (m *Memory) apply(key string, rl RateLimiter, now time.Time, cost int64, o 
 		if d.Allowed || s.stamp != was { // the state changed
 			if ok {
 				sh.buckets.slots[i].state = sh.pack(&s, was, prev)
-			} else if added = m.admit(bucketBytes(key)); added {
-				sh.buckets.insert(strings.Clone(key), h, sh.pack(&s, nil, 0))
+			} else {
+				added = m.keepBucket(sh, key, h, &s)
 			}
 		}
 		return d, added
@@ -464,18 +464,9 @@ func (m *Memory) apply(key string, rl RateLimiter, now time.Time, cost int64, o 
 		d := rl.Decide(s, now, cost)
 		switch {
 		case ok:
-			// The log may have grown: account for it like a new client's bytes.
-			if grown := logBytes(s) - logBefore; grown != 0 {
-				m.account(0, grown)
-				added = grown > 0
-			}
+			added = m.accountLogGrowth(s, logBefore)
 		case d.Allowed:
-			if added = m.admit(windowBytes(key, s)); added {
-				if sh.windows == nil {
-					sh.windows = make(map[string]*State)
-				}
-				sh.windows[strings.Clone(key)] = s
-			}
+			added = m.keepWindow(sh, key, s)
 		}
 		return d, added
 	case AlgorithmUnlimited: // stateless, below
@@ -548,6 +539,39 @@ func (m *Memory) Close() {
 		m.account(-n, -bytes)
 		sh.Unlock()
 	}
+}
+
+// keepBucket starts keeping the state s of a new token-bucket client of a shard (h: the key's
+// table hash), unless the store is closed; it reports whether it did.
+func (m *Memory) keepBucket(sh *memoryShard, key string, h uint64, s *State) bool {
+	if !m.admit(bucketBytes(key)) {
+		return false
+	}
+	sh.buckets.insert(strings.Clone(key), h, sh.pack(s, nil, 0))
+	return true
+}
+
+// keepWindow starts keeping the state s of a new sliding-window client of a shard, unless the
+// store is closed; it reports whether it did.
+func (m *Memory) keepWindow(sh *memoryShard, key string, s *State) bool {
+	if !m.admit(windowBytes(key, s)) {
+		return false
+	}
+	if sh.windows == nil {
+		sh.windows = make(map[string]*State)
+	}
+	sh.windows[strings.Clone(key)] = s
+	return true
+}
+
+// accountLogGrowth accounts for a kept sliding window's log having changed from before bytes,
+// like a new client's bytes; it reports whether the store's bytes grew.
+func (m *Memory) accountLogGrowth(s *State, before int64) bool {
+	grown := logBytes(s) - before
+	if grown != 0 {
+		m.account(0, grown)
+	}
+	return grown > 0
 }
 
 // forgetBucket deletes the token-bucket client in slot i of a shard.

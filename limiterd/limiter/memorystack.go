@@ -234,17 +234,10 @@ func (m *Memory) applyStack(key string, st *Stack, now time.Time, cost int64, o 
 			if l.other {
 				forgetWindow(m, sh, keys[i]) // the limit changed algorithm: it started fresh
 			}
-			if m.admit(bucketBytes(keys[i])) {
-				sh.buckets.insert(strings.Clone(keys[i]), l.h, sh.pack(&l.next, nil, 0))
-				added = true
-			}
+			added = m.keepBucket(sh, keys[i], l.h, &l.next) || added
 		case AlgorithmSlidingWindow:
 			if l.tracked {
-				// The log may have grown: account for it like a new client's bytes.
-				if grown := logBytes(l.w) - l.undo.bytes; grown != 0 {
-					m.account(0, grown)
-					added = added || grown > 0
-				}
+				added = m.accountLogGrowth(l.w, l.undo.bytes) || added
 				continue
 			}
 			if l.other {
@@ -253,13 +246,7 @@ func (m *Memory) applyStack(key string, st *Stack, now time.Time, cost int64, o 
 			}
 			s := new(State)
 			*s = l.s
-			if m.admit(windowBytes(keys[i], s)) {
-				if sh.windows == nil {
-					sh.windows = make(map[string]*State)
-				}
-				sh.windows[strings.Clone(keys[i])] = s
-				added = true
-			}
+			added = m.keepWindow(sh, keys[i], s) || added
 		case AlgorithmUnlimited:
 		}
 	}
