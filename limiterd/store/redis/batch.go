@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -117,11 +116,7 @@ func (s *Store) runBatch(ctx context.Context, reqs []limiter.Request, pending []
 	if err != nil {
 		return err
 	}
-	var nowS, nowN string
-	if s.c.opts.Clock == CallerClock {
-		sec, ns := split(now.UnixNano())
-		nowS, nowN = strconv.FormatInt(sec, 10), strconv.FormatInt(ns, 10)
-	}
+	nowS, nowN := s.c.nowArgs(now)
 	cmds := make(rueidis.Commands, 0, len(pending))
 	sent := make([]int, 0, len(pending)) // the requests of cmds
 	var stacks map[int]*stackCall        // the stack calls of stacked requests

@@ -82,10 +82,7 @@ func (s *Store) newStackCall(key string, st *limiter.Stack, now time.Time, cost 
 	for i := range c.keys {
 		c.keys[i] = k + limitSuffix(st.Name(i))
 	}
-	if s.c.opts.Clock == CallerClock {
-		sec, ns := split(now.UnixNano())
-		c.nowS, c.nowN = strconv.FormatInt(sec, 10), strconv.FormatInt(ns, 10)
-	}
+	c.nowS, c.nowN = s.c.nowArgs(now)
 	return c
 }
 
@@ -185,14 +182,7 @@ func (c *stackCall) answer(arr []rueidis.RedisMessage, out []limiter.Decision) (
 				continue
 			}
 			states[i] = state
-			switch c.mode {
-			case modePeek:
-				out[i] = rl.Peek(&state, at)
-			case modeRefund: // the script refunded on this state exactly as Refund does
-				out[i] = rl.Refund(&state, at, c.cost)
-			case modeDecide:
-				out[i] = rl.Decide(&state, at, c.cost)
-			}
+			out[i] = applyOn(rl, &state, at, c.cost, c.mode)
 		case *limiter.SlidingWindow:
 			ints, err := integers(block, stLimitReply)
 			if err == nil && ints[stReplyAdmitted] != swAdmitted && ints[stReplyAdmitted] != swRejected {
@@ -250,15 +240,11 @@ func stackTokenBucketState(block []rueidis.RedisMessage, rl *limiter.TokenBucket
 		}
 		return limiter.State{}, &raw, nil
 	case tbStateTAT:
-		_, rate, _ := rl.Params()
-		tat, err := integers(block[stReplyTATS:], 3)
-		if err == nil && (tat[1] < 0 || tat[1] >= 1e9 || tat[2] < 0 || tat[2] >= rate) {
-			err = fmt.Errorf("TAT %v out of range", tat)
-		}
+		st, err := stateAtTAT(rl, block[stReplyTATS:])
 		if err != nil {
 			return limiter.State{}, nil, fmt.Errorf("malformed state: %w", err)
 		}
-		return rl.StateAt(tat[0]*1e9+tat[1], uint64(tat[2])), nil, nil
+		return st, nil, nil
 	}
 	return limiter.State{}, nil, fmt.Errorf("state %d", state)
 }

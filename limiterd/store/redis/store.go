@@ -366,6 +366,43 @@ func (c *Client) prepare(rl limiter.RateLimiter) *prepared {
 // forgetPrepared removes the prepared arguments of a strategy the garbage collector freed.
 func (c *Client) forgetPrepared(id uint64) { c.prepared.Delete(id) }
 
+// nowArgs returns the scripts' NOW arguments: with CallerClock, now in whole seconds and
+// nanoseconds; otherwise "", "" (the scripts read the server's clock).
+func (c *Client) nowArgs(now time.Time) (sec, ns string) {
+	if c.opts.Clock != CallerClock {
+		return "", ""
+	}
+	s, n := split(now.UnixNano())
+	return strconv.FormatInt(s, 10), strconv.FormatInt(n, 10)
+}
+
+// stateAtTAT reads a token bucket's state from a script's three TAT integers (seconds,
+// nanoseconds, fraction of rl's refill rate), checking their ranges.
+func stateAtTAT(rl *limiter.TokenBucket, tat []rueidis.RedisMessage) (limiter.State, error) {
+	_, rate, _ := rl.Params()
+	ints, err := integers(tat, 3)
+	if err == nil && (ints[1] < 0 || ints[1] >= 1e9 || ints[2] < 0 || ints[2] >= rate) {
+		err = fmt.Errorf("TAT %v out of range", ints)
+	}
+	if err != nil {
+		return limiter.State{}, err
+	}
+	return rl.StateAt(ints[0]*1e9+ints[1], uint64(ints[2])), nil
+}
+
+// applyOn answers a decision, peek or refund (mode) on a token bucket's state as the script
+// read it at; the script has already applied it to Redis's copy exactly so.
+func applyOn(rl *limiter.TokenBucket, st *limiter.State, at time.Time, cost int64, mode mode) limiter.Decision {
+	switch mode {
+	case modePeek:
+		return rl.Peek(st, at)
+	case modeRefund:
+		return rl.Refund(st, at, cost)
+	case modeDecide:
+	}
+	return rl.Decide(st, at, cost)
+}
+
 // limbs formats a duration of ns + frac/rate nanoseconds as (seconds, ns, frac).
 func limbs(ns int64, frac uint64) [3]string {
 	s, n := split(ns)
@@ -528,11 +565,7 @@ func (s *Store) run(ctx context.Context, key string, rl limiter.RateLimiter, now
 	if err != nil {
 		return limiter.Decision{}, err
 	}
-	var nowS, nowN string
-	if s.c.opts.Clock == CallerClock {
-		sec, ns := split(now.UnixNano())
-		nowS, nowN = strconv.FormatInt(sec, 10), strconv.FormatInt(ns, 10)
-	}
+	nowS, nowN := s.c.nowArgs(now)
 	k, p := s.key(key), s.c.prepare(rl)
 	switch rl := rl.(type) {
 	case *limiter.TokenBucket:
@@ -585,7 +618,6 @@ func tokenBucketCost(rl *limiter.TokenBucket, p *prepared, cost int64, mode mode
 // strategy wrote the state, that state (raw) and the instant the script read it, for Go to
 // convert.
 func tokenBucketAnswer(arr []rueidis.RedisMessage, rl *limiter.TokenBucket, cost int64, mode mode) (d limiter.Decision, raw *string, at time.Time, err error) {
-	_, rate, _ := rl.Params()
 	ints, err := integers(arr, tbReplyState+1)
 	if err != nil {
 		return d, nil, at, fmt.Errorf("token bucket script: malformed answer: %w", err)
@@ -610,24 +642,12 @@ func tokenBucketAnswer(arr []rueidis.RedisMessage, rl *limiter.TokenBucket, cost
 	}
 	var st limiter.State
 	if state == tbStateTAT {
-		tat, err := integers(arr[tbReplyTATS:], 3)
-		if err == nil && (tat[1] < 0 || tat[1] >= 1e9 || tat[2] < 0 || tat[2] >= rate) {
-			err = fmt.Errorf("TAT %v out of range", tat)
-		}
-		if err != nil {
+		if st, err = stateAtTAT(rl, arr[tbReplyTATS:]); err != nil {
 			return d, nil, at, fmt.Errorf("token bucket script: malformed state: %w", err)
 		}
-		st = rl.StateAt(tat[0]*1e9+tat[1], uint64(tat[2]))
 	}
-	switch mode {
-	case modePeek:
-		return rl.Peek(&st, at), nil, at, nil
-	case modeRefund: // the script refunded on this state exactly as Refund does
-		return rl.Refund(&st, at, cost), nil, at, nil
-	case modeDecide:
-	}
-	d = rl.Decide(&st, at, cost)
-	if d.Allowed != (outcome == tbAdmitted) {
+	d = applyOn(rl, &st, at, cost, mode)
+	if mode == modeDecide && d.Allowed != (outcome == tbAdmitted) {
 		return limiter.Decision{}, nil, at, fmt.Errorf("%w: script says %d, limiter %+v", errInconsistent, outcome, d)
 	}
 	return d, nil, at, nil
