@@ -259,11 +259,5 @@ func peekLimit(rl RateLimiter, l *stackLimit, now time.Time) Decision {
 	if l.w != nil {
 		s = l.w
 	}
-	switch rl := rl.(type) { // concrete calls keep the state on the stack
-	case *TokenBucket:
-		return rl.Peek(s, now)
-	case *SlidingWindow:
-		return rl.Peek(s, now)
-	}
-	return Decision{Allowed: true} // Unlimited: NewStack admits none
+	return peek(rl, s, now)
 }

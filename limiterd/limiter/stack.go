@@ -134,13 +134,18 @@ func binds(d, b *Decision, allowed bool) bool {
 // consumed), still saying that it would admit. Every store answers so; a shared store calls it
 // on the state it read.
 func UnchargedDecision(rl RateLimiter, s *State, now time.Time) Decision {
-	var d Decision
-	switch rl := rl.(type) { // concrete calls keep s on the caller's stack
-	case *TokenBucket:
-		d = rl.Peek(s, now)
-	case *SlidingWindow:
-		d = rl.Peek(s, now)
-	}
+	d := peek(rl, s, now)
 	d.Allowed, d.RetryAfter = true, 0
 	return d
+}
+
+// peek is rl.Peek(s, now) through concrete calls, which keep s on the caller's stack.
+func peek(rl RateLimiter, s *State, now time.Time) Decision {
+	switch rl := rl.(type) {
+	case *TokenBucket:
+		return rl.Peek(s, now)
+	case *SlidingWindow:
+		return rl.Peek(s, now)
+	}
+	return Decision{Allowed: true} // Unlimited, which a stack never holds
 }
