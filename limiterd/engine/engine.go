@@ -376,6 +376,7 @@ func (e *Engine) DecideBatch(ctx context.Context, items []BatchItem, out []Batch
 	}
 	var groups []group
 	last := -1
+	stacked := 0 // the limits of the stacked items
 	for i, it := range items {
 		out[i] = BatchResult{}
 		b, err := s.find(it.Policy)
@@ -387,6 +388,9 @@ func (e *Engine) DecideBatch(ctx context.Context, items []BatchItem, out []Batch
 			continue
 		}
 		out[i].Policy, out[i].Tier = b.policy, b.policy.Resolve(it.Key)
+		if st := out[i].Tier.Stack; st != nil {
+			stacked += st.Len()
+		}
 		if last < 0 || groups[last].b != b {
 			last = slices.IndexFunc(groups, func(g group) bool { return g.b == b })
 			if last < 0 {
@@ -401,22 +405,12 @@ func (e *Engine) DecideBatch(ctx context.Context, items []BatchItem, out []Batch
 		groups[last].items = append(groups[last].items, i)
 	}
 	// The limits' decisions of the stacked items share one array.
-	stacked := 0
-	for _, g := range groups {
-		for _, i := range g.items {
-			if st := out[i].Tier.Stack; st != nil {
-				stacked += st.Len()
-			}
-		}
-	}
-	var limits []limiter.Decision
 	if stacked > 0 {
-		limits = make([]limiter.Decision, stacked)
-		for _, g := range groups {
-			for _, i := range g.items {
-				if st := out[i].Tier.Stack; st != nil {
-					out[i].Limits, limits = limits[:st.Len():st.Len()], limits[st.Len():]
-				}
+		limits := make([]limiter.Decision, stacked)
+		for i := range out {
+			if t := out[i].Tier; t != nil && t.Stack != nil {
+				n := t.Stack.Len()
+				out[i].Limits, limits = limits[:n:n], limits[n:]
 			}
 		}
 	}
