@@ -232,28 +232,18 @@ func Run(t *testing.T, newStore func(t *testing.T) limiter.Store) {
 				if cost == 0 {
 					cost = 1
 				}
-				var (
-					got limiter.Decision
-					err error
-					op  = "decide"
-				)
+				op := "decide"
 				switch {
 				case s.Peek:
-					got, err = store.Peek(context.Background(), key, rl, T0.Add(s.At))
 					op = "peek"
 				case s.Refund > 0:
-					got, err = store.Refund(context.Background(), key, rl, T0.Add(s.At), s.Refund)
 					op, cost = "refund", s.Refund
-				default:
-					got, err = store.Decide(context.Background(), key, rl, T0.Add(s.At), cost)
 				}
+				got, err := callStore(store, key, rl, T0.Add(s.At), s.Peek, s.Refund, cost)
 				if err != nil {
 					t.Fatalf("step %d (%s): %v", i, op, err)
 				}
-				want := limiter.Decision{Allowed: s.Allowed, Limit: rl.Limit(), Remaining: s.Remaining, ResetAfter: s.ResetAfter}
-				if !s.Allowed {
-					want.RetryAfter = s.RetryAfter
-				}
+				want := expected(s.Allowed, rl.Limit(), s.Remaining, s.ResetAfter, s.RetryAfter)
 				if s.ResetAfter < 0 {
 					got.ResetAfter, want.ResetAfter = 0, 0
 				}
@@ -683,13 +673,35 @@ func stackStepKey(s StackStep) (string, int64) {
 	if key == "" {
 		key = "client"
 	}
-	if cost == 0 && !s.Peek {
-		cost = 1
-	}
 	if s.Peek {
 		cost = 0
+	} else if cost == 0 {
+		cost = 1
 	}
 	return key, cost
+}
+
+// callStore makes the single-limit call a step names: a peek, a refund of refund units, or a
+// decision of cost units.
+func callStore(store limiter.Store, key string, rl limiter.RateLimiter, at time.Time, peek bool, refund, cost int64) (limiter.Decision, error) {
+	ctx := context.Background()
+	switch {
+	case peek:
+		return store.Peek(ctx, key, rl, at)
+	case refund > 0:
+		return store.Refund(ctx, key, rl, at, refund)
+	}
+	return store.Decide(ctx, key, rl, at, cost)
+}
+
+// expected returns the decision a step of the tables expects of a strategy of the given limit:
+// a retry time only for a rejection.
+func expected(allowed bool, limit, remaining int64, resetAfter, retryAfter time.Duration) limiter.Decision {
+	d := limiter.Decision{Allowed: allowed, Limit: limit, Remaining: remaining, ResetAfter: resetAfter}
+	if !allowed {
+		d.RetryAfter = retryAfter
+	}
+	return d
 }
 
 // checkStackStep checks what a store answered for a step of a stacked case: the limits'
@@ -701,10 +713,7 @@ func checkStackStep(t *testing.T, i int, s StackStep, st *limiter.Stack, got lim
 		t.Fatalf("step %d: the table gives %d limits for a stack of %d", i, len(s.Limits), st.Len())
 	}
 	for j, l := range s.Limits {
-		want[j] = limiter.Decision{Allowed: l.Allowed, Limit: st.Limiter(j).Limit(), Remaining: l.Remaining, ResetAfter: l.ResetAfter}
-		if !l.Allowed {
-			want[j].RetryAfter = l.RetryAfter
-		}
+		want[j] = expected(l.Allowed, st.Limiter(j).Limit(), l.Remaining, l.ResetAfter, l.RetryAfter)
 		if l.ResetAfter < 0 {
 			want[j].ResetAfter, limits[j].ResetAfter = 0, 0
 		}
@@ -725,28 +734,13 @@ func checkStackStep(t *testing.T, i int, s StackStep, st *limiter.Stack, got lim
 // runSingleStep runs a StackStep that is a single-limit call and checks it against Limits[0].
 func runSingleStep(t *testing.T, store limiter.Store, i int, s StackStep) {
 	t.Helper()
-	ctx := context.Background()
 	key, cost := stackStepKey(s)
-	var (
-		got limiter.Decision
-		err error
-	)
-	switch {
-	case s.Peek:
-		got, err = store.Peek(ctx, key, s.Single, T0.Add(s.At))
-	case s.Refund > 0:
-		got, err = store.Refund(ctx, key, s.Single, T0.Add(s.At), s.Refund)
-	default:
-		got, err = store.Decide(ctx, key, s.Single, T0.Add(s.At), cost)
-	}
+	got, err := callStore(store, key, s.Single, T0.Add(s.At), s.Peek, s.Refund, cost)
 	if err != nil {
 		t.Fatalf("step %d (single limit): %v", i, err)
 	}
 	l := s.Limits[0]
-	want := limiter.Decision{Allowed: l.Allowed, Limit: s.Single.Limit(), Remaining: l.Remaining, ResetAfter: l.ResetAfter}
-	if !l.Allowed {
-		want.RetryAfter = l.RetryAfter
-	}
+	want := expected(l.Allowed, s.Single.Limit(), l.Remaining, l.ResetAfter, l.RetryAfter)
 	if got != want {
 		t.Fatalf("step %d (single limit at t0+%v):\n got  %+v\n want %+v", i, s.At, got, want)
 	}
