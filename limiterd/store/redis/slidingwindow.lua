@@ -81,17 +81,23 @@ if n > 0 then
   lastCum = tonumber(redis.call('LINDEX', k, -1))
   if lastAt > t then t = lastAt end
 end
--- Expire: entries [0, first) left the window; the newest never does once clamped.
-local first = 0
-while first < n and at(first) + window <= t do
-  base = cum(first)
-  first = first + 1
+-- Expire: entries [0, first) left the window. Instants and running totals never decrease
+-- along the log, so binary searches find first in O(log n) reads, never walking the expired
+-- entries a peek leaves in place.
+local function search(lo, hi, past) -- the first i in [lo, hi) where past(i) is false, else hi
+  while lo < hi do
+    local mid = math.floor((lo + hi) / 2)
+    if past(mid) then lo = mid + 1 else hi = mid end
+  end
+  return lo
 end
+local first = search(0, n, function(i) return at(i) + window <= t end)
+if first > 0 then base = cum(first - 1) end
 if convert and first < n then -- keep at most limit units, dropping the oldest
   local excess = lastCum - base - limit
   if excess > 0 then
     base = base + excess
-    while first < n and cum(first) <= base do first = first + 1 end
+    first = search(first, n, function(i) return cum(i) <= base end)
   end
 end
 local live = n - first

@@ -190,6 +190,15 @@ local function tbReply(reply, at, b)
 end
 
 -- Sliding windows (slidingwindow.lua): the log [fingerprint, epoch, base, at_1, cum_1, ...].
+-- search returns the first i in [lo, hi) where past(i) is false, else hi (past must be true
+-- then false along [lo, hi)).
+local function search(lo, hi, past)
+  while lo < hi do
+    local mid = math.floor((lo + hi) / 2)
+    if past(mid) then lo = mid + 1 else hi = mid end
+  end
+  return lo
+end
 local function swAt(w, i) return tonumber(redis.call('LINDEX', w.k, 3 + 2 * i)) end
 local function swCum(w, i) return tonumber(redis.call('LINDEX', w.k, 4 + 2 * i)) end
 
@@ -211,16 +220,14 @@ local function swLoad(i, k)
     w.lastCum = tonumber(redis.call('LINDEX', k, -1))
     if w.lastAt > w.t then w.t = w.lastAt end
   end
-  w.first = 0 -- entries [0, first) left the window
-  while w.first < w.n and swAt(w, w.first) + w.window <= w.t do
-    w.base = swCum(w, w.first)
-    w.first = w.first + 1
-  end
+  -- Entries [0, first) left the window: binary searches, as in slidingwindow.lua.
+  w.first = search(0, w.n, function(j) return swAt(w, j) + w.window <= w.t end)
+  if w.first > 0 then w.base = swCum(w, w.first - 1) end
   if w.convert and w.first < w.n then -- keep at most limit units, dropping the oldest
     local excess = w.lastCum - w.base - w.limit
     if excess > 0 then
       w.base = w.base + excess
-      while w.first < w.n and swCum(w, w.first) <= w.base do w.first = w.first + 1 end
+      w.first = search(w.first, w.n, function(j) return swCum(w, j) <= w.base end)
     end
   end
   w.live = w.n - w.first
