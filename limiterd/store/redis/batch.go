@@ -31,8 +31,11 @@ func scriptSHA(source string) string {
 // and one round trip for a single server, one for each node a Redis Cluster spreads their keys
 // over. Redis runs a connection's commands in order, so requests on one key (one slot, one
 // node) are decided in order. Unlimited requests and rejections in the reject cache are
-// answered without Redis, as Decide answers them. The batch goes through the circuit breaker
-// as one call, within one Options.Timeout.
+// answered without Redis, as Decide answers them. The requests go in pieces of bounded work
+// (see guardedBatch), in order, each within an Options.Timeout of its own and through the
+// circuit breaker as one call: a piece that fails or times out fails its own requests (the
+// engine answers them by the policy's failure mode, as it answers a single decision that timed
+// out), and a batch's size never makes a piece time out.
 //
 // A few requests take their own round trips, in order, after the pipeline: those whose script
 // Redis did not know (NOSCRIPT, after a restart or SCRIPT FLUSH; they run as Decide runs,
@@ -71,11 +74,7 @@ func (s *Store) DecideBatch(ctx context.Context, reqs []limiter.Request, now tim
 	if len(pending) == 0 {
 		return
 	}
-	if err := s.guardedBatch(ctx, reqs, pending, now, out); err != nil {
-		for _, i := range pending {
-			out[i] = limiter.Answer{Err: err}
-		}
-	}
+	s.guardedBatch(ctx, reqs, pending, now, out)
 	for _, i := range pending {
 		if out[i].Err != nil {
 			out[i].Err = fmt.Errorf("redis store: policy %s: decide: %w", s.policy, out[i].Err)
@@ -87,26 +86,101 @@ func (s *Store) DecideBatch(ctx context.Context, reqs []limiter.Request, now tim
 	}
 }
 
-// guardedBatch runs a batch within the timeout, through the circuit breaker, as one call: it
-// failed if any of its requests failed. It returns the error of a batch that did not run.
-func (s *Store) guardedBatch(ctx context.Context, reqs []limiter.Request, pending []int, now time.Time, out []limiter.Answer) error {
-	probe, err := s.c.breaker.allow()
-	if err != nil {
-		return err
+// A batch is decided in pieces of bounded work. A request's work is its weight: its limits (one,
+// or a stack's) times 1 + len(key)/keyBytesPerWeight, since Redis's time for a limit grows with
+// the bytes of its key. A piece holds at most maxPieceWeight, fewer when Options.Timeout is
+// short: a piece of pieceCost per weight must fit a quarter of the timeout. Measured (on 2
+// shared cores under a load of 25, so at least 5× a quiet machine): a 4-limit stack on a key of
+// 1,024 '{' (escaped to 3 KiB; weight 20) took 150-500 µs of Redis time, short keys about a
+// fifth of that a limit; so a piece of the costliest requests takes a few ms of a 50 ms
+// timeout. The bound also keeps one batch from holding a shared connection for long: other
+// decisions go out between its pieces.
+const (
+	maxPieceWeight    = 128
+	keyBytesPerWeight = 256
+	pieceCost         = 50 * time.Microsecond
+)
+
+// pieceWeight returns the weight a piece of a batch may hold under timeout: at least one
+// request's at most, so that every request fits a piece.
+func pieceWeight(timeout time.Duration) int {
+	return int(max(1, min(maxPieceWeight, timeout/4/pieceCost)))
+}
+
+// requestWeight returns the work of a batch's request.
+func requestWeight(r limiter.Request) int {
+	limits := 1
+	if r.Stack != nil {
+		limits = r.Stack.Len()
 	}
-	timed, cancel := context.WithTimeout(ctx, s.c.opts.Timeout)
-	defer cancel()
-	err = s.runBatch(timed, reqs, pending, now, out)
-	failed := err != nil
-	for _, i := range pending {
-		failed = failed || out[i].Err != nil
+	return limits * (1 + len(r.Key)/keyBytesPerWeight)
+}
+
+// guardedBatch runs a batch's pending requests in pieces of at most pieceWeight work, in
+// order, each within Options.Timeout of its own and through the circuit breaker as one call. A
+// piece that fails fails its requests; a piece that times out starts (or joins) a health check
+// of Redis, and the batch goes on only if Redis answers it: otherwise its remaining requests
+// fail with errUnhealthy, unsent. So the work of one call to Redis is bounded whatever the
+// batch's size, and a caller's slow batch cannot open the breaker (see breaker).
+func (s *Store) guardedBatch(ctx context.Context, reqs []limiter.Request, pending []int, now time.Time, out []limiter.Answer) {
+	budget := pieceWeight(s.c.opts.Timeout)
+	for len(pending) > 0 {
+		n, weight := 1, requestWeight(reqs[pending[0]]) // a request heavier than budget goes alone
+		for n < len(pending) && weight+requestWeight(reqs[pending[n]]) <= budget {
+			weight += requestWeight(reqs[pending[n]])
+			n++
+		}
+		piece := pending[:n]
+		pending = pending[n:]
+		err := s.c.breaker.allow()
+		if err == nil {
+			timed, cancel := context.WithTimeout(ctx, s.c.opts.Timeout)
+			err = s.runBatch(timed, reqs, piece, now, out)
+			cancel()
+		}
+		if err != nil {
+			for _, i := range piece {
+				out[i] = limiter.Answer{Err: err}
+			}
+			if errors.Is(err, ErrBreakerOpen) {
+				continue // the other pieces fail at once too
+			}
+		}
+		failure := err
+		for _, i := range piece {
+			if failure == nil {
+				failure = out[i].Err
+			}
+		}
+		o := classify(ctx, failure)
+		if o == succeeded {
+			s.c.breaker.done(succeeded, "")
+			continue
+		}
+		check := s.c.breaker.done(o, s.key(reqs[piece[0]].Key))
+		if err := ctx.Err(); err != nil { // the caller gave up: send nothing more
+			for _, i := range pending {
+				out[i] = limiter.Answer{Err: err}
+			}
+			return
+		}
+		if check == nil || len(pending) == 0 {
+			continue
+		}
+		select {
+		case <-check.done:
+		case <-ctx.Done():
+		}
+		if err := ctx.Err(); err != nil || check.err != nil {
+			if err == nil {
+				err = fmt.Errorf("%w: %w", errUnhealthy, check.err)
+			}
+			for _, i := range pending {
+				out[i] = limiter.Answer{Err: err}
+			}
+			return
+		}
 	}
-	if failed && (ctx.Err() != nil || errors.Is(err, ErrClosed)) {
-		s.c.breaker.abandon(probe)
-	} else {
-		s.c.breaker.done(probe, failed)
-	}
-	return err
 }
 
 // runBatch decides the pending requests: one pipeline, then the requests that need their own

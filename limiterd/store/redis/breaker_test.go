@@ -13,67 +13,100 @@ import (
 	"github.com/limiterd/limiterd/limiterd/store/redis/redistest"
 )
 
-// TestBreakerStates walks the breaker through its states on a fake clock.
+// TestBreakerStates walks the breaker through its states on a fake clock, with a health check
+// whose answers the test gives.
 func TestBreakerStates(t *testing.T) {
 	now := time.Unix(0, 0)
-	b := newBreaker(3, time.Second, slog.New(slog.DiscardHandler))
+	health := make(chan error)
+	b := newBreaker(3, time.Second, slog.New(slog.DiscardHandler), func(string) error { return <-health })
 	b.now = func() time.Time { return now }
-	call := func(failed bool) error {
-		probe, err := b.allow()
-		if err != nil {
-			return err
+	call := func(o outcome) (*healthCheck, error) {
+		if err := b.allow(); err != nil {
+			return nil, err
 		}
-		b.done(probe, failed)
-		return nil
+		return b.done(o, "k"), nil
 	}
 	// Failures not in a row keep it closed.
-	for _, failed := range []bool{true, true, false, true, true} {
-		if err := call(failed); err != nil || b.open() {
+	for _, o := range []outcome{failed, failed, succeeded, failed, failed} {
+		if _, err := call(o); err != nil || b.open() {
 			t.Fatalf("closed breaker: %v, open %t", err, b.open())
 		}
 	}
-	if err := call(true); err != nil || !b.open() || b.trips.Load() != 1 {
-		t.Fatalf("third failure in a row: %v, open %t, trips %d", err, b.open(), b.trips.Load())
+	// Neither a caller giving up nor a timeout counts by itself: a timeout starts a health
+	// check, which the next timeouts join; only its failure counts.
+	if _, err := call(abandoned); err != nil || b.open() {
+		t.Fatalf("abandoned call: %v, open %t", err, b.open())
 	}
-	if err := call(false); !errors.Is(err, ErrBreakerOpen) {
-		t.Fatalf("open breaker: %v, want ErrBreakerOpen", err)
+	check, _ := call(timedOut)
+	if again, _ := call(timedOut); check == nil || again != check || b.checks.Load() != 1 {
+		t.Fatalf("timeouts started checks %p and %p, %d in all: want one", check, again, b.checks.Load())
 	}
-	// After the backoff one call probes; the others still fail at once.
+	if b.open() {
+		t.Fatal("a timeout opened the breaker before its health check answered")
+	}
+	health <- nil
+	<-check.done
+	if b.open() || b.failures.Load() != 0 {
+		t.Fatalf("a successful check: open %t, %d failures counted", b.open(), b.failures.Load())
+	}
+	for range 2 {
+		_, _ = call(failed)
+	}
+	check, _ = call(timedOut)
+	health <- errors.New("no answer")
+	<-check.done
+	if !b.open() || b.trips.Load() != 1 {
+		t.Fatalf("third failure in a row (a failed check): open %t, trips %d", b.open(), b.trips.Load())
+	}
+	if _, err := call(succeeded); !errors.Is(err, ErrBreakerOpen) || b.checks.Load() != 2 {
+		t.Fatalf("open breaker before its backoff: %v, %d checks: want ErrBreakerOpen and no check", err, b.checks.Load())
+	}
+	// After the backoff the next call starts a health check; every call fails at once.
 	now = now.Add(time.Second)
-	probe, err := b.allow()
-	if err != nil || !probe {
-		t.Fatalf("after the backoff: probe %t, %v", probe, err)
+	if _, err := call(succeeded); !errors.Is(err, ErrBreakerOpen) || b.checks.Load() != 3 {
+		t.Fatalf("after the backoff: %v, %d checks: want ErrBreakerOpen and a check", err, b.checks.Load())
 	}
-	if _, err := b.allow(); !errors.Is(err, ErrBreakerOpen) {
-		t.Fatalf("during the probe: %v, want ErrBreakerOpen", err)
+	if _, err := call(succeeded); !errors.Is(err, ErrBreakerOpen) || b.checks.Load() != 3 {
+		t.Fatalf("during the check: %v, %d checks", err, b.checks.Load())
 	}
-	b.done(true, true) // failed probe: twice the backoff
+	check = b.checking
+	health <- errors.New("no answer") // failed check: twice the backoff
+	<-check.done
 	now = now.Add(1999 * time.Millisecond)
-	if err := call(false); !errors.Is(err, ErrBreakerOpen) {
-		t.Fatalf("before the doubled backoff: %v", err)
+	if _, err := call(succeeded); !errors.Is(err, ErrBreakerOpen) || b.checks.Load() != 3 {
+		t.Fatalf("before the doubled backoff: %v, %d checks", err, b.checks.Load())
 	}
 	now = now.Add(time.Millisecond)
-	probe, err = b.allow()
-	if err != nil || !probe {
-		t.Fatalf("after the doubled backoff: probe %t, %v", probe, err)
+	_, _ = call(succeeded)
+	check = b.checking
+	if check == nil {
+		t.Fatal("no check after the doubled backoff")
 	}
-	b.abandon(probe) // the caller gave up: the next call probes
-	if err := call(false); err != nil || b.open() {
-		t.Fatalf("successful probe: %v, open %t", err, b.open())
+	health <- nil
+	<-check.done
+	if _, err := call(succeeded); err != nil || b.open() {
+		t.Fatalf("after a successful check: %v, open %t", err, b.open())
 	}
-	// Closed again with the first backoff.
+	// Reopened, it starts again from the first backoff.
 	for range 3 {
-		_ = call(true)
+		_, _ = call(failed)
+	}
+	if !b.open() || b.trips.Load() != 2 {
+		t.Fatalf("three failures: open %t, trips %d", b.open(), b.trips.Load())
 	}
 	now = now.Add(time.Second)
-	if probe, err := b.allow(); err != nil || !probe {
-		t.Fatalf("reopened: probe %t %v, want a probe after the first backoff", probe, err)
+	if _, _ = call(succeeded); b.checking == nil {
+		t.Fatal("reopened: no check after the first backoff")
 	}
+	check = b.checking
+	health <- nil
+	<-check.done
 	// A negative threshold never opens.
-	never := newBreaker(-1, time.Second, slog.New(slog.DiscardHandler))
+	never := newBreaker(-1, time.Second, slog.New(slog.DiscardHandler), func(string) error { return nil })
 	for range 100 {
-		probe, _ := never.allow()
-		never.done(probe, true)
+		if err := never.allow(); err == nil {
+			never.done(failed, "k")
+		}
 	}
 	if never.open() {
 		t.Error("a breaker with a negative threshold opened")

@@ -83,10 +83,38 @@
 //     at most about 1.4 MB for a client at the maximum limit of 100000 with each unit admitted
 //     at a distinct nanosecond.
 //
+// The state of one client is bounded: its keys are the prefix, the escaped policy ID and
+// client key (each byte escaped to at most 3: at most 3 KiB for a 1,024-byte client key) and
+// ":<limit>" for a stacked limit, one key per limit (at most 4); its value is a token bucket's
+// 100 bytes or a sliding window's log above, per limit; and it expires once it is fresh again,
+// after at most the longest refill or window of the policy (a token bucket refilling slowly
+// can hold a client for up to a year). The number of clients is the callers' to choose, so
+// only Redis can bound the whole: run it with maxmemory and maxmemory-policy volatile-ttl
+// (every key limiterd writes has an expiry; volatile-ttl evicts the state closest to being
+// fresh again, whose loss gives its client back least). Under noeviction a full Redis refuses
+// every decision's write and the failure modes decide for everyone; TestEvictionKeepsDeciding
+// runs limiterd on a full Redis under volatile-ttl.
+//
 // # Failures
 //
 // Every call is bounded by Options.Timeout and returns an error when Redis does not answer in
 // time; the engine then applies the policy's failure mode. The client reconnects by itself.
+//
+// No caller chooses the failure mode, nor when the circuit breaker opens. The work of one call
+// to Redis is bounded: a batch goes in pieces of at most 128 limits (a stacked request counts
+// each of its limits; fewer under a Timeout below 25.6 ms), each within a Timeout of its own, so
+// that a piece of the costliest requests (a 4-limit stack on 3 KiB keys, a few µs to 15 µs of
+// Redis time a limit) takes a small part of it, and a batch's size never makes a piece time
+// out. The breaker counts only Redis's health: lost connections, error replies, and failed
+// health checks. A call that timed out does not count by itself; it starts a health check (a
+// trivial script within Timeout, at most one at a time, on the node of the key that timed out),
+// and only a failed check counts. A batch waits for that check after a timed-out piece and
+// sends the rest only if Redis answered it. After BreakerFailures failures in a row the breaker
+// opens: calls fail at once with ErrBreakerOpen for BreakerBackoff (100 ms by default), then
+// the next call starts a health check; success closes the breaker, failure doubles the backoff
+// (at most 8 times). Once Redis answers again, the failure modes stop deciding within the
+// current backoff and one check: at most 8 × BreakerBackoff + Timeout (850 ms by default;
+// TestBreakerRecovery measures it).
 // Rejections can be cached in process (Options.RejectCache): a client over its limit is then
 // answered without a round trip until its retry time. The cache only ever rejects, and only
 // until the instant the rejection named, before which the shared state could not have admitted

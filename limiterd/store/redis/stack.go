@@ -51,7 +51,7 @@ func (s *Store) RefundStack(ctx context.Context, key string, st *limiter.Stack, 
 
 // guardedStack runs the stack script within the timeout, through the circuit breaker.
 func (s *Store) guardedStack(ctx context.Context, key string, st *limiter.Stack, now time.Time, cost int64, mode mode, out []limiter.Decision) (limiter.Decision, error) {
-	return s.throughBreaker(ctx, func(ctx context.Context) (limiter.Decision, error) {
+	return s.throughBreaker(ctx, key, func(ctx context.Context) (limiter.Decision, error) {
 		return s.runStack(ctx, key, st, now, cost, mode, out)
 	})
 }

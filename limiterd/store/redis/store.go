@@ -97,13 +97,19 @@ type Options struct {
 	// less CPU per decision in limiterd and Redis under load, for at most this much latency
 	// (0: write at once). DefaultMaxFlushDelay is the flag's default.
 	MaxFlushDelay time.Duration
-	// BreakerFailures is how many decisions or peeks in a row must fail (time out, lose their
-	// connection) for the circuit breaker to open (default DefaultBreakerFailures; negative:
-	// it never opens). While open, decisions fail at once with ErrBreakerOpen, so that the
-	// failure modes answer without waiting for Timeout.
+	// BreakerFailures is how many failures of Redis in a row open the circuit breaker
+	// (default DefaultBreakerFailures; negative: it never opens). Only Redis's health counts:
+	// a lost connection, an error reply, or a failed health check. A call that times out
+	// counts only through the health check it starts (a trivial script within Timeout, one at a
+	// time), so that no caller's slow call, however large, opens the breaker for the others.
+	// While open, decisions fail at once with ErrBreakerOpen, so that the failure modes answer
+	// without waiting for Timeout.
 	BreakerFailures int
-	// BreakerBackoff is how long the breaker stays open before one call probes Redis (default
-	// DefaultBreakerBackoff); each failed probe doubles it, up to 8 times BreakerBackoff.
+	// BreakerBackoff is how long the breaker stays open before the next call starts a health
+	// check (default DefaultBreakerBackoff); a successful check closes it, each failed one
+	// doubles the backoff, up to 8 times BreakerBackoff. After Redis answers again, the
+	// breaker closes within the current backoff plus one check (at most 8 × BreakerBackoff +
+	// Timeout), given calls that start the check.
 	BreakerBackoff time.Duration
 	// Logger receives connection events (nil: slog.Default()).
 	Logger *slog.Logger
@@ -204,9 +210,9 @@ func New(opts Options) (*Client, error) {
 		slackMS: strconv.FormatInt(ceilMS(opts.ExpirySlack), 10),
 		stop:    stop,
 		done:    make(chan struct{}),
-		breaker: newBreaker(opts.BreakerFailures, opts.BreakerBackoff, opts.Logger),
 		waits:   newDeadlines(opts.Timeout),
 	}
+	c.breaker = newBreaker(opts.BreakerFailures, opts.BreakerBackoff, opts.Logger, c.healthCheck)
 	connected := true
 	if err := c.connect(); err != nil {
 		connected = false
@@ -315,6 +321,30 @@ func (c *Client) Ping(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// healthScript is the circuit breaker's health check: a script, not PING, so that it waits
+// where decisions wait (a CLIENT PAUSE WRITE holds scripts that may write, and lets PING
+// through), and is sent with a key of the call that failed, to that key's node of a cluster.
+const healthScript = "return 1"
+
+// healthCheck asks Redis to run a trivial script within Options.Timeout, on the node of key (any
+// node if key is ""), for the circuit breaker.
+func (c *Client) healthCheck(key string) error {
+	cn, err := c.get()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.opts.Timeout)
+	defer cancel()
+	cmd := cn.B().Eval().Script(healthScript).Numkeys(0).Build()
+	if key != "" {
+		cmd = cn.B().Eval().Script(healthScript).Numkeys(1).Key(key).Build()
+	}
+	if err := cn.Do(ctx, cmd).Error(); err != nil {
+		return fmt.Errorf("redis health check: %w", err)
+	}
+	return nil
 }
 
 // Store returns the store of one policy's clients.
@@ -536,25 +566,26 @@ func (s *Store) key(client string) string { return s.prefix + keySuffix(client) 
 
 // guarded runs one strategy's script within the timeout, through the circuit breaker.
 func (s *Store) guarded(ctx context.Context, key string, rl limiter.RateLimiter, now time.Time, cost int64, mode mode) (limiter.Decision, error) {
-	return s.throughBreaker(ctx, func(ctx context.Context) (limiter.Decision, error) {
+	return s.throughBreaker(ctx, key, func(ctx context.Context) (limiter.Decision, error) {
 		return s.run(ctx, key, rl, now, cost, mode)
 	})
 }
 
 // throughBreaker runs a decision's script calls within the timeout, through the circuit
-// breaker. A call the caller gave up on (ctx done) says nothing of Redis's health.
-func (s *Store) throughBreaker(ctx context.Context, run func(context.Context) (limiter.Decision, error)) (limiter.Decision, error) {
-	probe, err := s.c.breaker.allow()
-	if err != nil {
+// breaker; key is the client's key, whose node a health check asks after a failure. A call the
+// caller gave up on (ctx done) says nothing of Redis's health, nor does a timeout by itself (see
+// breaker).
+func (s *Store) throughBreaker(ctx context.Context, key string, run func(context.Context) (limiter.Decision, error)) (limiter.Decision, error) {
+	if err := s.c.breaker.allow(); err != nil {
 		return limiter.Decision{}, err
 	}
 	timed, cancel := s.c.waits.context(ctx)
 	defer cancel()
 	d, err := run(timed)
-	if err != nil && (ctx.Err() != nil || errors.Is(err, ErrClosed)) {
-		s.c.breaker.abandon(probe)
+	if err == nil {
+		s.c.breaker.done(succeeded, "")
 	} else {
-		s.c.breaker.done(probe, err != nil)
+		s.c.breaker.done(classify(ctx, err), s.key(key))
 	}
 	return d, err
 }
