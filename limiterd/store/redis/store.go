@@ -220,6 +220,7 @@ func New(opts Options) (*Client, error) {
 		go c.connectLoop(ctx)
 	} else {
 		close(c.done)
+		c.checkEviction(ctx)
 	}
 	if opts.RejectCache > 0 {
 		c.resetsDone = make(chan struct{})
@@ -273,6 +274,7 @@ func (c *Client) connectLoop(ctx context.Context) {
 		err := c.connect()
 		if err == nil {
 			c.log.Info("redis connected", "addrs", c.opts.Addrs)
+			c.checkEviction(ctx)
 			return
 		}
 		c.log.Debug("redis connect failed", "error", err)
@@ -305,6 +307,36 @@ func (c *Client) get() (*conn, error) {
 		return nil, ErrNotConnected
 	}
 	return cn, nil
+}
+
+// RecommendedEvictionPolicy is the maxmemory-policy that bounds the memory of client state:
+// every key limiterd writes has an expiry, and volatile-ttl evicts the state closest to being
+// fresh again, whose loss gives its client back least.
+const RecommendedEvictionPolicy = "volatile-ttl"
+
+// checkEviction warns, once a connection is made, about each Redis node whose memory settings
+// leave client state unbounded (maxmemory 0: it grows with the number of client keys, which
+// callers choose, until the host runs out) or make a full Redis refuse decisions (noeviction:
+// every decision's write fails, and the failure modes decide for everyone). A node that does not
+// allow CONFIG GET (managed services) is skipped.
+func (c *Client) checkEviction(ctx context.Context) {
+	cn, err := c.get()
+	if err != nil {
+		return
+	}
+	for addr, node := range cn.Nodes() {
+		ctx, cancel := context.WithTimeout(ctx, max(c.opts.Timeout, time.Second))
+		cfg, err := node.Do(ctx, node.B().ConfigGet().Parameter("maxmemory*").Build()).AsStrMap()
+		cancel()
+		if err != nil {
+			c.log.Debug("redis memory settings not readable", "addr", addr, "error", err)
+			continue
+		}
+		if cfg["maxmemory"] == "0" || cfg["maxmemory-policy"] == "noeviction" {
+			c.log.Warn("redis memory of client state unbounded or full redis refusing decisions: set maxmemory and maxmemory-policy "+RecommendedEvictionPolicy,
+				"addr", addr, "maxmemory", cfg["maxmemory"], "maxmemory_policy", cfg["maxmemory-policy"])
+		}
+	}
 }
 
 // Ping checks that every Redis node (every master and replica of a cluster) answers, for
