@@ -27,15 +27,16 @@ func scriptSHA(source string) string {
 }
 
 // DecideBatch implements limiter.BatchStore. The requests (decisions and peeks) that need Redis
-// are sent as one pipeline of EVALSHA calls of the decision scripts, in their order: one write
-// and one round trip for a single server, one for each node a Redis Cluster spreads their keys
-// over. Redis runs a connection's commands in order, so requests on one key (one slot, one
-// node) are decided in order. Unlimited requests and rejections in the reject cache are
-// answered without Redis, as Decide answers them. The requests go in pieces of bounded work
-// (see guardedBatch), in order, each within an Options.Timeout of its own and through the
+// are sent in pieces of bounded work (see guardedBatch), one after the other, each as one
+// pipeline of EVALSHA calls of the decision scripts, in their order: one write and one round
+// trip for a single server, one for each node a Redis Cluster spreads its keys over. Redis runs
+// a connection's commands in order, so requests on one key (one slot, one node) are decided in
+// order. Unlimited requests and rejections in the reject cache are answered without Redis, as
+// Decide answers them. Each piece has an Options.Timeout of its own and goes through the
 // circuit breaker as one call: a piece that fails or times out fails its own requests (the
 // engine answers them by the policy's failure mode, as it answers a single decision that timed
-// out), and a batch's size never makes a piece time out.
+// out), the requests after a timed-out piece are sent only if Redis answers a health check,
+// and a batch's size never makes a piece time out.
 //
 // A few requests take their own round trips, in order, after the pipeline: those whose script
 // Redis did not know (NOSCRIPT, after a restart or SCRIPT FLUSH; they run as Decide runs,
@@ -183,7 +184,7 @@ func (s *Store) guardedBatch(ctx context.Context, reqs []limiter.Request, pendin
 	}
 }
 
-// runBatch decides the pending requests: one pipeline, then the requests that need their own
+// runBatch decides a piece's requests: one pipeline, then the requests that need their own
 // round trips (see DecideBatch).
 func (s *Store) runBatch(ctx context.Context, reqs []limiter.Request, pending []int, now time.Time, out []limiter.Answer) error {
 	cn, err := s.c.get()
