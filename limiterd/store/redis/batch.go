@@ -102,8 +102,8 @@ const (
 	pieceCost         = 50 * time.Microsecond
 )
 
-// pieceWeight returns the weight a piece of a batch may hold under timeout: at least one
-// request's at most, so that every request fits a piece.
+// pieceWeight returns the weight a piece of a batch may hold under timeout; a request heavier
+// than that goes in a piece of its own.
 func pieceWeight(timeout time.Duration) int {
 	return int(max(1, min(maxPieceWeight, timeout/4/pieceCost)))
 }

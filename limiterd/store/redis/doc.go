@@ -101,20 +101,22 @@
 // time; the engine then applies the policy's failure mode. The client reconnects by itself.
 //
 // No caller chooses the failure mode, nor when the circuit breaker opens. The work of one call
-// to Redis is bounded: a batch goes in pieces of at most 128 limits (a stacked request counts
-// each of its limits; fewer under a Timeout below 25.6 ms), each within a Timeout of its own, so
-// that a piece of the costliest requests (a 4-limit stack on 3 KiB keys, a few µs to 15 µs of
-// Redis time a limit) takes a small part of it, and a batch's size never makes a piece time
-// out. The breaker counts only Redis's health: lost connections, error replies, and failed
-// health checks. A call that timed out does not count by itself; it starts a health check (a
-// trivial script within Timeout, at most one at a time, on the node of the key that timed out),
-// and only a failed check counts. A batch waits for that check after a timed-out piece and
-// sends the rest only if Redis answered it. After BreakerFailures failures in a row the breaker
-// opens: calls fail at once with ErrBreakerOpen for BreakerBackoff (100 ms by default), then
-// the next call starts a health check; success closes the breaker, failure doubles the backoff
-// (at most 8 times). Once Redis answers again, the failure modes stop deciding within the
-// current backoff and one check: at most 8 × BreakerBackoff + Timeout (850 ms by default;
-// TestBreakerRecovery measures it).
+// to Redis is bounded: a batch goes in pieces of work at most 128 (a request weighs its limits
+// times 1 + its key's bytes/256; less under a Timeout below 25.6 ms), each within a Timeout of
+// its own, so that a piece of the costliest requests (4-limit stacks on 1,024-byte keys, 150-500
+// µs of Redis time each on a loaded shared machine) takes a small part of it, and a batch's size
+// never makes a piece time out. The breaker counts only Redis's health: lost connections, error
+// replies, and failed health checks. A call that timed out does not count by itself; it starts
+// a health check (a trivial script within Timeout, at most one at a time, on the node of the
+// key that timed out), and only a failed check counts. A batch waits for that check after a
+// timed-out piece and sends the rest only if Redis answered it. After BreakerFailures failures
+// in a row the breaker opens: calls fail at once with ErrBreakerOpen for BreakerBackoff (100 ms
+// by default), then the next call starts a health check; success closes the breaker, failure
+// doubles the backoff (at most 8 times). Once Redis answers again, the failure modes stop
+// deciding within the current backoff and one check: at most 8 × BreakerBackoff + Timeout (850
+// ms by default; TestBreakerRecovery measures it: 0.5 s after a pause, 3.6 s with the former 1
+// s backoff doubling to 8 s).
+//
 // Rejections can be cached in process (Options.RejectCache): a client over its limit is then
 // answered without a round trip until its retry time. The cache only ever rejects, and only
 // until the instant the rejection named, before which the shared state could not have admitted
