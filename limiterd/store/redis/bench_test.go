@@ -54,12 +54,12 @@ func BenchmarkRedis(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer srv.Close()
-	c, err := New(Options{Addrs: []string{srv.Addr()}, Timeout: 5 * time.Second, MaxFlushDelay: DefaultMaxFlushDelay})
+	c, err := New(Options{Addrs: []string{srv.Addr()}, Timeout: 5 * time.Second, MaxFlushDelay: DefaultMaxFlushDelay, Logger: benchLogger})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer c.Close()
-	unbatched, err := New(Options{Addrs: []string{srv.Addr()}, Timeout: 5 * time.Second})
+	unbatched, err := New(Options{Addrs: []string{srv.Addr()}, Timeout: 5 * time.Second, Logger: benchLogger})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -212,13 +212,17 @@ func benchHTTPProcess(b *testing.B, store string, callers, keys int) {
 	b.ReportMetric(float64(cpu.Nanoseconds())/1e3/float64(decisions), "server-cpu-µs/decision")
 }
 
+// benchLogger logs the benchmark's clients' errors only: the warning about the test server's
+// memory settings (maxmemory 0) would cut the benchmark's lines, which share the output.
+var benchLogger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+
 // serveBench is the decisions server of benchHTTPProcess: it prints its address, serves until
 // its stdin closes, and returns the exit code.
 func serveBench(store string) int {
 	var c *Client
 	if store != "memory" {
 		var err error
-		if c, err = New(Options{Addrs: []string{store}, Timeout: 5 * time.Second, MaxFlushDelay: DefaultMaxFlushDelay}); err != nil {
+		if c, err = New(Options{Addrs: []string{store}, Timeout: 5 * time.Second, MaxFlushDelay: DefaultMaxFlushDelay, Logger: benchLogger}); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
