@@ -319,6 +319,7 @@ func (e *Engine) Decide(ctx context.Context, policyID v1alpha1.PolicyID, key str
 	}
 	start := e.opts.Clock()
 	tier := b.policy.Resolve(key)
+	key = ClientKey(key)
 	r := Result{Policy: b.policy, Tier: tier}
 	if tier.Stack != nil {
 		r.Limits = make([]limiter.Decision, tier.Stack.Len())
@@ -368,6 +369,13 @@ func (e *Engine) DecideBatch(ctx context.Context, items []BatchItem, out []Batch
 		return nil
 	}
 	start := e.opts.Clock()
+	keys := storedKeys(items) // nil: every item's key is stored as itself
+	key := func(i int) string {
+		if keys != nil {
+			return keys[i]
+		}
+		return items[i].Key
+	}
 	// Group the items by policy, keeping their order within each group: different policies
 	// share no state, so only the order within a policy matters.
 	type group struct {
@@ -423,13 +431,13 @@ func (e *Engine) DecideBatch(ctx context.Context, items []BatchItem, out []Batch
 		if !ok {
 			for _, i := range g.items {
 				r := &out[i]
-				r.Decision, r.StoreError = decideOn(ctx, g.b.store, items[i].Key, r.Tier, start, items[i].Cost, r.Limits)
+				r.Decision, r.StoreError = decideOn(ctx, g.b.store, key(i), r.Tier, start, items[i].Cost, r.Limits)
 			}
 			continue
 		}
 		reqs, answers = slices.Grow(reqs[:0], len(g.items)), answers[:0]
 		for _, i := range g.items {
-			reqs = append(reqs, limiter.Request{Key: items[i].Key, Limiter: out[i].Tier.Limiter, Cost: items[i].Cost,
+			reqs = append(reqs, limiter.Request{Key: key(i), Limiter: out[i].Tier.Limiter, Cost: items[i].Cost,
 				Stack: out[i].Tier.Stack, Limits: out[i].Limits})
 		}
 		answers = slices.Grow(answers, len(reqs))[:len(reqs)]
@@ -443,7 +451,7 @@ func (e *Engine) DecideBatch(ctx context.Context, items []BatchItem, out []Batch
 		for _, i := range g.items {
 			r := &out[i]
 			if r.StoreError != nil {
-				r.Decision = e.degraded(ctx, g.b, items[i].Key, r.Tier, start, items[i].Cost, r.Limits)
+				r.Decision = e.degraded(ctx, g.b, key(i), r.Tier, start, items[i].Cost, r.Limits)
 			}
 			r.bind()
 			r.Outcome = outcome(&r.Result)
@@ -530,6 +538,7 @@ func (e *Engine) Peek(ctx context.Context, policyID v1alpha1.PolicyID, key strin
 		return Result{}, err
 	}
 	tier := b.policy.Resolve(key)
+	key = ClientKey(key)
 	r := Result{Policy: b.policy, Tier: tier}
 	if tier.Stack != nil {
 		r.Limits = make([]limiter.Decision, tier.Stack.Len())
@@ -561,6 +570,7 @@ func (e *Engine) Refund(ctx context.Context, policyID v1alpha1.PolicyID, key str
 	}
 	now := e.opts.Clock()
 	tier := b.policy.Resolve(key)
+	key = ClientKey(key)
 	r := Result{Policy: b.policy, Tier: tier, Outcome: Allowed}
 	refund := func(st limiter.Store) (limiter.Decision, error) {
 		if tier.Stack != nil {
@@ -599,6 +609,7 @@ func (e *Engine) Reset(ctx context.Context, policyID v1alpha1.PolicyID, key stri
 	if err != nil {
 		return err
 	}
+	key = ClientKey(key)
 	if err := b.store.Reset(ctx, key, b.policy.LimitNames...); err != nil {
 		return fmt.Errorf("reset client state: %w", err)
 	}

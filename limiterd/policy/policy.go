@@ -194,10 +194,15 @@ func stack(t *v1alpha1.Tier) (*limiter.Stack, error) {
 }
 
 // Resolve returns the tier of a client key: the override naming the key exactly, else the
-// override with the longest prefix of the key, else the default tier.
+// override with the longest prefix of the key, else the default tier. A key of any length is
+// resolved in O(min(len(key), v1alpha1.MaxClientKeyBytes)): overrides name keys and prefixes of
+// at most MaxClientKeyBytes, so a longer key is named by no exact override and matches a prefix
+// exactly when its first MaxClientKeyBytes bytes do.
 func (p *Policy) Resolve(key string) *Tier {
-	if t, ok := p.exact[key]; ok {
-		return t
+	if len(key) <= v1alpha1.MaxClientKeyBytes {
+		if t, ok := p.exact[key]; ok {
+			return t
+		}
 	}
 	if t := p.prefixes.longest(key); t != nil {
 		return t
