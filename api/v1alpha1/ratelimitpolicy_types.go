@@ -46,6 +46,17 @@ const (
 	FailureModeLocal FailureMode = "Local"
 )
 
+// TierNames says whether the answers to clients name the client's tier.
+// +kubebuilder:validation:Enum=Shown;Hidden
+type TierNames string
+
+const (
+	// TierNamesShown names the tier in the answers to clients.
+	TierNamesShown TierNames = "Shown"
+	// TierNamesHidden names every tier HiddenTierName in the answers to clients.
+	TierNamesHidden TierNames = "Hidden"
+)
+
 // TokenBucket configures a token bucket: it starts full with capacity tokens, a request takes
 // cost tokens, and refillRate tokens per refillPeriod accrue continuously (fractions count),
 // never above capacity. A full refill, capacity*refillPeriod/refillRate, takes at most 366 days.
@@ -263,6 +274,16 @@ type RateLimitPolicySpec struct {
 	// +optional
 	// +kubebuilder:default=Open
 	FailureMode FailureMode `json:"failureMode,omitempty"`
+
+	// tierNames says whether the answers to clients name the client's tier: Shown (the
+	// default) names it in the RateLimit-Policy and RateLimit header fields and in an Envoy
+	// descriptor's current_limit; Hidden names every tier "limit" there instead (a limit of a
+	// stacked tier "limit/<limit name>"), so that an end user cannot learn from its answers
+	// which tier the keys it tries land in, nor the names of the tiers. The quota and window are
+	// still shown. The admin API, logs and metrics keep the real names.
+	// +optional
+	// +kubebuilder:default=Shown
+	TierNames TierNames `json:"tierNames,omitempty"`
 
 	// envoy says how limiterd's Envoy rate-limit service (gRPC
 	// envoy.service.ratelimit.v3.RateLimitService, the domain naming this policy) turns a

@@ -139,3 +139,20 @@ func TestClientInputNeverFailsARequest(t *testing.T) {
 		}
 	}
 }
+
+// tierNames Hidden names the tier "limit" in current_limit and the header fields Envoy adds.
+func TestHiddenTierNames(t *testing.T) {
+	p := newPolicy("default", "api", testsupport.TokenBucketTier("standard", 3, 1, time.Minute))
+	p.Spec.TierNames = v1alpha1.TierNamesHidden
+	c := dialLoopback(t, newEngine(t, testsupport.NewClock(), p))
+	resp, err := c.ShouldRateLimit(t.Context(), request("api", entries("k", "a")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resp.GetStatuses()[0].GetCurrentLimit().GetName(); got != "limit" {
+		t.Errorf("current_limit named %q, want limit", got)
+	}
+	if h := headerMap(t, resp); h["Ratelimit-Policy"] != `"limit";q=3;w=180` || h["Ratelimit"] != `"limit";r=2;t=60` {
+		t.Errorf("headers %q, want the tier named limit", h)
+	}
+}

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/limiterd/limiterd/api/v1alpha1"
 	"github.com/limiterd/limiterd/internal/testsupport"
 	"github.com/limiterd/limiterd/limiterd/adminauth"
@@ -128,4 +130,46 @@ func TestLongKeysOnEveryPath(t *testing.T) {
 		t.Fatalf("reset: %d %s", a.status, a.body)
 	}
 	remaining("a reset", 4)
+}
+
+// tierNames Hidden names every tier "limit" in the answers, so that a client cannot tell which
+// tier a key it tries lands in; the admin API keeps the real name.
+func TestHiddenTierNames(t *testing.T) {
+	clock := testsupport.NewClock()
+	p := newPolicy("api", testsupport.TokenBucketTier("standard", 3, 1, time.Minute), testsupport.TokenBucketTier("partners", 5, 1, time.Minute),
+		v1alpha1.Tier{Name: "metered", Limits: []v1alpha1.Limit{
+			{Name: "burst", Algorithm: v1alpha1.AlgorithmTokenBucket, TokenBucket: &v1alpha1.TokenBucket{Capacity: 2, RefillRate: 1}},
+			{Name: "daily", Algorithm: v1alpha1.AlgorithmTokenBucket, TokenBucket: &v1alpha1.TokenBucket{Capacity: 9, RefillRate: 1, RefillPeriod: &metav1.Duration{Duration: time.Hour}}},
+		}})
+	p.Spec.Overrides = []v1alpha1.Override{overrideOf("partners", []string{"sub:acme"}, nil), overrideOf("metered", []string{"sub:hooli"}, nil)}
+	p.Spec.TierNames = v1alpha1.TierNamesHidden
+	e := newEngine(t, clock, p)
+	h := NewDecisions(e, nil)
+	for key, want := range map[string][2]string{
+		"sub:eve":   {`"limit";q=3;w=180`, `"limit";r=2;t=60`},
+		"sub:acme":  {`"limit";q=5;w=300`, `"limit";r=4;t=60`},
+		"sub:hooli": {`"limit/burst";q=2;w=2, "limit/daily";q=9;w=32400`, `"limit/burst";r=1;t=1`},
+	} {
+		a := serve(t, h, http.MethodPost, "/v1/allow", allowBody(t, key, 1))
+		if a.status != 200 || a.header.Get("RateLimit-Policy") != want[0] || a.header.Get("RateLimit") != want[1] {
+			t.Errorf("%s: %d RateLimit-Policy %q RateLimit %q, want %q %q", key, a.status, a.header.Get("RateLimit-Policy"), a.header.Get("RateLimit"), want[0], want[1])
+		}
+		for _, name := range []string{"standard", "partners", "metered"} {
+			if strings.Contains(a.body, name) || strings.Contains(a.header.Get("RateLimit-Policy")+a.header.Get("RateLimit"), name) {
+				t.Errorf("%s: the answer names the tier %q: %v %s", key, name, a.header, a.body)
+			}
+		}
+	}
+	admin := NewAdmin(e, AdminOptions{Auth: adminauth.Open()})
+	if a := serve(t, admin, http.MethodGet, "/v1/clients?policy=default/api&key=sub:acme", ""); !strings.Contains(a.body, `"tier":"partners"`) {
+		t.Errorf("admin API: %d %s, want the real tier name", a.status, a.body)
+	}
+	// The names are built once, at compile time: an answer costs what it did.
+	res, err := e.Decide(t.Context(), "default/api", "sub:hooli", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if allocs := testing.AllocsPerRun(100, func() { _ = res.Tier.AppendRateLimitPolicy(make([]byte, 0, 128)) }); allocs > 1 {
+		t.Errorf("AppendRateLimitPolicy allocates %v times", allocs)
+	}
 }
