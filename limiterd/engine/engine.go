@@ -9,6 +9,11 @@
 // added again starts with no client state), and the strategies convert a client's state lazily
 // when its tier's parameters changed (see package limiter). A stacked tier's limits are decided
 // all or nothing, each on the client's state of its name (limiter.Stack).
+//
+// A client key is any string: every entry point resolves the tier on the key as given and keeps
+// the client's state under ClientKey(key), the key itself, or for a key over 1,024 bytes (or in
+// the digest form) "sha256:" and its SHA-256 in hex, so that a key's length never decides
+// whether a request is limited.
 package engine
 
 import (
