@@ -95,6 +95,32 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("limiterd answered %d %s: %s", e.StatusCode, http.StatusText(e.StatusCode), e.Message)
 }
 
+// Unavailable reports whether err says that limiterd could not decide for a reason of its own
+// availability: it could not be reached or did not answer in time (the error of a failed
+// connection, a timeout, a body cut short), or it answered a 5xx status (an *Error: not ready,
+// its store failed). Such a failure is not the request's doing and may pass on a retry; it is
+// what a caller may choose to fail open on.
+//
+// It is false for nil, for a 4xx answer (an *Error: the request was malformed or named an
+// unknown policy, and fails the same way every time) and for an answer that is not a decision
+// (whatever answers at limiterd's address is not limiterd, or not the version this package
+// reads): a caller must not admit a request on such an error, since whoever chooses what
+// the request carries could then choose to pass.
+func Unavailable(err error) bool {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.StatusCode >= 500 && e.StatusCode <= 599
+	}
+	var u *unavailableError
+	return errors.As(err, &u)
+}
+
+// unavailableError is an error of the transport: no answer was had.
+type unavailableError struct{ err error }
+
+func (e *unavailableError) Error() string { return e.err.Error() }
+func (e *unavailableError) Unwrap() error { return e.err }
+
 // Client asks limiterd for decisions. Create it with New.
 type Client struct {
 	allowURL  string
@@ -215,7 +241,8 @@ func (c *Client) Peek(ctx context.Context, key string) (Decision, error) {
 // AllowN asks whether the client key may spend cost units; a cost of 0 peeks (see Peek). It
 // returns an *Error when limiterd answers with an error status (the request was not decided and
 // consumed nothing), and another error when limiterd could not be asked or answered something
-// that is not a decision.
+// that is not a decision; Unavailable tells the failures of limiterd's availability from the
+// others.
 func (c *Client) AllowN(ctx context.Context, key string, cost int64) (Decision, error) {
 	body, err := json.Marshal(allowRequest{Policy: c.policy, Key: key, Cost: cost})
 	if err != nil { // unreachable: strings and integers always marshal
@@ -281,16 +308,19 @@ func (c *Client) send(ctx context.Context, target string, body []byte, limit int
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return httpAnswer{}, fmt.Errorf("ask limiterd: %w", err)
+		return httpAnswer{}, &unavailableError{fmt.Errorf("ask limiterd: %w", err)}
 	}
 	// The answer is read whole, or abandoned on an error that is the one to report: an error
 	// closing the body cannot change the outcome.
 	defer func() { _ = resp.Body.Close() }()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
 	if err != nil {
-		return httpAnswer{}, fmt.Errorf("read limiterd's answer: %w", err)
+		return httpAnswer{}, &unavailableError{fmt.Errorf("read limiterd's answer: %w", err)}
 	}
 	if int64(len(data)) > limit {
+		if resp.StatusCode >= 500 { // a proxy's error page, say: still a failure of the service
+			return httpAnswer{}, &Error{StatusCode: resp.StatusCode, Message: fmt.Sprintf("an answer larger than %d bytes", limit)}
+		}
 		return httpAnswer{}, fmt.Errorf("limiterd's answer (%d) is larger than %d bytes", resp.StatusCode, limit)
 	}
 	return httpAnswer{status: resp.StatusCode, header: resp.Header, data: data}, nil

@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -358,5 +359,48 @@ func TestStackedTierDecisions(t *testing.T) {
 	// 3 is above burst's capacity: never admitted, and nothing charged.
 	if d := results[1].Decision; d.Allowed || d.RetryAfter != 0 || len(d.Limits) != 2 || d.Limits[0].Allowed || !d.Limits[1].Allowed {
 		t.Errorf("a cost above burst in a batch: %+v", d)
+	}
+}
+
+// Unavailable is true for what FailOpen may cover (no answer, a 5xx) and false for a 4xx, an
+// answer that is not a decision, and nil.
+func TestUnavailable(t *testing.T) {
+	answering := func(status int, body string) *client.Client {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			w.WriteHeader(status)
+			_, _ = io.WriteString(w, body)
+		}))
+		t.Cleanup(srv.Close)
+		c, err := client.New(srv.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	gone := httptest.NewServer(http.NotFoundHandler())
+	gone.Close()
+	down, err := client.New(gone.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		c    *client.Client
+		want bool
+	}{
+		{"unreachable", down, true},
+		{"503", answering(503, `{"error":"no policy is loaded yet"}`), true},
+		{"502 from a proxy, larger than an answer", answering(502, strings.Repeat("x", 100<<10)), true},
+		{"400", answering(400, `{"error":"key is required"}`), false},
+		{"404", answering(404, `{"error":"unknown policy"}`), false},
+		{"not a decision", answering(200, `<html></html>`), false},
+	} {
+		_, err := tc.c.Allow(t.Context(), "k")
+		if err == nil || client.Unavailable(err) != tc.want {
+			t.Errorf("%s: %v: Unavailable %t, want %t", tc.name, err, client.Unavailable(err), tc.want)
+		}
+	}
+	if client.Unavailable(nil) {
+		t.Error("Unavailable(nil)")
 	}
 }

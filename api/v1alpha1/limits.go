@@ -61,3 +61,9 @@ const DefaultLimitName = "default"
 
 // DefaultFailureMode is the failureMode of a policy that sets none.
 const DefaultFailureMode = FailureModeOpen
+
+// DefaultTierNames is the tierNames of a policy that sets none.
+const DefaultTierNames = TierNamesShown
+
+// HiddenTierName is the name every tier has in the answers to clients under tierNames Hidden.
+const HiddenTierName = "limit"

@@ -46,6 +46,17 @@ const (
 	FailureModeLocal FailureMode = "Local"
 )
 
+// TierNames says whether the answers to clients name the client's tier.
+// +kubebuilder:validation:Enum=Shown;Hidden
+type TierNames string
+
+const (
+	// TierNamesShown names the tier in the answers to clients.
+	TierNamesShown TierNames = "Shown"
+	// TierNamesHidden names every tier HiddenTierName in the answers to clients.
+	TierNamesHidden TierNames = "Hidden"
+)
+
 // TokenBucket configures a token bucket: it starts full with capacity tokens, a request takes
 // cost tokens, and refillRate tokens per refillPeriod accrue continuously (fractions count),
 // never above capacity. A full refill, capacity*refillPeriod/refillRate, takes at most 366 days.
@@ -184,6 +195,13 @@ type Tier struct {
 
 // Override sends chosen clients to a tier other than the default.
 // A client key is matched exactly first, then by its longest matching prefix.
+//
+// An override gives its tier to whoever sends its key, so it must only ever see keys the caller
+// cannot choose: name keys derived from a verified identity (a token's subject after the
+// application checked it, an API key after it was validated, e.g. "sub:alice" as
+// client/middleware's Source keys it) or a client address, never a raw header or any value a
+// caller sends as it likes, and never a prefix a caller can extend with a suffix of its choice
+// (a prefix is safe only when every key under it is issued by you).
 // +kubebuilder:validation:XValidation:rule="(has(self.clients) && size(self.clients) > 0) || (has(self.clientPrefixes) && size(self.clientPrefixes) > 0)",message="must select at least one client or client prefix"
 type Override struct {
 	// tier is the name of the tier the selected clients use; it must name one of spec.tiers.
@@ -194,7 +212,8 @@ type Override struct {
 
 	// clients lists exact client keys (each 1 to 1024 bytes, without control characters), at
 	// most 256. A key appears at most once here and in at most one override; all overrides
-	// together list at most 512 keys.
+	// together list at most 512 keys. List only keys the caller cannot choose (a verified
+	// subject, an address), with the source the key carries ("sub:alice", "ip:192.0.2.7").
 	// +optional
 	// +listType=set
 	// +kubebuilder:validation:MaxItems=256
@@ -206,7 +225,10 @@ type Override struct {
 
 	// clientPrefixes lists prefixes of client keys (each 1 to 1024 bytes, without control
 	// characters), at most 256. A prefix appears at most once here and in at most one override;
-	// all overrides together list at most 512 prefixes.
+	// all overrides together list at most 512 prefixes. A key longer than 1024 bytes matches a
+	// prefix when its first 1024 bytes do. List only prefixes under which every key is issued
+	// by you (such as "sub:system:serviceaccount:shop:"): a caller who can extend a prefix with
+	// a suffix of its choice gets its tier.
 	// +optional
 	// +listType=set
 	// +kubebuilder:validation:MaxItems=256
@@ -240,7 +262,8 @@ type RateLimitPolicySpec struct {
 	DefaultTier string `json:"defaultTier"`
 
 	// overrides send chosen clients (exact keys or key prefixes) to other tiers; at most 64.
-	// A client key or prefix appears in at most one override.
+	// A client key or prefix appears in at most one override. Overrides must only see keys the
+	// caller cannot choose (see Override).
 	// +optional
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=64
@@ -251,6 +274,16 @@ type RateLimitPolicySpec struct {
 	// +optional
 	// +kubebuilder:default=Open
 	FailureMode FailureMode `json:"failureMode,omitempty"`
+
+	// tierNames says whether the answers to clients name the client's tier: Shown (the
+	// default) names it in the RateLimit-Policy and RateLimit header fields and in an Envoy
+	// descriptor's current_limit; Hidden names every tier "limit" there instead (a limit of a
+	// stacked tier "limit/<limit name>"), so that an end user cannot learn from its answers
+	// which tier the keys it tries land in, nor the names of the tiers. The quota and window are
+	// still shown. The admin API, logs and metrics keep the real names.
+	// +optional
+	// +kubebuilder:default=Shown
+	TierNames TierNames `json:"tierNames,omitempty"`
 
 	// envoy says how limiterd's Envoy rate-limit service (gRPC
 	// envoy.service.ratelimit.v3.RateLimitService, the domain naming this policy) turns a

@@ -16,6 +16,7 @@ var (
 	supportedAlgorithms   = []Algorithm{AlgorithmTokenBucket, AlgorithmSlidingWindow, AlgorithmUnlimited}
 	stackedAlgorithms     = []Algorithm{AlgorithmTokenBucket, AlgorithmSlidingWindow} // a limit of a stack
 	supportedFailureModes = []FailureMode{FailureModeOpen, FailureModeClosed, FailureModeLocal}
+	supportedTierNames    = []TierNames{TierNamesShown, TierNamesHidden}
 )
 
 // Validate reports every way p breaks the rules of a RateLimitPolicy; it is the one validation
@@ -25,7 +26,8 @@ var (
 // "spec.tiers[1].tokenBucket.capacity: Invalid value: 0: must be between 1 and 1000000000".
 //
 // Unset optional fields count as their defaults (see Default): a token bucket without
-// refillPeriod refills per DefaultRefillPeriod, an empty failureMode is DefaultFailureMode.
+// refillPeriod refills per DefaultRefillPeriod, an empty failureMode is DefaultFailureMode, an
+// empty tierNames DefaultTierNames.
 // Validate does not modify p.
 //
 // The CRD's schema and CEL rules enforce the same rules; the error of the API server names the
@@ -107,6 +109,9 @@ func validateSpec(s *RateLimitPolicySpec, path *field.Path) field.ErrorList {
 
 	if s.FailureMode != "" && !oneOf(s.FailureMode, supportedFailureModes) {
 		errs = append(errs, field.NotSupported(path.Child("failureMode"), s.FailureMode, supportedFailureModes))
+	}
+	if s.TierNames != "" && !oneOf(s.TierNames, supportedTierNames) {
+		errs = append(errs, field.NotSupported(path.Child("tierNames"), s.TierNames, supportedTierNames))
 	}
 	if s.Envoy != nil {
 		errs = append(errs, validateEnvoy(s.Envoy, path.Child("envoy"))...)

@@ -2,7 +2,29 @@
 //
 //	c, err := client.New("http://limiterd:8080", client.WithPolicy("shop/api"))
 //	...
-//	http.ListenAndServe(":8000", middleware.New(c, middleware.KeyBy(middleware.Header("X-Api-Key")))(mux))
+//	// authenticate verified the caller and put its subject in the request's context.
+//	subject := func(r *http.Request) (string, bool) { s, ok := r.Context().Value(subjectKey{}).(string); return s, ok && s != "" }
+//	limit := middleware.New(c, middleware.KeyBy(middleware.FirstOf(middleware.Source("sub", subject), middleware.ClientIP())))
+//	http.ListenAndServe(":8000", authenticate(limit(mux)))
+//
+// # Keys
+//
+// A key carries its source, so that keys from different sources never collide and a value a
+// caller sends never looks like a key an operator names in a policy's overrides:
+//
+//	ClientIP              ip:<address>, ip:<network>/<bits>     ip:198.51.100.7, ip:2001:db8:1:2::/64
+//	Header(name)          header:<name in lower case>:<value>   header:x-api-key:k-123
+//	Source(source, f)     <source>:<value>                      sub:alice
+//
+// A value is written as it is, but for '%', control characters and bytes that are not valid
+// UTF-8 (a header may carry obs-text), each written %XX (upper-case hex): distinct values give
+// distinct keys, and every key can be sent to limiterd. A key of any length is decided (limiterd
+// keys one over 1,024 bytes by its digest).
+//
+// Key by what the caller cannot choose: a subject the application verified (a token's subject,
+// an API key after it was validated), or the client's address. A raw header is the caller's
+// choice, so a policy must never grant a tier to header keys (nor to any key a caller picks):
+// the caller would pick the key of the better tier.
 //
 // Over TLS (and mutual TLS), give the client the configuration:
 // client.New("https://limiterd:8080", client.WithTLSConfig(cfg)).
@@ -16,10 +38,14 @@
 //	{"error":"rate limited","retryAfterSeconds":N}
 //
 // A request for which the key function finds no key is answered 400
-// {"error":"no rate-limit key"}. When limiterd cannot be asked or answers an error, the
-// OnError hook is told and the request proceeds (FailOpen(true), the default) or is answered 503
-// {"error":"rate limiter unavailable"} (FailOpen(false)). A request whose own context is done
-// before limiterd answered is dropped without an answer.
+// {"error":"no rate-limit key"}. When limiterd is unavailable (client.Unavailable: it cannot be
+// reached, does not answer in time, or answers a 5xx status), the OnError hook is told and the
+// request proceeds (FailOpen(true), the default) or is answered 503
+// {"error":"rate limiter unavailable"} (FailOpen(false)). Any other error — a 4xx answer (a
+// malformed request, an unknown policy) or an answer that is not a decision — is told to
+// OnError and always answered 503 {"error":"rate limiter unavailable"}: what a request carries
+// must never make it pass unlimited. A request whose own context is done before limiterd
+// answered is dropped without an answer.
 package middleware
 
 import (
@@ -31,6 +57,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/limiterd/limiterd/client"
 )
@@ -49,12 +76,15 @@ type config struct {
 
 // KeyBy keys requests with f. Default: ClientIP() (the peer's IPv4 address or IPv6 /64; no
 // proxy is trusted).
-// For an authenticated subject, pass a func that reads it from the request (its context, a
-// verified token); FirstOf combines key functions.
+// For an authenticated subject, pass Source with a func that reads it from the request (its
+// context, where authentication put it after verifying the caller); FirstOf combines key
+// functions.
 func KeyBy(f KeyFunc) Option { return func(c *config) { c.key = f } }
 
-// FailOpen says what happens to a request when limiterd cannot be asked or answers an error:
-// it proceeds (true, the default) or is answered 503 (false).
+// FailOpen says what happens to a request when limiterd is unavailable (client.Unavailable:
+// unreachable, a timeout, a 5xx answer): it proceeds (true, the default) or is answered 503
+// (false). It never covers a 4xx answer or an answer that is not a decision: those are always
+// answered 503.
 func FailOpen(open bool) Option { return func(c *config) { c.failOpen = open } }
 
 // OnError is called, before FailOpen applies, for every request limiterd did not decide,
@@ -81,7 +111,7 @@ func New(c *client.Client, opts ...Option) func(http.Handler) http.Handler {
 					return // the request's client went away, or its deadline passed
 				}
 				cfg.onError(r, err)
-				if cfg.failOpen {
+				if cfg.failOpen && client.Unavailable(err) {
 					next.ServeHTTP(w, r)
 					return
 				}
@@ -127,14 +157,84 @@ func writeJSON(w http.ResponseWriter, status int, body string) {
 	_, _ = w.Write([]byte(body + "\n"))
 }
 
-// Header keys requests by the value of a request header field; a request without it (or with
-// an empty value) has no key.
+// Header keys requests by the value of a request header field: the key is
+// "header:<name in lower case>:<value>", the value escaped (see the package documentation). A
+// request without the field (or with an empty value) has no key.
+//
+// A header is whatever the caller sends: key by it only to limit each value on its own, never to
+// give chosen values a tier (key by a verified subject instead, with Source).
 func Header(name string) KeyFunc {
 	name = http.CanonicalHeaderKey(name)
-	return func(r *http.Request) (string, bool) {
+	return sourced("header:"+strings.ToLower(name), func(r *http.Request) (string, bool) {
 		v := r.Header.Get(name)
 		return v, v != ""
+	})
+}
+
+// Source keys requests by value(r) from the named source: the key is "<source>:<value>", the
+// value escaped (see the package documentation); a request for which value finds none (false,
+// or "") has no key. Name the source after what the value is, e.g. "sub" for the subject the
+// application verified, "apikey" for an API key it validated, so that a policy's overrides can
+// name "sub:alice".
+//
+// source is 1 to 63 lower-case letters, digits and '-', starting with a letter, other than
+// "header" and "ip" (the sources of Header and ClientIP); Source panics otherwise, as a
+// constant of the program that is wrong.
+func Source(source string, value func(r *http.Request) (string, bool)) KeyFunc {
+	if !validSource(source) {
+		panic(fmt.Sprintf("middleware: source %q is not 1 to 63 of [a-z0-9-] starting with a letter, or is reserved (header, ip)", source))
 	}
+	return sourced(source, value)
+}
+
+// validSource reports whether a source name is allowed by Source.
+func validSource(s string) bool {
+	if len(s) == 0 || len(s) > 63 || s[0] < 'a' || s[0] > 'z' || s == "header" || s == "ip" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
+			return false
+		}
+	}
+	return true
+}
+
+// sourced keys requests by value(r) under source, unchecked.
+func sourced(source string, value func(r *http.Request) (string, bool)) KeyFunc {
+	prefix := source + ":"
+	return func(r *http.Request) (string, bool) {
+		v, ok := value(r)
+		if !ok || v == "" {
+			return "", false
+		}
+		return appendEscaped([]byte(prefix), v), true
+	}
+}
+
+// appendEscaped returns b followed by v with '%', control characters (below 0x20, and 0x7F)
+// and every byte that is not part of valid UTF-8 written %XX. The mapping is injective: every
+// '%' of the result starts an escape, and the rest is v's own bytes.
+func appendEscaped(b []byte, v string) string {
+	const hexDigits = "0123456789ABCDEF"
+	for i := 0; i < len(v); {
+		c := v[i]
+		if c >= utf8.RuneSelf {
+			r, size := utf8.DecodeRuneInString(v[i:])
+			if r != utf8.RuneError || size > 1 {
+				b = append(b, v[i:i+size]...)
+				i += size
+				continue
+			}
+		} else if c >= 0x20 && c != 0x7F && c != '%' {
+			b = append(b, c)
+			i++
+			continue
+		}
+		b = append(b, '%', hexDigits[c>>4], hexDigits[c&0xF])
+		i++
+	}
+	return string(b)
 }
 
 // FirstOf keys requests by the first of fs that finds a key, e.g.
@@ -184,9 +284,9 @@ type ClientIPOptions struct {
 // is decided on whole addresses, before the client is reduced to its network. A request has no
 // key when the peer is not an IP address or an X-Forwarded-For field read is not one.
 //
-// A key is the client's address in canonical form when the prefix length is the address's
-// ("198.51.100.7"), else its network in CIDR notation ("2001:db8:1:2::/64"). An IPv4-mapped
-// IPv6 address (::ffff:198.51.100.7) is an IPv4 client; a zone is dropped.
+// A key is "ip:" and the client's address in canonical form when the prefix length is the
+// address's ("ip:198.51.100.7"), else its network in CIDR notation ("ip:2001:db8:1:2::/64"). An
+// IPv4-mapped IPv6 address (::ffff:198.51.100.7) is an IPv4 client; a zone is dropped.
 func ClientIP(trusted ...netip.Prefix) KeyFunc {
 	f, _ := ClientIPWith(ClientIPOptions{Trusted: trusted}) // the default lengths are valid
 	return f
@@ -220,10 +320,10 @@ func ClientIPWith(opts ClientIPOptions) (KeyFunc, error) {
 			bits = v4
 		}
 		if bits == a.BitLen() {
-			return a.String()
+			return "ip:" + a.String()
 		}
 		p, _ := a.Prefix(bits) // bits is within the address's length
-		return p.String()
+		return "ip:" + p.String()
 	}
 	return func(r *http.Request) (string, bool) {
 		peer, ok := parseAddr(r.RemoteAddr)

@@ -9,6 +9,11 @@
 // added again starts with no client state), and the strategies convert a client's state lazily
 // when its tier's parameters changed (see package limiter). A stacked tier's limits are decided
 // all or nothing, each on the client's state of its name (limiter.Stack).
+//
+// A client key is any string: every entry point resolves the tier on the key as given and keeps
+// the client's state under ClientKey(key), the key itself, or for a key over 1,024 bytes (or in
+// the digest form) "sha256:" and its SHA-256 in hex, so that a key's length never decides
+// whether a request is limited.
 package engine
 
 import (
@@ -319,6 +324,7 @@ func (e *Engine) Decide(ctx context.Context, policyID v1alpha1.PolicyID, key str
 	}
 	start := e.opts.Clock()
 	tier := b.policy.Resolve(key)
+	key = ClientKey(key)
 	r := Result{Policy: b.policy, Tier: tier}
 	if tier.Stack != nil {
 		r.Limits = make([]limiter.Decision, tier.Stack.Len())
@@ -368,6 +374,13 @@ func (e *Engine) DecideBatch(ctx context.Context, items []BatchItem, out []Batch
 		return nil
 	}
 	start := e.opts.Clock()
+	keys := storedKeys(items) // nil: every item's key is stored as itself
+	key := func(i int) string {
+		if keys != nil {
+			return keys[i]
+		}
+		return items[i].Key
+	}
 	// Group the items by policy, keeping their order within each group: different policies
 	// share no state, so only the order within a policy matters.
 	type group struct {
@@ -423,13 +436,13 @@ func (e *Engine) DecideBatch(ctx context.Context, items []BatchItem, out []Batch
 		if !ok {
 			for _, i := range g.items {
 				r := &out[i]
-				r.Decision, r.StoreError = decideOn(ctx, g.b.store, items[i].Key, r.Tier, start, items[i].Cost, r.Limits)
+				r.Decision, r.StoreError = decideOn(ctx, g.b.store, key(i), r.Tier, start, items[i].Cost, r.Limits)
 			}
 			continue
 		}
 		reqs, answers = slices.Grow(reqs[:0], len(g.items)), answers[:0]
 		for _, i := range g.items {
-			reqs = append(reqs, limiter.Request{Key: items[i].Key, Limiter: out[i].Tier.Limiter, Cost: items[i].Cost,
+			reqs = append(reqs, limiter.Request{Key: key(i), Limiter: out[i].Tier.Limiter, Cost: items[i].Cost,
 				Stack: out[i].Tier.Stack, Limits: out[i].Limits})
 		}
 		answers = slices.Grow(answers, len(reqs))[:len(reqs)]
@@ -443,7 +456,7 @@ func (e *Engine) DecideBatch(ctx context.Context, items []BatchItem, out []Batch
 		for _, i := range g.items {
 			r := &out[i]
 			if r.StoreError != nil {
-				r.Decision = e.degraded(ctx, g.b, items[i].Key, r.Tier, start, items[i].Cost, r.Limits)
+				r.Decision = e.degraded(ctx, g.b, key(i), r.Tier, start, items[i].Cost, r.Limits)
 			}
 			r.bind()
 			r.Outcome = outcome(&r.Result)
@@ -530,6 +543,7 @@ func (e *Engine) Peek(ctx context.Context, policyID v1alpha1.PolicyID, key strin
 		return Result{}, err
 	}
 	tier := b.policy.Resolve(key)
+	key = ClientKey(key)
 	r := Result{Policy: b.policy, Tier: tier}
 	if tier.Stack != nil {
 		r.Limits = make([]limiter.Decision, tier.Stack.Len())
@@ -561,6 +575,7 @@ func (e *Engine) Refund(ctx context.Context, policyID v1alpha1.PolicyID, key str
 	}
 	now := e.opts.Clock()
 	tier := b.policy.Resolve(key)
+	key = ClientKey(key)
 	r := Result{Policy: b.policy, Tier: tier, Outcome: Allowed}
 	refund := func(st limiter.Store) (limiter.Decision, error) {
 		if tier.Stack != nil {
@@ -599,6 +614,7 @@ func (e *Engine) Reset(ctx context.Context, policyID v1alpha1.PolicyID, key stri
 	if err != nil {
 		return err
 	}
+	key = ClientKey(key)
 	if err := b.store.Reset(ctx, key, b.policy.LimitNames...); err != nil {
 		return fmt.Errorf("reset client state: %w", err)
 	}

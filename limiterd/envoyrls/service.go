@@ -25,10 +25,21 @@
 //     %26 and %3D: [("generic_key", "api"), ("remote_address", "10.0.0.1")] is the client
 //     "generic_key=api&remote_address=10.0.0.1". Distinct descriptors are distinct clients.
 //
-// A client key has 1 to 1024 bytes (v1alpha1.MaxClientKeyBytes), as in the HTTP API. A
-// descriptor's cost is its own hits_addend when set, else the request's hits_addend when not 0,
-// else 1 (Envoy defines a request's hits_addend of 0 as 1); it is at most 1000000000
-// (v1alpha1.MaxCapacity, also Envoy's bound).
+// A client key's content never fails a request, since a descriptor's values can come from the
+// client (a header Envoy copies, say), and Envoy's failure_mode_deny: false admits a request
+// the service fails:
+//
+//   - a key of any length is a client: one longer than 1024 bytes (v1alpha1.MaxClientKeyBytes)
+//     is kept under the SHA-256 digest of the whole key, as in the HTTP API (engine.ClientKey),
+//     with the tier its overrides give it;
+//   - an empty value of the descriptorKey entry is the client "" (one client for every such
+//     descriptor), which no override can name: it has the default tier.
+//
+// A descriptor's cost is its own hits_addend when set, else the request's hits_addend when not
+// 0, else 1 (Envoy defines a request's hits_addend of 0 as 1). A cost above 1000000000
+// (v1alpha1.MaxCapacity, also Envoy's bound, above every tier's limit) is admitted by no tier:
+// that descriptor alone is OVER_LIMIT, without current_limit, and consumes nothing (a dry-run
+// tier does not admit it either), while the request's other descriptors are decided.
 //
 // A descriptor whose own hits_addend is set to 0 is a peek, as in Envoy's reference service
 // ("check only, no increment"): its status describes the client's state as a one-unit request
@@ -80,8 +91,11 @@
 // A request that cannot be decided gets a gRPC error status and consumes nothing:
 // InvalidArgument for a malformed request, NotFound for an unknown domain, Unavailable before any
 // policy is loaded. Envoy counts any error as a failure of the rate-limit service and lets its
-// failure_mode_deny decide (by default it admits the request). limiterd never answers the
-// UNKNOWN code, which Envoy would take as OK.
+// failure_mode_deny decide: false (Envoy's default) admits the request unlimited, true answers
+// it 500. limiterd never answers the UNKNOWN code, which Envoy would take as OK. Nothing a
+// client of Envoy can put in a descriptor (a key's length or bytes, an empty value, a cost)
+// makes a request an error; what can is Envoy's configuration (a descriptor without entries, a
+// domain naming no loaded policy) and limiterd's own state.
 //
 // # Envoy configuration
 //
@@ -93,19 +107,30 @@
 //	  typed_config:
 //	    "@type": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit
 //	    domain: edge/per-ip
-//	    failure_mode_deny: false          # admit when limiterd fails
+//	    failure_mode_deny: true           # refuse (500) when limiterd cannot answer
 //	    rate_limit_service:
 //	      transport_api_version: V3
 //	      grpc_service: {envoy_grpc: {cluster_name: limiterd}}   # an HTTP/2 cluster
 //	# on the route or virtual host:
 //	rate_limits:
 //	- actions: [{remote_address: {}}]   # descriptor [("remote_address", "<client address>")]
+//
+// failure_mode_deny says what Envoy does when limiterd cannot answer (unreachable, a timeout,
+// an error status): true refuses the request, false admits it with no limit at all. Whoever
+// can make limiterd fail, or wait for it to, then passes unlimited; so set it to true wherever
+// the limit protects something (a backend's capacity, a login endpoint, a paid quota), and
+// false only where availability matters more than the limit and a limiterd outage is
+// acceptable as no limit. limiterd's own failure modes (spec.failureMode: Open, Closed, Local)
+// decide what happens while its store fails; failure_mode_deny only covers limiterd itself.
+//
+// Overrides see the values of descriptors: name in them only values the client cannot choose
+// (remote_address as Envoy derives it from a connection or trusted hops, a header your own
+// authentication set after verifying the caller), never a header the client sends as it likes.
 package envoyrls
 
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"math"
 	"strings"
@@ -160,6 +185,7 @@ type item struct {
 	cost    int64
 	limited bool // false: the descriptor has no entry of the policy's descriptorKey
 	refund  bool // is_negative_hits: return cost units
+	overMax bool // its cost is above MaxCost: rejected (OVER_LIMIT) without a decision
 }
 
 // ShouldRateLimit decides a request's descriptors (see the package documentation).
@@ -208,6 +234,11 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			resp.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
 			continue
 		}
+		if it.overMax { // no tier admits it: rejected, nothing consumed, the others decided
+			resp.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OVER_LIMIT}
+			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+			continue
+		}
 		var (
 			res engine.Result
 			err error
@@ -250,7 +281,10 @@ func moreRestrictive(res, pick *engine.Result, picked, pickRejected bool) bool {
 	return res.Remaining < pick.Remaining
 }
 
-// check reads a descriptor's client key and cost; it returns an error the client can be shown.
+// check reads a descriptor's client key and cost; it returns an error the client can be shown
+// only for what no client of Envoy can send (a descriptor without entries). What a client can
+// choose never fails the request: a key of any length or none is a client (engine.ClientKey),
+// and a cost above MaxCost rejects the descriptor alone.
 func check(d *ratelimitv3.RateLimitDescriptor, descriptorKey string, requestHits uint32) (item, error) {
 	entries := d.GetEntries()
 	if len(entries) == 0 {
@@ -259,11 +293,11 @@ func check(d *ratelimitv3.RateLimitDescriptor, descriptorKey string, requestHits
 	it := item{cost: 1, limited: true, refund: d.GetIsNegativeHits()}
 	switch h := d.GetHitsAddend(); {
 	case h.GetValue() > MaxCost:
-		return item{}, fmt.Errorf("hits_addend %d is more than %d", h.GetValue(), MaxCost)
+		it.overMax = true
 	case h != nil:
 		it.cost = int64(h.GetValue()) // 0: a peek
 	case requestHits > MaxCost:
-		return item{}, fmt.Errorf("the request's hits_addend %d is more than %d", requestHits, MaxCost)
+		it.overMax = true
 	case requestHits > 0:
 		it.cost = int64(requestHits)
 	}
@@ -278,18 +312,9 @@ func check(d *ratelimitv3.RateLimitDescriptor, descriptorKey string, requestHits
 				break
 			}
 		}
-		if !it.limited {
-			return it, nil
-		}
-	} else {
-		it.key = JoinEntries(entries)
+		return it, nil
 	}
-	switch {
-	case it.key == "":
-		return item{}, errors.New("the client key is empty")
-	case len(it.key) > v1alpha1.MaxClientKeyBytes:
-		return item{}, fmt.Errorf("the client key is longer than %d bytes", v1alpha1.MaxClientKeyBytes)
-	}
+	it.key = JoinEntries(entries)
 	return it, nil
 }
 

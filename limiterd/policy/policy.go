@@ -32,7 +32,8 @@ type Tier struct {
 	// DryRun means decisions are made and counted but the answer is always "allowed".
 	DryRun bool
 
-	headerNames []string // by limit: the names the header fields give the limits
+	headerName  string   // the name the header fields give a tier of one limit
+	headerNames []string // by limit: the names the header fields give a stack's limits
 }
 
 // Limited reports whether the tier has a quota to advertise: a stack, or one limit other than
@@ -57,12 +58,13 @@ func (t *Tier) Limit(i int) limiter.RateLimiter {
 
 // HeaderName returns the name that the RateLimit and RateLimit-Policy header fields, and an
 // Envoy rate limit, give limit i: the tier's name for a tier of one limit, "<tier>/<limit>"
-// for a limit of a stack.
+// for a limit of a stack; with the policy's tierNames Hidden, v1alpha1.HiddenTierName stands
+// for the tier's name. The names are built when the policy is compiled.
 func (t *Tier) HeaderName(i int) string {
 	if t.Stack != nil {
 		return t.headerNames[i]
 	}
-	return t.Name
+	return t.headerName
 }
 
 // AppendRateLimitPolicy appends the value of the tier's RateLimit-Policy header field: one item
@@ -124,12 +126,15 @@ func Compile(p *v1alpha1.RateLimitPolicy) (*Policy, error) {
 	byName := make(map[string]*Tier, len(src.Spec.Tiers))
 	for i := range src.Spec.Tiers {
 		t := &src.Spec.Tiers[i]
-		tier := &Tier{Name: t.Name, Index: i, DryRun: t.DryRun}
+		tier := &Tier{Name: t.Name, Index: i, DryRun: t.DryRun, headerName: t.Name}
+		if src.Spec.TierNames == v1alpha1.TierNamesHidden {
+			tier.headerName = v1alpha1.HiddenTierName
+		}
 		var err error
 		if t.Limits != nil {
 			tier.Stack, err = stack(t)
 			for j := range t.Limits {
-				tier.headerNames = append(tier.headerNames, t.Name+"/"+t.Limits[j].Name)
+				tier.headerNames = append(tier.headerNames, tier.headerName+"/"+t.Limits[j].Name)
 				if !slices.Contains(c.LimitNames, t.Limits[j].Name) {
 					c.LimitNames = append(c.LimitNames, t.Limits[j].Name)
 				}
@@ -194,10 +199,15 @@ func stack(t *v1alpha1.Tier) (*limiter.Stack, error) {
 }
 
 // Resolve returns the tier of a client key: the override naming the key exactly, else the
-// override with the longest prefix of the key, else the default tier.
+// override with the longest prefix of the key, else the default tier. A key of any length is
+// resolved in O(min(len(key), v1alpha1.MaxClientKeyBytes)): overrides name keys and prefixes of
+// at most MaxClientKeyBytes, so a longer key is named by no exact override and matches a prefix
+// exactly when its first MaxClientKeyBytes bytes do.
 func (p *Policy) Resolve(key string) *Tier {
-	if t, ok := p.exact[key]; ok {
-		return t
+	if len(key) <= v1alpha1.MaxClientKeyBytes {
+		if t, ok := p.exact[key]; ok {
+			return t
+		}
 	}
 	if t := p.prefixes.longest(key); t != nil {
 		return t

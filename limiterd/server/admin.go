@@ -319,7 +319,8 @@ func (a *Admin) writeError(w http.ResponseWriter, err error) {
 }
 
 // decodeClientQuery reads policy and key from an admin query, with the bounds of the decisions
-// API; unknown or repeated parameters are rejected.
+// API (a key of any length names the client the decisions API decides for it, see
+// engine.ClientKey); unknown or repeated parameters are rejected.
 func decodeClientQuery(rawQuery string) (policyID, key string, err error) {
 	values, err := url.ParseQuery(rawQuery)
 	if err != nil {
@@ -337,8 +338,6 @@ func decodeClientQuery(rawQuery string) (policyID, key string, err error) {
 	switch {
 	case key == "":
 		return "", "", errKeyMissing
-	case len(key) > MaxKeyBytes:
-		return "", "", errKeyTooLong
 	case !utf8.ValidString(key):
 		return "", "", errKeyUTF8
 	case len(policyID) > MaxPolicyBytes:

@@ -9,6 +9,10 @@
 //	POST /v1/allow   {"policy": "<namespace>/<name>", "key": "<client key>", "cost": 1}
 //	GET  /v1/allow?policy=<namespace>/<name>&key=<client key>&cost=1
 //
+// A key is any non-empty UTF-8 string the request holds: one over MaxKeyBytes (1024) bytes is
+// decided like any other, as the client named by its SHA-256 digest (engine.ClientKey), so its
+// length never decides whether a request is limited.
+//
 // policy may be omitted when exactly one policy is loaded; cost defaults to 1. A cost of 0 is a
 // peek: it consumes nothing and answers what a one-unit request would get now (allowed, the
 // status and Retry-After say whether and when one unit would be admitted). The answer is

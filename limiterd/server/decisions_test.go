@@ -200,7 +200,6 @@ func TestAllowBeforeAnyPolicyIs503(t *testing.T) {
 }
 
 func TestAllowRejectsBadRequests(t *testing.T) {
-	long := strings.Repeat("k", MaxKeyBytes+1)
 	for _, tc := range []struct {
 		name   string
 		method string
@@ -212,7 +211,6 @@ func TestAllowRejectsBadRequests(t *testing.T) {
 		{"empty key", "POST", "/v1/allow", `{"key":""}`, 400},
 		{"null key", "POST", "/v1/allow", `{"key":null}`, 400},
 		{"numeric key", "POST", "/v1/allow", `{"key":12}`, 400},
-		{"key too long", "POST", "/v1/allow", `{"key":"` + long + `"}`, 400},
 		{"cost leading zero", "POST", "/v1/allow", `{"key":"k","cost":01}`, 400},
 		{"cost negative", "POST", "/v1/allow", `{"key":"k","cost":-1}`, 400},
 		{"cost fraction", "POST", "/v1/allow", `{"key":"k","cost":1.5}`, 400},
@@ -229,7 +227,6 @@ func TestAllowRejectsBadRequests(t *testing.T) {
 		{"field twice", "POST", "/v1/allow", `{"key":"k","key":"j"}`, 400},
 		{"trailing data", "POST", "/v1/allow", `{"key":"k"} {}`, 400},
 		{"GET missing key", "GET", "/v1/allow?policy=default/api", "", 400},
-		{"GET key too long", "GET", "/v1/allow?key=" + long, "", 400},
 		{"GET cost leading zero", "GET", "/v1/allow?key=k&cost=00", "", 400},
 		{"GET cost float", "GET", "/v1/allow?key=k&cost=1.5", "", 400},
 		{"GET cost string", "GET", "/v1/allow?key=k&cost=two", "", 400},

@@ -15,7 +15,7 @@ type RefundRequest struct {
 	// Policy is "<namespace>/<name>"; "" when the request names none (allowed when exactly one
 	// policy is loaded).
 	Policy string
-	// Key identifies the client: 1 to MaxKeyBytes bytes of UTF-8.
+	// Key identifies the client: at least 1 byte of UTF-8, of any length (see MaxKeyBytes).
 	Key string
 	// Amount is how many units to return, 1 to MaxCost.
 	Amount int64
@@ -60,8 +60,8 @@ func DecodeRefundRequest(body []byte) (RefundRequest, error) {
 					return RefundRequest{}, errDuplicateField
 				}
 				haveKey = true
-				if req.Key, err = d.str(MaxKeyBytes); err != nil {
-					return RefundRequest{}, fieldErr(err, errKeyTooLong, errKeyUTF8, "key must be a string")
+				if req.Key, err = d.key(); err != nil {
+					return RefundRequest{}, err
 				}
 			case "policy":
 				if havePolicy {

@@ -13,7 +13,11 @@ import (
 
 // Request limits.
 const (
-	// MaxKeyBytes bounds a client key: the longest client key a policy names.
+	// MaxKeyBytes is the longest client key a policy names and a store keeps as itself. A
+	// longer key is no error: it is decided like any other, as the client named by its digest
+	// (engine.ClientKey), so that a key's length never decides whether a request is limited.
+	// A key is bounded only by the request: the body (MaxBodyBytes, MaxBatchBodyBytes) or the
+	// server's limit on a request's header (GET).
 	MaxKeyBytes = v1alpha1.MaxClientKeyBytes
 	// MaxPolicyBytes bounds the policy of a request: a request bound above the longest policy
 	// ID (a 63-byte namespace, '/', a 253-byte name), so that a longer one is refused before
@@ -31,7 +35,7 @@ type AllowRequest struct {
 	// Policy is "<namespace>/<name>"; "" when the request names none (allowed when exactly one
 	// policy is loaded).
 	Policy string
-	// Key identifies the client: 1 to MaxKeyBytes bytes of UTF-8.
+	// Key identifies the client: at least 1 byte of UTF-8, of any length (see MaxKeyBytes).
 	Key string
 	// Cost is what the request spends, 0 to MaxCost; 1 when the request names none. 0 is a
 	// peek: the answer describes the client's state and nothing is consumed.
@@ -44,7 +48,6 @@ type errRequest string
 func (e errRequest) Error() string { return string(e) }
 
 var (
-	errKeyTooLong    = errRequest("key is longer than " + strconv.Itoa(MaxKeyBytes) + " bytes")
 	errPolicyTooLong = errRequest("policy is longer than " + strconv.Itoa(MaxPolicyBytes) + " bytes")
 	errCost          = errRequest("cost must be an integer between 0 and " + strconv.Itoa(MaxCost))
 )
@@ -59,8 +62,9 @@ const (
 )
 
 // DecodeAllowRequest decodes a JSON decision request. The JSON is strict: an object with at
-// most the fields "policy" (string or null), "key" (string) and "cost" (integer or null), each
-// once, names matched exactly; nothing but whitespace after it. A cost is an integer literal
+// most the fields "policy" (string or null), "key" (a non-empty string of any length, see
+// MaxKeyBytes) and "cost" (integer or null), each once, names matched exactly; nothing but
+// whitespace after it. A cost is an integer literal
 // (no fraction, no exponent) from 0 (a peek) to MaxCost, 1 when absent or null. Every error is an
 // errRequest whose text can be shown to the client.
 func DecodeAllowRequest(body []byte) (AllowRequest, error) {
@@ -94,8 +98,8 @@ func DecodeAllowRequest(body []byte) (AllowRequest, error) {
 					return AllowRequest{}, errDuplicateField
 				}
 				haveKey = true
-				if req.Key, err = d.str(MaxKeyBytes); err != nil {
-					return AllowRequest{}, fieldErr(err, errKeyTooLong, errKeyUTF8, "key must be a string")
+				if req.Key, err = d.key(); err != nil {
+					return AllowRequest{}, err
 				}
 			case "policy":
 				if havePolicy {
@@ -201,6 +205,16 @@ func (d *jsonDecoder) null() bool {
 		return true
 	}
 	return false
+}
+
+// key decodes a client key: a JSON string of valid UTF-8, of any length the body holds (an
+// escape never decodes to more bytes than it takes).
+func (d *jsonDecoder) key() (string, error) {
+	s, err := d.str(len(d.data))
+	if err != nil {
+		return "", fieldErr(err, errStringTooLong, errKeyUTF8, "key must be a string")
+	}
+	return s, nil
 }
 
 // maxFieldNameBytes bounds a field name worth reading: longer ones are unknown.
@@ -423,9 +437,6 @@ func DecodeAllowQuery(rawQuery string) (AllowRequest, error) {
 				return AllowRequest{}, errRequest("query names key twice")
 			}
 			haveKey = true
-			if len(value) > MaxKeyBytes {
-				return AllowRequest{}, errKeyTooLong
-			}
 			if !utf8.ValidString(value) {
 				return AllowRequest{}, errKeyUTF8
 			}
