@@ -47,11 +47,11 @@ func serveGRPC(ctx context.Context, draining <-chan struct{}, addr string, timeo
 	if err != nil {
 		return fmt.Errorf("listen for grpc: %w", err)
 	}
-	srv := grpc.NewServer(append([]grpc.ServerOption{
+	srv := grpc.NewServer(append(append([]grpc.ServerOption{
 		// Envoy may keep idle connections alive with HTTP/2 pings; accept them every 10 s rather
 		// than answering GOAWAY "too_many_pings" under gRPC's 5-minute default.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-	}, opts...)...)
+	}, envoyrls.ServerOptions()...), opts...)...)
 	rlsv3.RegisterRateLimitServiceServer(srv, envoyrls.New(e, log))
 	healthSrv := health.NewServer()
 	healthpb.RegisterHealthServer(srv, healthSrv)

@@ -169,8 +169,11 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		return nil, status.Errorf(codes.InvalidArgument, "domain is required: it names the policy, <namespace>/<name>")
 	}
 	descriptors := req.GetDescriptors()
-	if len(descriptors) == 0 {
+	switch {
+	case len(descriptors) == 0:
 		return nil, status.Errorf(codes.InvalidArgument, "at least one descriptor is required")
+	case len(descriptors) > MaxDescriptors: // decoded by another codec than Codec
+		return nil, status.Errorf(codes.InvalidArgument, "%v", ErrTooManyDescriptors)
 	}
 	set := s.engine.Policies()
 	if set == nil {
@@ -187,6 +190,9 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	}
 	items := make([]item, len(descriptors))
 	for i, d := range descriptors {
+		if len(d.GetEntries()) > MaxDescriptorEntries {
+			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: %v", i, ErrTooManyEntries)
+		}
 		it, err := check(d, descriptorKey, req.GetHitsAddend())
 		if err != nil {
 			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: %v", i, err)
