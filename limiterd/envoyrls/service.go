@@ -43,6 +43,19 @@
 // request fails with Unavailable (descriptors before it were decided). Every descriptor is checked before any is
 // decided, so a request that is refused as a whole (any error status) consumes nothing.
 //
+// # Bounds and bytes
+//
+// A request holds at most MaxDescriptors (1000, as an HTTP batch) descriptors of at most
+// MaxDescriptorEntries (64) entries each, in at most MaxRequestBytes (2 MiB, the HTTP batch
+// body's bound). Served with ServerOptions, the server's Codec refuses a request past a count
+// as it reads it, before it allocates any of its messages (the call fails with Internal, the
+// code grpc-go gives a request its codec refuses, and the message names the bound), and
+// grpc-go refuses a larger message with ResourceExhausted from its length alone; through
+// another codec, the service refuses past a count with InvalidArgument. The Codec keeps
+// strings as sent: a descriptor's keys and values (and the domain) need not be UTF-8, as
+// Envoy copies header values, which may hold bytes above 0x7F, into entries; such a value is
+// a client like any other, distinct from every other byte string.
+//
 // # Several descriptors
 //
 // Several descriptors in one request are decided one after the other, independently, each
