@@ -137,23 +137,33 @@ func BenchmarkGRPCvsHTTP(b *testing.B) {
 		{"http-trivial", httpTarget(http.HandlerFunc(trivialHandler))},
 		{"http", httpTarget(server.NewDecisions(newEngineOn(b, time.Now, p), nil))},
 	}
-	var grpcRatios, httpRatios []float64
+	var grpcRatios, httpRatios, grpcCPURatios, httpCPURatios []float64
 	for range max(1, *benchRounds) {
-		rates := make(map[string]float64, len(targets))
+		rates := make(map[string]loadResult, len(targets))
 		for _, t := range targets {
 			b.Run("api="+t.name, func(b *testing.B) {
 				rates[t.name] = runLoad(b, keys, t.decide) // the last run is the measured one
 			})
 		}
-		if rates["grpc-empty"] > 0 && rates["http-trivial"] > 0 {
-			grpcRatios = append(grpcRatios, rates["grpc"]/rates["grpc-empty"])
-			httpRatios = append(httpRatios, rates["http"]/rates["http-trivial"])
+		if rates["grpc-empty"].rate > 0 && rates["http-trivial"].rate > 0 {
+			grpcRatios = append(grpcRatios, rates["grpc"].rate/rates["grpc-empty"].rate)
+			httpRatios = append(httpRatios, rates["http"].rate/rates["http-trivial"].rate)
+			grpcCPURatios = append(grpcCPURatios, float64(rates["grpc-empty"].cpu)/float64(rates["grpc"].cpu))
+			httpCPURatios = append(httpCPURatios, float64(rates["http-trivial"].cpu)/float64(rates["http"].cpu))
 		}
 	}
 	if len(grpcRatios) > 0 {
 		fmt.Printf("decisions/s as a fraction of the baseline's, per round (min median max):"+
 			" grpc/grpc-empty %s, http/http-trivial %s\n", spread(grpcRatios), spread(httpRatios))
+		fmt.Printf("the same from CPU time per decision (baseline's / API's; what a CPU-bound server would serve):"+
+			" grpc/grpc-empty %s, http/http-trivial %s\n", spread(grpcCPURatios), spread(httpCPURatios))
 	}
+}
+
+// loadResult is what runLoad measured: decisions per second, and CPU time per decision.
+type loadResult struct {
+	rate float64
+	cpu  time.Duration
 }
 
 // spread formats the min, median and max of xs.
@@ -173,10 +183,10 @@ func listenLoopback(b *testing.B) net.Listener {
 }
 
 // runLoad runs decide b.N times from -bench-workers goroutines and reports decisions per
-// second (which it returns), the 50th and 99th latency percentiles, and the CPU time of the
+// second, the 50th and 99th latency percentiles, and the CPU time of the
 // process (callers and server together) per decision, which depends less than the others on
-// what else the machine runs.
-func runLoad(b *testing.B, keys []string, decide func(ctx context.Context, key string) error) float64 {
+// what else the machine runs; it returns the decisions per second and CPU time per decision.
+func runLoad(b *testing.B, keys []string, decide func(ctx context.Context, key string) error) loadResult {
 	b.Helper()
 	ctx := b.Context()
 	// Warm up: open the connections and fill the engine with the keys.
@@ -219,7 +229,7 @@ func runLoad(b *testing.B, keys []string, decide func(ctx context.Context, key s
 	cpu := cpuTime(b) - cpu0
 	b.StopTimer()
 	if len(latencies) == 0 {
-		return 0
+		return loadResult{}
 	}
 	slices.Sort(latencies)
 	rate := float64(len(latencies)) / elapsed.Seconds()
@@ -227,7 +237,7 @@ func runLoad(b *testing.B, keys []string, decide func(ctx context.Context, key s
 	b.ReportMetric(float64(percentile(latencies, 0.50).Microseconds()), "p50-µs")
 	b.ReportMetric(float64(percentile(latencies, 0.99).Microseconds()), "p99-µs")
 	b.ReportMetric(float64(cpu.Microseconds())/float64(len(latencies)), "cpu-µs/decision")
-	return rate
+	return loadResult{rate: rate, cpu: cpu / time.Duration(len(latencies))}
 }
 
 // cpuTime returns the user and system CPU time the process has used.
