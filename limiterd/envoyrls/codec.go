@@ -124,12 +124,12 @@ func DecodeRateLimitRequest(b []byte, req *rlsv3.RateLimitRequest) error {
 }
 
 // field is one field of a message in the wire format: its number and wire type, where its
-// tag and its value start, and where it ends. A varint's value is in v; a length-delimited
-// value is b[start:end].
+// value starts (after the tag: raw) and where it ends. A varint's value is in v; a
+// length-delimited value is b[start:end].
 type field struct {
 	num        protowire.Number
 	typ        protowire.Type
-	tag, start int
+	raw, start int
 	end        int
 	v          uint64
 }
@@ -138,7 +138,6 @@ type field struct {
 // there. It refuses what proto.Unmarshal refuses: a field number out of range, an end of
 // group without its start, a truncated value, a reserved wire type.
 func next(b []byte, i, end int) (f field, ok bool) {
-	f.tag = i
 	tag, n := protowire.ConsumeVarint(b[i:end])
 	if n < 0 {
 		return f, false
@@ -147,7 +146,7 @@ func next(b []byte, i, end int) (f field, ok bool) {
 	if num < uint64(protowire.MinValidNumber) || num > uint64(protowire.MaxValidNumber) {
 		return f, false
 	}
-	f.num, f.typ, f.start = protowire.Number(num), protowire.Type(tag&7), i+n
+	f.num, f.typ, f.raw, f.start = protowire.Number(num), protowire.Type(tag&7), i+n, i+n
 	switch f.typ {
 	case protowire.VarintType:
 		f.v, n = protowire.ConsumeVarint(b[f.start:end])
@@ -238,10 +237,12 @@ type decoder struct {
 }
 
 // unknown appends the field f to m's unknown fields, as proto.Unmarshal keeps a field it does
-// not know (or knows with another wire type).
+// not know (or knows with another wire type): its tag written anew (in its shortest form),
+// then its value as sent.
 func (d *decoder) unknown(m proto.Message, f field) {
 	r := m.ProtoReflect()
-	r.SetUnknown(append(r.GetUnknown(), d.b[f.tag:f.end]...))
+	u := protowire.AppendTag(r.GetUnknown(), f.num, f.typ)
+	r.SetUnknown(append(u, d.b[f.raw:f.end]...))
 }
 
 func (d *decoder) request(i, end int, req *rlsv3.RateLimitRequest) error {

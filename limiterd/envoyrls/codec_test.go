@@ -378,17 +378,17 @@ func fromBytesRequest(t *testing.T, m *dynamicpb.Message) *rlsv3.RateLimitReques
 		Domain:     string(get(m, "domain").Bytes()),
 		HitsAddend: uint32(get(m, "hits_addend").Uint()),
 	}
-	req.ProtoReflect().SetUnknown(m.GetUnknown())
+	req.ProtoReflect().SetUnknown(shortTags(t, m.GetUnknown()))
 	descriptors := get(m, "descriptors").List()
 	for i := range descriptors.Len() {
 		dm := descriptors.Get(i).Message()
 		d := &ratelimitv3.RateLimitDescriptor{IsNegativeHits: get(dm, "is_negative_hits").Bool()}
-		d.ProtoReflect().SetUnknown(dm.GetUnknown())
+		d.ProtoReflect().SetUnknown(shortTags(t, dm.GetUnknown()))
 		entries := get(dm, "entries").List()
 		for j := range entries.Len() {
 			em := entries.Get(j).Message()
 			e := &ratelimitv3.RateLimitDescriptor_Entry{Key: string(get(em, "key").Bytes()), Value: string(get(em, "value").Bytes())}
-			e.ProtoReflect().SetUnknown(em.GetUnknown())
+			e.ProtoReflect().SetUnknown(shortTags(t, em.GetUnknown()))
 			d.Entries = append(d.Entries, e)
 		}
 		if has(dm, "limit") {
@@ -402,4 +402,21 @@ func fromBytesRequest(t *testing.T, m *dynamicpb.Message) *rlsv3.RateLimitReques
 		req.Descriptors = append(req.Descriptors, d)
 	}
 	return req
+}
+
+// shortTags rewrites the tags of unknown fields in their shortest form, as proto.Unmarshal
+// keeps them for a generated type (for a dynamicpb message it keeps them as sent).
+func shortTags(t *testing.T, b []byte) []byte {
+	t.Helper()
+	var out []byte
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		m := protowire.ConsumeFieldValue(num, typ, b[max(n, 0):])
+		if n < 0 || m < 0 {
+			t.Fatalf("unknown fields %x", b)
+		}
+		out = append(protowire.AppendTag(out, num, typ), b[n:n+m]...)
+		b = b[n+m:]
+	}
+	return out
 }
