@@ -215,7 +215,7 @@ bench-http: ## Load-test the decision handler against a trivial handler, and sin
 	$(GO) run ./cmd/loadgen --duration 2s --rounds 8 --workers 16
 
 .PHONY: bench-grpc
-bench-grpc: ## Decisions/s and p50/p99 latency of the gRPC (Envoy) API against the HTTP API, same load, one run.
+bench-grpc: ## Decisions/s and p50/p99 latency of the gRPC (Envoy) API and the HTTP API, each beside its baseline (an empty rate-limit server, a trivial handler), same load, 3 rounds.
 	$(GO) test -run '^$$' -bench 'GRPCvsHTTP' -benchtime $(BENCH_TIME) -count 1 ./limiterd/envoyrls -args -bench-workers=$(BENCH_WORKERS)
 
 .PHONY: bench-redis

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -17,6 +18,81 @@ import (
 	"github.com/limiterd/limiterd/limiterd/engine"
 	"github.com/limiterd/limiterd/limiterd/envoyrls"
 )
+
+// Bounds of the gRPC server that no flag sets.
+const (
+	// defaultGRPCMaxConnections bounds the connections the gRPC server serves at once; more
+	// wait in the listen backlog until one closes. Envoy opens one connection per worker
+	// thread to each replica, so this serves about a hundred Envoys of 8 workers with room to
+	// spare, and bounds what idle connections cost (grpc-go holds ~70 KiB of buffers each).
+	defaultGRPCMaxConnections = 1024
+	// defaultGRPCMaxConcurrentStreams bounds the calls in flight on one connection; more wait
+	// for one to finish (Envoy queues them). With MaxRequestBytes per call it bounds what one
+	// connection can make the server hold.
+	defaultGRPCMaxConcurrentStreams = 100
+	// defaultGRPCPingTime is how long a connection may be silent before the server pings it,
+	// and defaultGRPCPingTimeout how long it waits for the answer before it closes it: a peer
+	// that vanished without closing its connection (a killed node) frees it within 80 s.
+	defaultGRPCPingTime    = time.Minute
+	defaultGRPCPingTimeout = 20 * time.Second
+)
+
+// grpcLimits bounds what the gRPC server's clients may hold: connections, calls in flight and
+// time. A zero field takes its default: the constants above, and the HTTP servers' read and
+// idle timeouts (--read-timeout, --idle-timeout).
+type grpcLimits struct {
+	maxConnections       int
+	maxConcurrentStreams uint32
+	// handshakeTimeout bounds a new connection's TLS handshake and HTTP/2 preface, as the read
+	// timeout bounds an HTTP request: a client that sends nothing loses its connection then.
+	handshakeTimeout time.Duration
+	// idleTimeout closes a connection with no call in flight for that long (with a GOAWAY, so
+	// the client reconnects when it needs to), as the HTTP idle timeout does.
+	idleTimeout           time.Duration
+	pingTime, pingTimeout time.Duration
+}
+
+// grpcLimitsOf returns the gRPC server's limits for the HTTP server flags c.
+func grpcLimitsOf(c httpConfig) grpcLimits {
+	return grpcLimits{handshakeTimeout: c.readTimeout, idleTimeout: c.idleTimeout}
+}
+
+// withDefaults returns l with every zero field set to its default.
+func (l grpcLimits) withDefaults() grpcLimits {
+	set := func(v *time.Duration, d time.Duration) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	if l.maxConnections <= 0 {
+		l.maxConnections = defaultGRPCMaxConnections
+	}
+	if l.maxConcurrentStreams == 0 {
+		l.maxConcurrentStreams = defaultGRPCMaxConcurrentStreams
+	}
+	set(&l.handshakeTimeout, defaultReadTimeout)
+	set(&l.idleTimeout, defaultIdleTimeout)
+	set(&l.pingTime, defaultGRPCPingTime)
+	set(&l.pingTimeout, defaultGRPCPingTimeout)
+	return l
+}
+
+// options returns the server options that hold l (but the connection bound, which is the
+// listener's), with the service's own (envoyrls.ServerOptions: its codec and message bounds).
+func (l grpcLimits) options() []grpc.ServerOption {
+	return append([]grpc.ServerOption{
+		grpc.MaxConcurrentStreams(l.maxConcurrentStreams),
+		grpc.ConnectionTimeout(l.handshakeTimeout),
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			MaxConnectionIdle: l.idleTimeout,
+			Time:              l.pingTime,
+			Timeout:           l.pingTimeout,
+		}),
+		// Envoy may keep idle connections alive with HTTP/2 pings; accept them every 10 s rather
+		// than answering GOAWAY "too_many_pings" under gRPC's 5-minute default.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+	}, envoyrls.ServerOptions()...)
+}
 
 // addGRPC adds Envoy's rate-limit service on cfg.grpcAddr to d's background loops, unless the
 // address is empty. A listen failure is reported as the loop's error, which stops limiterd.
@@ -29,29 +105,28 @@ func (d *daemon) addGRPC(cfg config) {
 		if creds := d.tls.grpcCredentials(); creds != nil {
 			opts = append(opts, grpc.Creds(creds))
 		}
-		return serveGRPC(ctx, d.draining, cfg.grpcAddr, cfg.shutdownTimeout, d.engine, d.log, nil, opts...)
+		return serveGRPC(ctx, d.draining, cfg.grpcAddr, cfg.shutdownTimeout, grpcLimitsOf(cfg.http), d.engine, d.log, nil, opts...)
 	})
 }
 
 // serveGRPC serves envoy.service.ratelimit.v3.RateLimitService and grpc.health.v1.Health on
-// addr until ctx is done, then stops gracefully: new calls are refused, and calls in flight
-// finish, for at most timeout, after which their connections are closed and their contexts
-// cancelled. Health turns NOT_SERVING as soon as draining is closed (nil: when ctx is done),
-// while calls are still served, so that clients that check health move away first.
-// listening, if not nil, is called with the bound address once calls are accepted. opts are
-// added to the server's (grpc.Creds for TLS).
-func serveGRPC(ctx context.Context, draining <-chan struct{}, addr string, timeout time.Duration, e *engine.Engine, log *slog.Logger,
-	listening func(net.Addr), opts ...grpc.ServerOption,
+// addr, within limits, until ctx is done, then stops gracefully: new calls are refused, and
+// calls in flight finish, for at most timeout, after which their connections are closed and
+// their contexts cancelled. Health turns NOT_SERVING as soon as draining is closed (nil: when
+// ctx is done), while calls are still served, so that clients that check health move away
+// first. listening, if not nil, is called with the bound address once calls are accepted. opts
+// are added to the server's (grpc.Creds for TLS).
+func serveGRPC(ctx context.Context, draining <-chan struct{}, addr string, timeout time.Duration, limits grpcLimits,
+	e *engine.Engine, log *slog.Logger, listening func(net.Addr), opts ...grpc.ServerOption,
 ) error {
+	limits = limits.withDefaults()
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listen for grpc: %w", err)
 	}
-	srv := grpc.NewServer(append([]grpc.ServerOption{
-		// Envoy may keep idle connections alive with HTTP/2 pings; accept them every 10 s rather
-		// than answering GOAWAY "too_many_pings" under gRPC's 5-minute default.
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-	}, opts...)...)
+	// Past maxConnections, the listener accepts no more until one closes.
+	ln = netutil.LimitListener(ln, limits.maxConnections)
+	srv := grpc.NewServer(append(limits.options(), opts...)...)
 	rlsv3.RegisterRateLimitServiceServer(srv, envoyrls.New(e, log))
 	healthSrv := health.NewServer()
 	healthpb.RegisterHealthServer(srv, healthSrv)

@@ -2,23 +2,29 @@ package main
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/limiterd/limiterd/api/v1alpha1"
 	"github.com/limiterd/limiterd/limiterd/engine"
+	"github.com/limiterd/limiterd/limiterd/envoyrls"
 	"github.com/limiterd/limiterd/limiterd/policy"
 )
 
@@ -71,6 +77,12 @@ type grpcUnderTest struct {
 
 func startGRPC(t *testing.T, clock func() time.Time, timeout time.Duration) *grpcUnderTest {
 	t.Helper()
+	return startGRPCWith(t, clock, timeout, grpcLimits{})
+}
+
+// startGRPCWith is startGRPC with limits.
+func startGRPCWith(t *testing.T, clock func() time.Time, timeout time.Duration, limits grpcLimits) *grpcUnderTest {
+	t.Helper()
 	p, err := policy.Compile(&v1alpha1.RateLimitPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: "api", Namespace: "default"},
 		Spec: v1alpha1.RateLimitPolicySpec{
@@ -92,7 +104,9 @@ func startGRPC(t *testing.T, clock func() time.Time, timeout time.Duration) *grp
 	g := &grpcUnderTest{stop: cancel, done: make(chan error, 1), engine: e}
 	addrs := make(chan net.Addr, 1)
 	log := slog.New(slog.DiscardHandler)
-	go func() { g.done <- serveGRPC(ctx, nil, "127.0.0.1:0", timeout, e, log, func(a net.Addr) { addrs <- a }) }()
+	go func() {
+		g.done <- serveGRPC(ctx, nil, "127.0.0.1:0", timeout, limits, e, log, func(a net.Addr) { addrs <- a })
+	}()
 	select {
 	case a := <-addrs:
 		g.addr = a.String()
@@ -212,8 +226,188 @@ func TestServeGRPCListenError(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	err = serveGRPC(t.Context(), nil, ln.Addr().String(), time.Second, engine.New(engine.Options{}), slog.Default(), nil)
+	err = serveGRPC(t.Context(), nil, ln.Addr().String(), time.Second, grpcLimits{}, engine.New(engine.Options{}), slog.Default(), nil)
 	if err == nil || !strings.Contains(err.Error(), "listen for grpc") {
 		t.Fatalf("serveGRPC on a busy port: %v", err)
+	}
+}
+
+// blockingClock is an engine clock that blocks every decision while armed, until released.
+type blockingClock struct {
+	armed   atomic.Bool
+	entered chan struct{}
+	release chan struct{}
+}
+
+func newBlockingClock() *blockingClock {
+	return &blockingClock{entered: make(chan struct{}, 100), release: make(chan struct{})}
+}
+
+func (c *blockingClock) now() time.Time {
+	if c.armed.Load() {
+		c.entered <- struct{}{}
+		<-c.release
+	}
+	return time.Unix(1_900_000_000, 0)
+}
+
+// callOnNewConn makes one decision on a connection of its own to g, closed when the test ends.
+func (g *grpcUnderTest) callOnNewConn(ctx context.Context, t *testing.T) (*grpc.ClientConn, error) {
+	t.Helper()
+	conn, err := grpc.NewClient("passthrough:///"+g.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	_, err = rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, allowRequest())
+	return conn, err
+}
+
+func TestServeGRPCServesAtMostMaxConnections(t *testing.T) {
+	g := startGRPCWith(t, time.Now, time.Minute, grpcLimits{maxConnections: 2})
+	first, err := g.callOnNewConn(t.Context(), t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.callOnNewConn(t.Context(), t); err != nil {
+		t.Fatal(err)
+	}
+	// A third connection is not accepted: its call waits.
+	third, err := grpc.NewClient("passthrough:///"+g.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer third.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	if _, err := rlsv3.NewRateLimitServiceClient(third).ShouldRateLimit(ctx, allowRequest()); status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("a call on a connection past the bound: %v, want it to wait (DeadlineExceeded)", err)
+	}
+	// Once one closes, the next is served.
+	_ = first.Close()
+	ctx, cancel = context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if _, err := rlsv3.NewRateLimitServiceClient(third).ShouldRateLimit(ctx, allowRequest(), grpc.WaitForReady(true)); err != nil {
+		t.Fatalf("a call once a connection closed: %v", err)
+	}
+}
+
+func TestServeGRPCServesAtMostMaxConcurrentStreams(t *testing.T) {
+	clock := newBlockingClock()
+	g := startGRPCWith(t, clock.now, time.Minute, grpcLimits{maxConcurrentStreams: 2})
+	if _, err := g.rls.ShouldRateLimit(t.Context(), allowRequest()); err != nil { // connected
+		t.Fatal(err)
+	}
+	clock.armed.Store(true)
+	answered := make(chan error, 3)
+	for range 3 {
+		go func() {
+			_, err := g.rls.ShouldRateLimit(t.Context(), allowRequest())
+			answered <- err
+		}()
+	}
+	for range 2 {
+		select {
+		case <-clock.entered:
+		case <-time.After(10 * time.Second):
+			t.Fatal("two calls were not decided at once")
+		}
+	}
+	select {
+	case <-clock.entered:
+		t.Fatal("a third call was decided while two were in flight on the connection")
+	case <-time.After(300 * time.Millisecond):
+	}
+	clock.armed.Store(false)
+	close(clock.release)
+	for range 3 {
+		if err := <-answered; err != nil {
+			t.Errorf("call: %v", err)
+		}
+	}
+}
+
+// rawHTTP2 opens a TCP connection to addr and, when preface, sends the HTTP/2 client preface
+// and an empty SETTINGS frame; it returns how long until the server closed the connection
+// (it answers nothing the server sends, PINGs included), failing after 10 s.
+func rawHTTP2(t *testing.T, addr string, preface bool) time.Duration {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	start := time.Now()
+	if preface {
+		if _, err := c.Write(append([]byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"), 0, 0, 0, 4, 0, 0, 0, 0, 0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.SetReadDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(io.Discard, c); err != nil && !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("the server did not close the connection: %v", err)
+	}
+	return time.Since(start)
+}
+
+func TestServeGRPCClosesConnectionsThatHoldNothing(t *testing.T) {
+	t.Run("no handshake", func(t *testing.T) {
+		g := startGRPCWith(t, time.Now, time.Minute, grpcLimits{handshakeTimeout: 200 * time.Millisecond})
+		if d := rawHTTP2(t, g.addr, false); d < 150*time.Millisecond {
+			t.Errorf("closed after %v, before the handshake timeout", d)
+		}
+	})
+	t.Run("idle", func(t *testing.T) {
+		g := startGRPCWith(t, time.Now, time.Minute, grpcLimits{idleTimeout: 200 * time.Millisecond})
+		if d := rawHTTP2(t, g.addr, true); d < 150*time.Millisecond {
+			t.Errorf("closed after %v, before the idle timeout", d)
+		}
+		// A client's connection goes idle too.
+		if _, err := g.rls.ShouldRateLimit(t.Context(), allowRequest()); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		for s := g.conn.GetState(); s == connectivity.Ready; s = g.conn.GetState() {
+			if !g.conn.WaitForStateChange(ctx, s) {
+				t.Fatal("the idle client connection was not closed")
+			}
+		}
+	})
+	t.Run("no ping answer", func(t *testing.T) {
+		g := startGRPCWith(t, time.Now, time.Minute, grpcLimits{pingTime: 100 * time.Millisecond, pingTimeout: 100 * time.Millisecond, idleTimeout: time.Hour})
+		if d := rawHTTP2(t, g.addr, true); d < 150*time.Millisecond {
+			t.Errorf("closed after %v, before the ping's time and timeout", d)
+		}
+	})
+}
+
+func TestServeGRPCRefusesOversizeMessages(t *testing.T) {
+	g := startGRPC(t, time.Now, time.Minute)
+	req := allowRequest()
+	req.Descriptors[0].Entries[0].Value = strings.Repeat("x", envoyrls.MaxRequestBytes)
+	if _, err := g.rls.ShouldRateLimit(t.Context(), req); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("a request over %d bytes: %v, want ResourceExhausted", envoyrls.MaxRequestBytes, err)
+	}
+	if _, err := g.rls.ShouldRateLimit(t.Context(), allowRequest()); err != nil {
+		t.Fatalf("the next call on the connection: %v", err)
+	}
+}
+
+func TestGRPCLimitsFollowTheHTTPFlags(t *testing.T) {
+	cfg, err := parseFlags([]string{"--policy-file", "p.yaml", "--read-timeout", "3s", "--idle-timeout", "7s"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := grpcLimitsOf(cfg.http).withDefaults()
+	want := grpcLimits{
+		maxConnections: defaultGRPCMaxConnections, maxConcurrentStreams: defaultGRPCMaxConcurrentStreams,
+		handshakeTimeout: 3 * time.Second, idleTimeout: 7 * time.Second,
+		pingTime: defaultGRPCPingTime, pingTimeout: defaultGRPCPingTimeout,
+	}
+	if l != want {
+		t.Errorf("limits %+v, want %+v", l, want)
 	}
 }

@@ -24,9 +24,9 @@ type httpConfig struct {
 // register adds the HTTP server flags to fs.
 func (c *httpConfig) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.readTimeout, "read-timeout", defaultReadTimeout,
-		"most time a client may take to send a whole request, headers and body, on the decisions and admin APIs; past it the connection is closed")
+		"most time a client may take to send a whole request, headers and body, on the decisions and admin APIs, and to complete a new connection's TLS and HTTP/2 handshake on gRPC; past it the connection is closed")
 	fs.DurationVar(&c.idleTimeout, "idle-timeout", defaultIdleTimeout,
-		"how long a keep-alive connection may wait for its next request on the decisions and admin APIs before it is closed")
+		"how long a keep-alive connection may wait for its next request on the decisions and admin APIs, and a gRPC connection with no call in flight, before it is closed")
 }
 
 // check validates the HTTP server flags after parsing.

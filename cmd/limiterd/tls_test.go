@@ -106,7 +106,7 @@ func TestGRPCOverTLS(t *testing.T) {
 	addrs := make(chan net.Addr, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- serveGRPC(ctx, nil, "127.0.0.1:0", time.Minute, g.engine, d.log, func(a net.Addr) { addrs <- a },
+		done <- serveGRPC(ctx, nil, "127.0.0.1:0", time.Minute, grpcLimits{}, g.engine, d.log, func(a net.Addr) { addrs <- a },
 			grpc.Creds(d.tls.grpcCredentials()))
 	}()
 	var addr string

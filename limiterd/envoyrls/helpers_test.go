@@ -38,12 +38,12 @@ func newEngineOn(t testing.TB, now func() time.Time, policies ...*v1alpha1.RateL
 	return testsupport.NewEngine(t, now, policies...)
 }
 
-// dial serves the service of e over an in-memory listener and returns a client of it, both
-// closed when the test ends.
+// dial serves the service of e (with ServerOptions) over an in-memory listener and returns a
+// client of it, both closed when the test ends.
 func dial(t testing.TB, e *engine.Engine) rlsv3.RateLimitServiceClient {
 	t.Helper()
 	ln := bufconn.Listen(1 << 20)
-	srv := grpc.NewServer()
+	srv := grpc.NewServer(ServerOptions()...)
 	rlsv3.RegisterRateLimitServiceServer(srv, New(e, nil))
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()

@@ -54,6 +54,19 @@
 // request fails with Unavailable (descriptors before it were decided). Every descriptor is checked before any is
 // decided, so a request that is refused as a whole (any error status) consumes nothing.
 //
+// # Bounds and bytes
+//
+// A request holds at most MaxDescriptors (1000, as an HTTP batch) descriptors of at most
+// MaxDescriptorEntries (64) entries each, in at most MaxRequestBytes (2 MiB, the HTTP batch
+// body's bound). Served with ServerOptions, the server's Codec refuses a request past a count
+// as it reads it, before it allocates any of its messages (the call fails with Internal, the
+// code grpc-go gives a request its codec refuses, and the message names the bound), and
+// grpc-go refuses a larger message with ResourceExhausted from its length alone; through
+// another codec, the service refuses past a count with InvalidArgument. The Codec keeps
+// strings as sent: a descriptor's keys and values (and the domain) need not be UTF-8, as
+// Envoy copies header values, which may hold bytes above 0x7F, into entries; such a value is
+// a client like any other, distinct from every other byte string.
+//
 // # Several descriptors
 //
 // Several descriptors in one request are decided one after the other, independently, each
@@ -134,6 +147,7 @@ import (
 	"log/slog"
 	"math"
 	"strings"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -195,8 +209,11 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		return nil, status.Errorf(codes.InvalidArgument, "domain is required: it names the policy, <namespace>/<name>")
 	}
 	descriptors := req.GetDescriptors()
-	if len(descriptors) == 0 {
+	switch {
+	case len(descriptors) == 0:
 		return nil, status.Errorf(codes.InvalidArgument, "at least one descriptor is required")
+	case len(descriptors) > MaxDescriptors: // decoded by another codec than Codec
+		return nil, status.Errorf(codes.InvalidArgument, "%v", ErrTooManyDescriptors)
 	}
 	set := s.engine.Policies()
 	if set == nil {
@@ -213,6 +230,9 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	}
 	items := make([]item, len(descriptors))
 	for i, d := range descriptors {
+		if len(d.GetEntries()) > MaxDescriptorEntries {
+			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: %v", i, ErrTooManyEntries)
+		}
 		it, err := check(d, descriptorKey, req.GetHitsAddend())
 		if err != nil {
 			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: %v", i, err)
@@ -368,16 +388,27 @@ func (s *Service) decideError(err error, id v1alpha1.PolicyID) error {
 	return status.Errorf(codes.Internal, "decision failed")
 }
 
+// statusMessages are the messages of one descriptor's status, allocated together.
+type statusMessages struct {
+	status   rlsv3.RateLimitResponse_DescriptorStatus
+	limit    rlsv3.RateLimitResponse_RateLimit
+	duration durationpb.Duration
+}
+
 // descriptorStatus describes one decision.
 func descriptorStatus(res *engine.Result) *rlsv3.RateLimitResponse_DescriptorStatus {
-	st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+	m := &statusMessages{}
+	st := &m.status
+	st.Code = rlsv3.RateLimitResponse_OK
 	if !res.Allowed {
 		st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
 	if res.Tier.Limited() {
-		st.CurrentLimit = currentLimit(res.Tier, res.Binding)
+		st.CurrentLimit = fillCurrentLimit(&m.limit, res.Tier, res.Binding)
 		st.LimitRemaining = uint32(min(max(res.Remaining, 0), math.MaxUint32))
-		st.DurationUntilReset = durationpb.New(max(res.ResetAfter, 0))
+		reset := max(res.ResetAfter, 0)
+		m.duration.Seconds, m.duration.Nanos = int64(reset/time.Second), int32(reset%time.Second) // durationpb.New
+		st.DurationUntilReset = &m.duration
 	}
 	return st
 }
@@ -388,11 +419,14 @@ func descriptorStatus(res *engine.Result) *rlsv3.RateLimitResponse_DescriptorSta
 // header fields (the tier, or "<tier>/<limit>" for a limit of a stack). It is the quota and
 // window of the limit's item of the RateLimit-Policy header field.
 func currentLimit(t *policy.Tier, i int) *rlsv3.RateLimitResponse_RateLimit {
+	return fillCurrentLimit(&rlsv3.RateLimitResponse_RateLimit{}, t, i)
+}
+
+// fillCurrentLimit is currentLimit into rl, which it returns.
+func fillCurrentLimit(rl *rlsv3.RateLimitResponse_RateLimit, t *policy.Tier, i int) *rlsv3.RateLimitResponse_RateLimit {
 	limit := t.Limit(i)
-	rl := &rlsv3.RateLimitResponse_RateLimit{
-		Name:            t.HeaderName(i),
-		RequestsPerUnit: uint32(min(max(limit.Limit(), 0), math.MaxUint32)),
-	}
+	rl.Name = t.HeaderName(i)
+	rl.RequestsPerUnit = uint32(min(max(limit.Limit(), 0), math.MaxUint32))
 	seconds := max(1, ratelimitheaders.Seconds(limit.Window()))
 	var unit int64
 	switch {
@@ -411,24 +445,44 @@ func currentLimit(t *policy.Tier, i int) *rlsv3.RateLimitResponse_RateLimit {
 	return rl
 }
 
+// headerMessages are the header fields of an answer, allocated together.
+type headerMessages struct {
+	values [3]corev3.HeaderValue
+	ptrs   [3]*corev3.HeaderValue
+}
+
 // headers returns the header fields describing res, as the HTTP API writes them.
 func headers(res *engine.Result) []*corev3.HeaderValue {
-	var out []*corev3.HeaderValue
-	buf := make([]byte, 0, 96)
-	if t := res.Tier; t.Limited() {
-		buf = t.AppendRateLimitPolicy(buf)
-		policyEnd := len(buf)
-		buf = ratelimitheaders.AppendLimit(buf, t.HeaderName(res.Binding), res.Remaining, res.ResetAfter)
-		all := string(buf)
-		out = append(out,
-			&corev3.HeaderValue{Key: ratelimitheaders.RateLimitPolicy, Value: all[:policyEnd]},
-			&corev3.HeaderValue{Key: ratelimitheaders.RateLimit, Value: all[policyEnd:]})
+	m := &headerMessages{}
+	out := m.ptrs[:0]
+	add := func(key, value string) {
+		h := &m.values[len(out)]
+		h.Key, h.Value = key, value
+		out = append(out, h)
 	}
-	if !res.Allowed && res.RetryAfter > 0 { // none when no wait admits the cost
-		out = append(out, &corev3.HeaderValue{
-			Key:   ratelimitheaders.RetryAfter,
-			Value: string(ratelimitheaders.AppendRetryAfter(buf[:0], res.RetryAfter)),
-		})
+	var buf [128]byte
+	all := buf[:0]
+	policyEnd, limitEnd := 0, 0
+	if t := res.Tier; t.Limited() {
+		all = t.AppendRateLimitPolicy(all)
+		policyEnd = len(all)
+		all = ratelimitheaders.AppendLimit(all, t.HeaderName(res.Binding), res.Remaining, res.ResetAfter)
+		limitEnd = len(all)
+	}
+	retry := !res.Allowed && res.RetryAfter > 0 // none when no wait admits the cost
+	if retry {
+		all = ratelimitheaders.AppendRetryAfter(all, res.RetryAfter)
+	}
+	values := string(all) // one string holds every value
+	if res.Tier.Limited() {
+		add(ratelimitheaders.RateLimitPolicy, values[:policyEnd])
+		add(ratelimitheaders.RateLimit, values[policyEnd:limitEnd])
+	}
+	if retry {
+		add(ratelimitheaders.RetryAfter, values[limitEnd:])
+	}
+	if len(out) == 0 {
+		return nil
 	}
 	return out
 }

@@ -1,0 +1,351 @@
+package envoyrls
+
+import (
+	"errors"
+	"fmt"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/encoding"
+	grpcproto "google.golang.org/grpc/encoding/proto"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/limiterd/limiterd/api/v1alpha1"
+)
+
+// Bounds of one request, which the Codec holds as it decodes.
+const (
+	// MaxDescriptors is the most descriptors of one request: as many as the items of an HTTP
+	// batch (v1alpha1.MaxBatchItems).
+	MaxDescriptors = v1alpha1.MaxBatchItems
+	// MaxDescriptorEntries is the most entries of one descriptor. Envoy writes one entry per
+	// action of a rate limit, and a configuration has a handful.
+	MaxDescriptorEntries = 64
+	// MaxRequestBytes is the largest request message the gRPC server receives: the bound of an
+	// HTTP batch's body (server.MaxBatchBodyBytes, 2 MiB), room for MaxDescriptors descriptors
+	// of about 2 KiB each. It is also the largest answer the server sends: the answer to
+	// MaxDescriptors descriptors is under 200 KiB.
+	MaxRequestBytes = 2 << 20
+)
+
+// Errors of a request the Codec refuses as it decodes. grpc-go answers a request its codec
+// cannot decode with the status Internal, whose message holds the error's text.
+var (
+	// ErrTooManyDescriptors is the error of a request with more than MaxDescriptors descriptors.
+	ErrTooManyDescriptors = fmt.Errorf("envoyrls: the request has more than %d descriptors", MaxDescriptors)
+	// ErrTooManyEntries is the error of a descriptor with more than MaxDescriptorEntries entries.
+	ErrTooManyEntries = fmt.Errorf("envoyrls: a descriptor has more than %d entries", MaxDescriptorEntries)
+	// errMalformed is the error of bytes that are not a RateLimitRequest in the wire format.
+	errMalformed = errors.New("envoyrls: malformed RateLimitRequest")
+)
+
+// Codec is the gRPC codec of the rate-limit server (grpc.ForceServerCodecV2(Codec{})). It
+// decodes a RateLimitRequest itself and hands every other message (responses, the health
+// service's) to grpc-go's proto codec. The zero value is ready to use.
+//
+// Its RateLimitRequest decoding differs from proto.Unmarshal in two ways only. Strings (the
+// domain, the keys and values of entries) are kept as they were sent, valid UTF-8 or not:
+// Envoy copies header values into descriptor entries, and an HTTP header value may hold bytes
+// that are not UTF-8 (obs-text), which proto.Unmarshal refuses, failing the whole request (and
+// Envoy, with failure_mode_deny false, admits it). And it holds MaxDescriptors and
+// MaxDescriptorEntries before it allocates anything: a first pass over the message counts the
+// descriptors and the entries of each, and refuses a request past either bound with
+// ErrTooManyDescriptors or ErrTooManyEntries, so that a request of MaxRequestBytes of empty
+// descriptors costs the server its bytes and no more. Everything else is decoded as
+// proto.Unmarshal does: the last of repeated scalars wins, repeated message fields merge,
+// unknown fields (and known fields of another wire type) are kept as unknown fields.
+type Codec struct{}
+
+var _ encoding.CodecV2 = Codec{}
+
+// Name returns "proto": the codec reads and writes the protobuf wire format.
+func (Codec) Name() string { return grpcproto.Name }
+
+// Marshal encodes v with grpc-go's proto codec.
+func (Codec) Marshal(v any) (mem.BufferSlice, error) {
+	return protoCodec().Marshal(v)
+}
+
+// Unmarshal decodes data into v: a *rlsv3.RateLimitRequest with DecodeRateLimitRequest, any
+// other message with grpc-go's proto codec.
+func (Codec) Unmarshal(data mem.BufferSlice, v any) error {
+	req, ok := v.(*rlsv3.RateLimitRequest)
+	if !ok {
+		return protoCodec().Unmarshal(data, v)
+	}
+	if len(data) == 1 {
+		return DecodeRateLimitRequest(data[0].ReadOnlyData(), req)
+	}
+	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+	defer buf.Free()
+	return DecodeRateLimitRequest(buf.ReadOnlyData(), req)
+}
+
+// ServerOptions returns the options of a grpc.Server of the service: Codec, and
+// MaxRequestBytes as the largest message it receives and sends. grpc-go refuses a larger
+// request with ResourceExhausted as soon as it has read the message's length, before its bytes.
+func ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.ForceServerCodecV2(Codec{}),
+		grpc.MaxRecvMsgSize(MaxRequestBytes),
+		grpc.MaxSendMsgSize(MaxRequestBytes),
+	}
+}
+
+func protoCodec() encoding.CodecV2 { return encoding.GetCodecV2(grpcproto.Name) }
+
+// DecodeRateLimitRequest decodes the wire-format message b into req (reset first) as Codec
+// does: strings are kept whether or not they are UTF-8, and a request with more than
+// MaxDescriptors descriptors or a descriptor with more than MaxDescriptorEntries entries is
+// refused before anything is allocated. req keeps no reference to b: its strings share one
+// copy of it.
+func DecodeRateLimitRequest(b []byte, req *rlsv3.RateLimitRequest) error {
+	descriptors, entries, err := countRequest(b)
+	if err != nil {
+		return err
+	}
+	proto.Reset(req)
+	// The request in at most five allocations, whatever the number of its messages: its
+	// strings, and slabs of its descriptors and entries.
+	d := decoder{b: b, s: string(b)}
+	if descriptors > 0 {
+		d.descriptors = make([]ratelimitv3.RateLimitDescriptor, descriptors)
+		d.descriptorPtrs = make([]*ratelimitv3.RateLimitDescriptor, descriptors)
+	}
+	if entries > 0 {
+		d.entries = make([]ratelimitv3.RateLimitDescriptor_Entry, entries)
+		d.entryPtrs = make([]*ratelimitv3.RateLimitDescriptor_Entry, entries)
+	}
+	return d.request(0, len(b), req)
+}
+
+// field is one field of a message in the wire format: its number and wire type, where its
+// value starts (after the tag: raw) and where it ends. A varint's value is in v; a
+// length-delimited value is b[start:end].
+type field struct {
+	num        protowire.Number
+	typ        protowire.Type
+	raw, start int
+	end        int
+	v          uint64
+}
+
+// next reads the field of b that starts at i, before end; ok is false when b is malformed
+// there. It refuses what proto.Unmarshal refuses: a field number out of range, an end of
+// group without its start, a truncated value, a reserved wire type.
+func next(b []byte, i, end int) (f field, ok bool) {
+	tag, n := protowire.ConsumeVarint(b[i:end])
+	if n < 0 {
+		return f, false
+	}
+	num := tag >> 3
+	if num < uint64(protowire.MinValidNumber) || num > uint64(protowire.MaxValidNumber) {
+		return f, false
+	}
+	f.num, f.typ, f.raw, f.start = protowire.Number(num), protowire.Type(tag&7), i+n, i+n
+	switch f.typ {
+	case protowire.VarintType:
+		f.v, n = protowire.ConsumeVarint(b[f.start:end])
+	case protowire.BytesType:
+		var l uint64
+		l, n = protowire.ConsumeVarint(b[f.start:end])
+		if n >= 0 {
+			if l > uint64(end-f.start-n) {
+				return f, false
+			}
+			f.start += n
+			n = int(l)
+		}
+	case protowire.EndGroupType:
+		return f, false
+	default: // fixed32, fixed64, groups (never fields of these messages), reserved types
+		n = protowire.ConsumeFieldValue(f.num, f.typ, b[f.start:end])
+	}
+	if n < 0 {
+		return f, false
+	}
+	f.end = f.start + n
+	return f, true
+}
+
+// Field numbers of the messages decoded here, and the wire types of their known fields.
+const (
+	requestDomain      = 1 // string
+	requestDescriptors = 2 // repeated RateLimitDescriptor
+	requestHitsAddend  = 3 // uint32
+	descriptorEntries  = 1 // repeated Entry
+	descriptorLimit    = 2 // RateLimitOverride
+	descriptorHits     = 3 // google.protobuf.UInt64Value
+	descriptorNegative = 4 // bool
+	entryKey           = 1 // string
+	entryValue         = 2 // string
+	wrapperValue       = 1 // uint64 of UInt64Value
+	bytesType          = protowire.BytesType
+	varintType         = protowire.VarintType
+)
+
+// countRequest returns the number of descriptors of the request b and the number of their
+// entries, or an error as soon as b is malformed or past a bound. It allocates nothing.
+func countRequest(b []byte) (descriptors, entries int, err error) {
+	for i := 0; i < len(b); {
+		f, ok := next(b, i, len(b))
+		if !ok {
+			return 0, 0, errMalformed
+		}
+		i = f.end
+		if f.num != requestDescriptors || f.typ != bytesType {
+			continue
+		}
+		if descriptors == MaxDescriptors {
+			return 0, 0, ErrTooManyDescriptors
+		}
+		descriptors++
+		n := 0
+		for j := f.start; j < f.end; {
+			g, ok := next(b, j, f.end)
+			if !ok {
+				return 0, 0, errMalformed
+			}
+			j = g.end
+			if g.num == descriptorEntries && g.typ == bytesType {
+				if n == MaxDescriptorEntries {
+					return 0, 0, ErrTooManyEntries
+				}
+				n++
+			}
+		}
+		entries += n
+	}
+	return descriptors, entries, nil
+}
+
+// decoder fills a request from b, whose copy s holds its strings, taking its messages in turn
+// from slabs that countRequest sized.
+type decoder struct {
+	b              []byte
+	s              string
+	descriptors    []ratelimitv3.RateLimitDescriptor
+	descriptorPtrs []*ratelimitv3.RateLimitDescriptor
+	entries        []ratelimitv3.RateLimitDescriptor_Entry
+	entryPtrs      []*ratelimitv3.RateLimitDescriptor_Entry
+	nextDescriptor int
+	nextEntry      int
+}
+
+// unknown appends the field f to m's unknown fields, as proto.Unmarshal keeps a field it does
+// not know (or knows with another wire type): its tag written anew (in its shortest form),
+// then its value as sent.
+func (d *decoder) unknown(m proto.Message, f field) {
+	r := m.ProtoReflect()
+	u := protowire.AppendTag(r.GetUnknown(), f.num, f.typ)
+	r.SetUnknown(append(u, d.b[f.raw:f.end]...))
+}
+
+func (d *decoder) request(i, end int, req *rlsv3.RateLimitRequest) error {
+	first := d.nextDescriptor
+	for i < end {
+		f, ok := next(d.b, i, end)
+		if !ok {
+			return errMalformed
+		}
+		i = f.end
+		switch {
+		case f.num == requestDomain && f.typ == bytesType:
+			req.Domain = d.s[f.start:f.end]
+		case f.num == requestDescriptors && f.typ == bytesType:
+			n := d.nextDescriptor
+			d.nextDescriptor++
+			d.descriptorPtrs[n] = &d.descriptors[n]
+			req.Descriptors = d.descriptorPtrs[first:d.nextDescriptor:d.nextDescriptor]
+			if err := d.descriptor(f.start, f.end, d.descriptorPtrs[n]); err != nil {
+				return err
+			}
+		case f.num == requestHitsAddend && f.typ == varintType:
+			req.HitsAddend = uint32(f.v)
+		default:
+			d.unknown(req, f)
+		}
+	}
+	return nil
+}
+
+func (d *decoder) descriptor(i, end int, desc *ratelimitv3.RateLimitDescriptor) error {
+	first := d.nextEntry
+	for i < end {
+		f, ok := next(d.b, i, end)
+		if !ok {
+			return errMalformed
+		}
+		i = f.end
+		switch {
+		case f.num == descriptorEntries && f.typ == bytesType:
+			n := d.nextEntry
+			d.nextEntry++
+			d.entryPtrs[n] = &d.entries[n]
+			desc.Entries = d.entryPtrs[first:d.nextEntry:d.nextEntry]
+			if err := d.entry(f.start, f.end, d.entryPtrs[n]); err != nil {
+				return err
+			}
+		case f.num == descriptorLimit && f.typ == bytesType:
+			// Ignored by the service and holding no strings: proto.Unmarshal merges it.
+			if desc.Limit == nil {
+				desc.Limit = &ratelimitv3.RateLimitDescriptor_RateLimitOverride{}
+			}
+			if err := (proto.UnmarshalOptions{Merge: true}).Unmarshal(d.b[f.start:f.end], desc.Limit); err != nil {
+				return errMalformed
+			}
+		case f.num == descriptorHits && f.typ == bytesType:
+			if desc.HitsAddend == nil {
+				desc.HitsAddend = &wrapperspb.UInt64Value{}
+			}
+			if err := d.uint64Value(f.start, f.end, desc.HitsAddend); err != nil {
+				return err
+			}
+		case f.num == descriptorNegative && f.typ == varintType:
+			desc.IsNegativeHits = f.v != 0
+		default:
+			d.unknown(desc, f)
+		}
+	}
+	return nil
+}
+
+func (d *decoder) entry(i, end int, e *ratelimitv3.RateLimitDescriptor_Entry) error {
+	for i < end {
+		f, ok := next(d.b, i, end)
+		if !ok {
+			return errMalformed
+		}
+		i = f.end
+		switch {
+		case f.num == entryKey && f.typ == bytesType:
+			e.Key = d.s[f.start:f.end]
+		case f.num == entryValue && f.typ == bytesType:
+			e.Value = d.s[f.start:f.end]
+		default:
+			d.unknown(e, f)
+		}
+	}
+	return nil
+}
+
+// uint64Value merges a google.protobuf.UInt64Value into v.
+func (d *decoder) uint64Value(i, end int, v *wrapperspb.UInt64Value) error {
+	for i < end {
+		f, ok := next(d.b, i, end)
+		if !ok {
+			return errMalformed
+		}
+		i = f.end
+		if f.num == wrapperValue && f.typ == varintType {
+			v.Value = f.v
+		} else {
+			d.unknown(v, f)
+		}
+	}
+	return nil
+}
