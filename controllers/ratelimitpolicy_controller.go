@@ -71,6 +71,10 @@ const EventReporter = "limiterd-operator"
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=coordination.k8s.io,namespace=limiterd-system,resources=leases,verbs=get;list;watch;create;update;patch;delete
+// The metrics endpoint (main.go) authenticates its callers by TokenReview and authorizes them by
+// SubjectAccessReview.
+// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
+// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
 
 // RateLimitPolicyReconciler renders each RateLimitPolicy into a ConfigMap of ConfigMapNamespace
 // (limiterd's namespace), named ConfigMapName(policy ID), labelled with the policy's name and
