@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	limiterdv1alpha1 "github.com/limiterd/limiterd/api/v1alpha1"
@@ -38,10 +39,21 @@ func main() {
 	}
 }
 
+// metricsOptions serves the metrics on addr: with secure, over HTTPS and only to callers
+// authenticated by TokenReview and authorized by SubjectAccessReview (get /metrics), which needs
+// the rights to create both (the RBAC markers of controllers/).
+func metricsOptions(addr string, secure bool) metricsserver.Options {
+	if !secure {
+		return metricsserver.Options{BindAddress: addr}
+	}
+	return metricsserver.Options{BindAddress: addr, SecureServing: true, FilterProvider: filters.WithAuthenticationAndAuthorization}
+}
+
 func run(args []string) error {
 	fs := flag.NewFlagSet("manager", flag.ContinueOnError)
 	var (
 		metricsAddr             string
+		metricsSecure           bool
 		probeAddr               string
 		leaderElect             bool
 		leaderElectionNamespace string
@@ -49,6 +61,9 @@ func run(args []string) error {
 		shutdownTimeout         time.Duration
 	)
 	fs.StringVar(&metricsAddr, "metrics-bind-address", ":8080", `The address the metrics endpoint binds to; "0" disables it.`)
+	fs.BoolVar(&metricsSecure, "metrics-secure", true,
+		"Serve /metrics over HTTPS (a self-signed certificate), to callers whose bearer token a TokenReview authenticates and "+
+			"a SubjectAccessReview allows to get the non-resource URL /metrics; false serves it over HTTP to anyone (local development only).")
 	fs.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "The address the health probe endpoints (/healthz, /readyz) bind to.")
 	fs.BoolVar(&leaderElect, "leader-elect", false, "Elect a leader among replicas, so that one operator is active at a time.")
 	fs.StringVar(&leaderElectionNamespace, "leader-election-namespace", "",
@@ -81,7 +96,7 @@ func run(args []string) error {
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  scheme,
-		Metrics:                 metricsserver.Options{BindAddress: metricsAddr},
+		Metrics:                 metricsOptions(metricsAddr, metricsSecure),
 		HealthProbeBindAddress:  probeAddr,
 		LeaderElection:          leaderElect,
 		LeaderElectionID:        LeaderElectionID,
@@ -124,7 +139,7 @@ func run(args []string) error {
 		return fmt.Errorf("add readiness check: %w", err)
 	}
 
-	log.Info("starting operator", "configMapNamespace", configMapNamespace, "metricsBindAddress", metricsAddr, "healthProbeBindAddress", probeAddr, "leaderElect", leaderElect)
+	log.Info("starting operator", "configMapNamespace", configMapNamespace, "metricsBindAddress", metricsAddr, "metricsSecure", metricsSecure, "healthProbeBindAddress", probeAddr, "leaderElect", leaderElect)
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("run manager: %w", err)
 	}

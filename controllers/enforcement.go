@@ -113,7 +113,7 @@ func setEnforcement(p *limiterdv1alpha1.RateLimitPolicy, status *limiterdv1alpha
 		if until := rep.Expires.Sub(now) + recheckMargin; recheck == 0 || until < recheck {
 			recheck = until
 		}
-		s, ok := rep.Record[id]
+		s, ok := rep.Record.Lookup(id)
 		switch {
 		case ok && s.State == limiterdv1alpha1.ReplicaServing && s.Generation == gen:
 			serving++
@@ -201,14 +201,21 @@ func (r *RateLimitPolicyReconciler) replicaEvents() handler.Funcs {
 				r.enqueueAll(ctx, newLease, q) // became a record, or came back after expiring
 				return
 			}
+			var changed []limiterdv1alpha1.PolicyID
 			for id := range oldRep.Record {
 				if _, kept := newRep.Record[id]; !kept {
-					enqueuePolicy(id, q)
+					changed = append(changed, id)
 				}
 			}
 			for id, s := range newRep.Record {
 				if old, ok := oldRep.Record[id]; !ok || old != s {
-					enqueuePolicy(id, q)
+					changed = append(changed, id)
+				}
+			}
+			for _, id := range changed {
+				if !enqueuePolicy(id, q) { // a digest of the compact format names no policy
+					r.enqueueAll(ctx, newLease, q)
+					return
 				}
 			}
 		},
@@ -230,10 +237,14 @@ func (r *RateLimitPolicyReconciler) enqueueAll(ctx context.Context, obj client.O
 	}
 }
 
-// enqueuePolicy enqueues the policy of a replica's record entry; an entry whose ID does not
-// parse names no policy.
-func enqueuePolicy(id limiterdv1alpha1.PolicyID, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-	if id, err := limiterdv1alpha1.ParsePolicyID(id.String()); err == nil {
-		q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: id.Namespace(), Name: id.Name()}})
+// enqueuePolicy enqueues the policy of a replica's record entry and reports whether it could:
+// an entry whose key does not parse as a policy ID (a digest of the compact format) names no
+// policy by itself.
+func enqueuePolicy(id limiterdv1alpha1.PolicyID, q workqueue.TypedRateLimitingInterface[reconcile.Request]) bool {
+	id, err := limiterdv1alpha1.ParsePolicyID(id.String())
+	if err != nil {
+		return false
 	}
+	q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: id.Namespace(), Name: id.Name()}})
+	return true
 }

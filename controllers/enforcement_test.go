@@ -190,3 +190,67 @@ func TestStatusNamespaceAlone(t *testing.T) {
 		return nil
 	})
 }
+
+// TestEnforcementWithAThousandLongNamedPolicies: a replica serving a thousand policies whose
+// names are 253 bytes long publishes a record the API server accepts, and the operator reads
+// each policy's entry from it (Enforced), also after a renewal that changes an entry. Before,
+// the record of about 300 such policies exceeded MaxReplicaRecordBytes: the replica published
+// nothing and every policy of every tenant turned Enforced false.
+func TestEnforcementWithAThousandLongNamedPolicies(t *testing.T) {
+	env := testenv.Shared(t)
+	ns := env.Namespace(t)
+	cmNS := env.Namespace(t)
+	startOperatorWith(t, env, ns, cmNS, ns)
+	ctx := t.Context()
+	long := func(i int) string { return fmt.Sprintf("p%04d-%s", i, strings.Repeat("x", 247)) } // 253 bytes
+	p := newPolicy(ns, long(0))
+	if err := env.Client.Create(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	p = waitReady(t, env.Client, client.ObjectKeyFromObject(p), 1, ReasonRendered)
+
+	record := func(gen int64) string {
+		r := limiterdv1alpha1.ReplicaRecord{}
+		for i := range 1000 {
+			id := limiterdv1alpha1.NewPolicyID(ns, long(i))
+			r[id] = limiterdv1alpha1.ReplicaPolicyStatus{Generation: gen, State: limiterdv1alpha1.ReplicaServing,
+				ConfigMap: cmNS + "/" + limiterdv1alpha1.ConfigMapName(id)}
+		}
+		s, err := r.Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	lease := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "replica-a",
+			Labels:      map[string]string{limiterdv1alpha1.ReplicaLabel: "replica-a"},
+			Annotations: map[string]string{limiterdv1alpha1.ReplicaStatusAnnotation: record(p.Generation)}},
+		Spec: coordinationv1.LeaseSpec{RenewTime: &metav1.MicroTime{Time: time.Now()}, LeaseDurationSeconds: ptr.To[int32](3600)},
+	}
+	if err := env.Client.Create(ctx, lease); err != nil {
+		t.Fatalf("create the replica's Lease (%d bytes of record): %v", len(lease.Annotations[limiterdv1alpha1.ReplicaStatusAnnotation]), err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), lease) }) // the test's context is done by then
+	enforced := func(want string) {
+		t.Helper()
+		testsupport.Eventually(t, timeout, "enforcement status "+want, func() error {
+			got := &limiterdv1alpha1.RateLimitPolicy{}
+			if err := env.Client.Get(ctx, client.ObjectKeyFromObject(p), got); err != nil {
+				return err
+			}
+			if got.Status.Enforced != want {
+				return fmt.Errorf("status.enforced = %q, want %s", got.Status.Enforced, want)
+			}
+			return nil
+		})
+	}
+	enforced("1/1")
+	// A renewal that changes the entries reaches the policy too.
+	lease.Annotations[limiterdv1alpha1.ReplicaStatusAnnotation] = record(p.Generation + 1)
+	lease.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
+	if err := env.Client.Update(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
+	enforced("0/1")
+}

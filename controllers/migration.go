@@ -71,7 +71,7 @@ func legacyServers(id limiterdv1alpha1.PolicyID, current string, replicas []limi
 		if !rep.Live(now) {
 			continue
 		}
-		if s, ok := rep.Record[id]; ok && s.ConfigMap != current {
+		if s, ok := rep.Record.Lookup(id); ok && s.ConfigMap != current {
 			out = append(out, rep.Name)
 		}
 	}

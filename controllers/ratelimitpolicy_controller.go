@@ -48,7 +48,7 @@ const (
 	// ConfigMap, if any, keeps the last generation that fitted.
 	ReasonTooLarge = "TooLarge"
 	// ReasonConfigMapConflict (Ready=False): a ConfigMap of the policy's ConfigMap name carries
-	// another policy (its PolicyIDAnnotation), so the operator leaves it alone.
+	// another policy, or no policy (its PolicyIDAnnotation), so the operator leaves it alone.
 	ReasonConfigMapConflict = "ConfigMapConflict"
 	// ReasonRestored is the reason of the event recorded when the operator puts back a
 	// ConfigMap that was edited or deleted after it had carried the current generation.
@@ -71,6 +71,10 @@ const EventReporter = "limiterd-operator"
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=coordination.k8s.io,namespace=limiterd-system,resources=leases,verbs=get;list;watch;create;update;patch;delete
+// The metrics endpoint (main.go) authenticates its callers by TokenReview and authorizes them by
+// SubjectAccessReview.
+// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
+// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
 
 // RateLimitPolicyReconciler renders each RateLimitPolicy into a ConfigMap of ConfigMapNamespace
 // (limiterd's namespace), named ConfigMapName(policy ID), labelled with the policy's name and
@@ -312,20 +316,25 @@ func sameCondition(a, b *metav1.Condition) bool {
 		a.Message == b.Message && a.ObservedGeneration == b.ObservedGeneration
 }
 
-// conflictError says that the ConfigMap of a policy's name carries another policy.
+// conflictError says that the ConfigMap of a policy's name carries another policy, or is not
+// the operator's.
 type conflictError struct {
 	configMap string // "<namespace>/<name>"
-	owner     string // the PolicyIDAnnotation found
+	owner     string // the PolicyIDAnnotation found; "" when there is none
 }
 
 func (e *conflictError) Error() string {
+	if e.owner == "" {
+		return fmt.Sprintf("ConfigMap %s exists without annotation %s: it is not the operator's", e.configMap, limiterdv1alpha1.PolicyIDAnnotation)
+	}
 	return fmt.Sprintf("ConfigMap %s carries policy %s", e.configMap, e.owner)
 }
 
 // applyConfigMap creates or updates the policy's ConfigMap to carry data, and reports whether it
-// wrote. Labels and annotations of others are kept; binaryData is removed. A ConfigMap annotated
-// with another policy's ID is left alone (a *conflictError); one without the annotation is
-// taken over.
+// wrote. Labels and annotations of others are kept; binaryData is removed. Only a ConfigMap
+// annotated with the policy's own ID is updated: one annotated with another policy's ID, or
+// without the annotation (someone else's ConfigMap that happens to have the name), is left
+// alone (a *conflictError).
 func (r *RateLimitPolicyReconciler) applyConfigMap(ctx context.Context, p *limiterdv1alpha1.RateLimitPolicy, data map[string]string) (bool, error) {
 	key := client.ObjectKey{Namespace: r.ConfigMapNamespace, Name: limiterdv1alpha1.ConfigMapName(p.ID())}
 	current := &corev1.ConfigMap{}
@@ -345,7 +354,7 @@ func (r *RateLimitPolicyReconciler) applyConfigMap(ctx context.Context, p *limit
 	case err != nil:
 		return false, fmt.Errorf("get ConfigMap %s: %w", key, err)
 	}
-	if owner, ok := current.Annotations[limiterdv1alpha1.PolicyIDAnnotation]; ok && owner != p.ID().String() {
+	if owner := current.Annotations[limiterdv1alpha1.PolicyIDAnnotation]; owner != p.ID().String() {
 		return false, &conflictError{configMap: key.String(), owner: owner}
 	}
 

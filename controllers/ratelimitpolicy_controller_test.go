@@ -524,3 +524,56 @@ func loosenCRD(t *testing.T, env *testenv.Env) {
 		})
 	})
 }
+
+// TestUnannotatedConfigMapIsLeftAlone: a ConfigMap that has the name of a policy's ConfigMap but
+// not the operator's annotation (someone else's, labelled like the operator's or not) is neither
+// adopted nor changed nor deleted: the policy is not Ready (ConfigMapConflict). Before, the
+// operator took over any ConfigMap of that name without the annotation.
+func TestUnannotatedConfigMapIsLeftAlone(t *testing.T) {
+	t.Parallel()
+	env := testenv.Shared(t)
+	ns := env.Namespace(t)
+	cmNS, _ := startOperator(t, env, ns)
+	ctx := t.Context()
+
+	for name, labels := range map[string]map[string]string{
+		"unlabelled": nil,
+		"labelled":   {limiterdv1alpha1.PolicyLabel: "foreign"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			p := newPolicy(ns, "foreign-"+name)
+			foreign := &corev1.ConfigMap{
+				ObjectMeta: metav1.ObjectMeta{Namespace: cmNS, Name: limiterdv1alpha1.ConfigMapName(p.ID()), Labels: labels},
+				Data:       map[string]string{"mine": "yes"},
+			}
+			if err := env.Client.Create(ctx, foreign); err != nil {
+				t.Fatal(err)
+			}
+			if err := env.Client.Create(ctx, p); err != nil {
+				t.Fatal(err)
+			}
+			p = waitReady(t, env.Client, client.ObjectKeyFromObject(p), 1, ReasonConfigMapConflict)
+			checkNotReady(t, p, "without annotation "+limiterdv1alpha1.PolicyIDAnnotation)
+			if cm := getConfigMap(t, env.Client, cmNS, p); cm.ResourceVersion != foreign.ResourceVersion {
+				t.Errorf("the operator changed a ConfigMap without its annotation: %+v", cm)
+			}
+			// Deleting the policy leaves the ConfigMap too.
+			if err := env.Client.Delete(ctx, p); err != nil {
+				t.Fatal(err)
+			}
+			testsupport.Eventually(t, timeout, "the policy to be gone", func() bool {
+				return apierrors.IsNotFound(env.Client.Get(ctx, client.ObjectKeyFromObject(p), &limiterdv1alpha1.RateLimitPolicy{}))
+			})
+			// The deletion's reconciliation runs at once; a later policy reconciled by the
+			// same operator shows it has passed.
+			marker := newPolicy(ns, "marker-"+name)
+			if err := env.Client.Create(ctx, marker); err != nil {
+				t.Fatal(err)
+			}
+			waitReady(t, env.Client, client.ObjectKeyFromObject(marker), 1, ReasonRendered)
+			if cm := getConfigMap(t, env.Client, cmNS, p); cm.ResourceVersion != foreign.ResourceVersion {
+				t.Errorf("the ConfigMap changed after its policy was deleted: %+v", cm)
+			}
+		})
+	}
+}

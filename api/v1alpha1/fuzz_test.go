@@ -125,3 +125,27 @@ func FuzzParseConfigMapData(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDecodeReplicaRecord: a replica's record is read from a Lease anyone with write access to
+// it may have written; decoding never panics, and what it accepts has only known states and
+// encodes again.
+func FuzzDecodeReplicaRecord(f *testing.F) {
+	f.Add(`{"ns/a":{"generation":3,"state":"serving","dryRunRejected":7,"configMap":"limiterd-system/rlp-ns.a"}}`)
+	f.Add(`{"format":2,"policies":{"AAAAAAAAAAAAAAAAAAAAAA":{"g":1,"s":"rejected","sg":1,"e":"x","cn":"limiterd-system"}}}`)
+	f.Add(`{"format":2}`)
+	f.Add(`{}`)
+	f.Fuzz(func(t *testing.T, s string) {
+		r, err := DecodeReplicaRecord(s)
+		if err != nil {
+			return
+		}
+		for id, st := range r {
+			if st.State != ReplicaServing && st.State != ReplicaRejected {
+				t.Fatalf("entry %s: state %q accepted", id, st.State)
+			}
+			if _, ok := r.Lookup(id); !ok {
+				t.Fatalf("entry %s not found by Lookup", id)
+			}
+		}
+	})
+}

@@ -1,9 +1,12 @@
 package v1alpha1
 
 import (
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -26,8 +29,11 @@ const (
 	// DefaultReplicaStatusNamespace is the status namespace when none is configured.
 	DefaultReplicaStatusNamespace = "limiterd-system"
 	// MaxReplicaRecordBytes bounds an encoded record, well within the 256 KiB the API server
-	// allows for all of an object's annotations. Encode drops error messages, then fails, past it.
+	// allows for all of an object's annotations. Past it, Encode drops error messages, then
+	// writes the compact format, then fails.
 	MaxReplicaRecordBytes = 192 << 10
+	// compactFormat is the value of the "format" field of the compact encoding.
+	compactFormat = 2
 )
 
 // ReplicaState is what a replica does with a policy.
@@ -66,13 +72,58 @@ type ReplicaPolicyStatus struct {
 	ConfigMap string `json:"configMap,omitempty"`
 }
 
-// ReplicaRecord is a replica's status: an entry per policy ID.
+// ReplicaRecord is a replica's status: an entry per policy. An entry is keyed by the policy's
+// ID, or, in a record decoded from the compact format, by its PolicyDigest: read entries with
+// Lookup.
 //
 // +kubebuilder:object:generate=false
 type ReplicaRecord map[PolicyID]ReplicaPolicyStatus
 
-// Encode returns the record as the JSON of ReplicaStatusAnnotation (keys sorted). Past
-// MaxReplicaRecordBytes it leaves out error messages; if the record is still too large it fails.
+// Lookup returns the entry of policy id, whether it is keyed by the ID or by its digest (the
+// compact format). An entry of the compact format gets its ConfigMap completed from the
+// policy's ConfigMapName.
+func (r ReplicaRecord) Lookup(id PolicyID) (ReplicaPolicyStatus, bool) {
+	if s, ok := r[id]; ok {
+		return s, true
+	}
+	s, ok := r[PolicyDigest(id)]
+	if ok && s.ConfigMap != "" {
+		s.ConfigMap += "/" + ConfigMapName(id) // the compact format keeps the namespace
+	}
+	return s, ok
+}
+
+// PolicyDigest is the key of policy id in the compact format: 128 bits of the SHA-256 of the
+// ID, in unpadded base64url (22 characters). It holds no "/", so it is never a policy ID.
+func PolicyDigest(id PolicyID) PolicyID {
+	sum := sha256.Sum256([]byte(id))
+	return PolicyID(base64.RawURLEncoding.EncodeToString(sum[:16]))
+}
+
+// compactRecord is the compact format of a record: entries keyed by PolicyDigest, with short
+// field names, and a ConfigMap reduced to its namespace (a replica reads a policy only from
+// the ConfigMap named ConfigMapName of its ID). Its size does not depend on the policies'
+// names: about 75 bytes a policy, so some 2,600 policies fit without errors.
+type compactRecord struct {
+	Format   int                       `json:"format"`
+	Policies map[PolicyID]compactEntry `json:"policies"`
+}
+
+// compactEntry is a ReplicaPolicyStatus in compactRecord.
+type compactEntry struct {
+	Generation         int64        `json:"g"`
+	State              ReplicaState `json:"s"`
+	DryRunRejected     uint64       `json:"d,omitempty"`
+	ServingGeneration  int64        `json:"sg,omitempty"`
+	Error              string       `json:"e,omitempty"`
+	ConfigMapNamespace string       `json:"cn,omitempty"`
+}
+
+// Encode returns the record as the JSON of ReplicaStatusAnnotation: an object mapping each
+// policy ID to its entry (keys sorted), as long as it fits in MaxReplicaRecordBytes, first
+// with error messages, then without. A record that does not fit either way (thousands of
+// policies, or hundreds with long names) is written in the compact format, without error
+// messages if need be; if even that does not fit, Encode fails.
 func (r ReplicaRecord) Encode() (string, error) {
 	if r == nil {
 		r = ReplicaRecord{}
@@ -92,14 +143,56 @@ func (r ReplicaRecord) Encode() (string, error) {
 	if b, err = json.Marshal(short); err != nil {
 		return "", fmt.Errorf("encode replica status: %w", err)
 	}
-	if len(b) > MaxReplicaRecordBytes {
-		return "", fmt.Errorf("encode replica status: %d policies take %d bytes, more than %d", len(r), len(b), MaxReplicaRecordBytes)
+	if len(b) <= MaxReplicaRecordBytes {
+		return string(b), nil
 	}
-	return string(b), nil
+	for _, withErrors := range []bool{true, false} {
+		if b, err = r.encodeCompact(withErrors); err != nil {
+			return "", err
+		}
+		if len(b) <= MaxReplicaRecordBytes {
+			return string(b), nil
+		}
+	}
+	return "", fmt.Errorf("encode replica status: %d policies take %d bytes, more than %d", len(r), len(b), MaxReplicaRecordBytes)
 }
 
-// DecodeReplicaRecord parses the JSON of ReplicaStatusAnnotation.
+// encodeCompact returns the record in the compact format, with error messages or without.
+func (r ReplicaRecord) encodeCompact(withErrors bool) ([]byte, error) {
+	c := compactRecord{Format: compactFormat, Policies: make(map[PolicyID]compactEntry, len(r))}
+	for id, s := range r {
+		e := compactEntry{Generation: s.Generation, State: s.State, DryRunRejected: s.DryRunRejected, ServingGeneration: s.ServingGeneration}
+		if withErrors {
+			e.Error = s.Error
+		}
+		if s.ConfigMap != "" {
+			ns, name, ok := strings.Cut(s.ConfigMap, "/")
+			if !ok || name != ConfigMapName(id) {
+				return nil, fmt.Errorf("encode replica status: policy %s: ConfigMap %q is not %s/%s", id, s.ConfigMap, ns, ConfigMapName(id))
+			}
+			e.ConfigMapNamespace = ns
+		}
+		c.Policies[PolicyDigest(id)] = e
+	}
+	b, err := json.Marshal(c)
+	if err != nil {
+		return nil, fmt.Errorf("encode replica status: %w", err)
+	}
+	return b, nil
+}
+
+// DecodeReplicaRecord parses the JSON of ReplicaStatusAnnotation, in either format. The entries
+// of the compact format are keyed by PolicyDigest (read them with Lookup).
 func DecodeReplicaRecord(s string) (ReplicaRecord, error) {
+	var format struct {
+		Format json.RawMessage `json:"format"`
+	}
+	if err := json.Unmarshal([]byte(s), &format); err != nil {
+		return nil, fmt.Errorf("decode replica status: %w", err)
+	}
+	if format.Format != nil { // "format" is no policy ID: the compact format
+		return decodeCompact(s)
+	}
 	var r ReplicaRecord
 	if err := json.Unmarshal([]byte(s), &r); err != nil {
 		return nil, fmt.Errorf("decode replica status: %w", err)
@@ -111,6 +204,28 @@ func DecodeReplicaRecord(s string) (ReplicaRecord, error) {
 	}
 	if r == nil {
 		r = ReplicaRecord{}
+	}
+	return r, nil
+}
+
+func decodeCompact(s string) (ReplicaRecord, error) {
+	var c compactRecord
+	if err := json.Unmarshal([]byte(s), &c); err != nil {
+		return nil, fmt.Errorf("decode replica status: %w", err)
+	}
+	if c.Format != compactFormat {
+		return nil, fmt.Errorf("decode replica status: unknown format %d", c.Format)
+	}
+	r := make(ReplicaRecord, len(c.Policies))
+	for digest, e := range c.Policies {
+		if e.State != ReplicaServing && e.State != ReplicaRejected {
+			return nil, fmt.Errorf("decode replica status: policy digest %s: unknown state %q", digest, e.State)
+		}
+		if strings.Contains(string(digest), "/") {
+			return nil, fmt.Errorf("decode replica status: %q is no policy digest", digest)
+		}
+		r[digest] = ReplicaPolicyStatus{Generation: e.Generation, State: e.State, DryRunRejected: e.DryRunRejected,
+			ServingGeneration: e.ServingGeneration, Error: e.Error, ConfigMap: e.ConfigMapNamespace}
 	}
 	return r, nil
 }

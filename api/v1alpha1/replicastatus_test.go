@@ -113,3 +113,59 @@ func TestReplicaFromLease(t *testing.T) {
 		}
 	}
 }
+
+// TestReplicaRecordScalesToLongNames: a thousand policies with names of 253 bytes, in a
+// namespace of 63, encode within MaxReplicaRecordBytes (in the compact format), and every entry
+// reads back by its policy ID, its ConfigMap included. Before, such a record failed to encode
+// from about 300 policies on.
+func TestReplicaRecordScalesToLongNames(t *testing.T) {
+	ns := strings.Repeat("n", 63)
+	r := ReplicaRecord{}
+	for i := range 1000 {
+		id := NewPolicyID(ns, fmt.Sprintf("p%04d-%s", i, strings.Repeat("x", 247)))
+		s := ReplicaPolicyStatus{Generation: int64(i + 1), State: ReplicaServing, DryRunRejected: uint64(i),
+			ConfigMap: "limiterd-system/" + ConfigMapName(id)}
+		if i%10 == 0 {
+			s = ReplicaPolicyStatus{Generation: int64(i + 2), State: ReplicaRejected, ServingGeneration: int64(i + 1),
+				Error: "parse ConfigMap data: " + strings.Repeat("e", 200), ConfigMap: s.ConfigMap}
+		}
+		if i%7 == 0 {
+			s.ConfigMap = "" // a policy file
+		}
+		r[id] = s
+	}
+	enc, err := r.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(enc) > MaxReplicaRecordBytes {
+		t.Fatalf("%d bytes, more than %d", len(enc), MaxReplicaRecordBytes)
+	}
+	t.Logf("1000 policies of 317-byte IDs: %d bytes", len(enc))
+	got, err := DecodeReplicaRecord(enc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(r) {
+		t.Fatalf("%d entries decoded, want %d", len(got), len(r))
+	}
+	for id, want := range r {
+		if s, ok := got.Lookup(id); !ok || s != want {
+			t.Fatalf("Lookup(%s) = %+v %v, want %+v", id, s, ok, want)
+		}
+	}
+	if _, ok := got.Lookup(NewPolicyID(ns, "absent")); ok {
+		t.Error("Lookup finds a policy the record does not hold")
+	}
+	// A small record keeps the readable format.
+	small := ReplicaRecord{"ns/a": {Generation: 1, State: ReplicaServing}}
+	if s, err := small.Encode(); err != nil || !strings.HasPrefix(s, `{"ns/a":`) {
+		t.Errorf("a small record encodes as %s, %v; want the format keyed by ID", s, err)
+	}
+	for _, s := range []string{`{"format":3,"policies":{}}`, `{"format":2,"policies":{"a/b":{"g":1,"s":"serving"}}}`,
+		`{"format":2,"policies":{"x":{"g":1,"s":"maybe"}}}`, `{"format":"2"}`} {
+		if _, err := DecodeReplicaRecord(s); err == nil {
+			t.Errorf("Decode(%s) accepted", s)
+		}
+	}
+}

@@ -70,8 +70,9 @@ func isLoopback(addr string) bool {
 }
 
 // build returns the admin API's Auth: Kubernetes reviews (plus the token file) when limiterd
-// talks to an API server, the token file alone, or no authentication (loopback only, or
-// --admin-insecure-no-auth, which is logged as a warning).
+// talks to an API server, the token file alone, or no authentication (loopback only, which also
+// refuses requests naming another Host, against DNS rebinding; or --admin-insecure-no-auth,
+// which is logged as a warning).
 func (c adminAuthConfig) build(kube kubeConfig, log *slog.Logger) (*adminauth.Auth, error) {
 	if c.insecure {
 		log.Warn("admin API authentication is off: anyone who reaches the admin address may reset clients and read policies and metrics",
@@ -102,6 +103,7 @@ func (c adminAuthConfig) build(kube kubeConfig, log *slog.Logger) (*adminauth.Au
 	case token != nil:
 		return adminauth.Token(token), nil
 	}
-	log.Info("admin API without authentication on loopback only: give --admin-token-file to serve it on other addresses")
-	return adminauth.Open(), nil
+	log.Info("admin API without authentication on loopback only, for requests to a loopback Host: " +
+		"give --admin-token-file to serve it on other addresses")
+	return adminauth.OpenLoopback(), nil
 }

@@ -108,6 +108,47 @@ func TestAdminTokenFile(t *testing.T) {
 	}
 }
 
+// TestAdminLoopbackHost: without authentication on loopback, the admin API answers only
+// requests that name a loopback Host, so that a web page cannot reach it through a name of its
+// own resolving to 127.0.0.1 (DNS rebinding); health stays open. Before, any Host was served.
+func TestAdminLoopbackHost(t *testing.T) {
+	d := start(t, hooks{}, "--policy-file", policyFile(t, t.TempDir(), tokenBucketPolicy))
+	call := func(method, path, host string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(t.Context(), method, d.admin+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = host
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, string(b)
+	}
+	port := d.admin[strings.LastIndex(d.admin, ":"):]
+	for _, host := range []string{"attacker.example" + port, "attacker.example", "127.0.0.1.nip.io" + port} {
+		for _, c := range []struct{ method, path string }{{http.MethodDelete, "/v1/clients?key=alice"}, {http.MethodGet, "/v1/policies"}, {http.MethodGet, "/metrics"}} {
+			if status, body := call(c.method, c.path, host); status != http.StatusForbidden || !isJSONError(body) || !strings.Contains(body, "localhost") {
+				t.Errorf("%s %s with Host %q: %d %s, want 403 with a JSON error naming the loopback hosts", c.method, c.path, host, status, body)
+			}
+		}
+		if status, body := call(http.MethodGet, "/healthz", host); status != http.StatusOK {
+			t.Errorf("/healthz with Host %q: %d %s, want 200", host, status, body)
+		}
+	}
+	for _, host := range []string{"localhost" + port, "127.0.0.1" + port, "localhost"} {
+		if status, body := call(http.MethodDelete, "/v1/clients?key=alice", host); status != http.StatusNoContent {
+			t.Errorf("reset with Host %q: %d %s, want 204", host, status, body)
+		}
+	}
+}
+
 func TestAdminInsecureNoAuthWarns(t *testing.T) {
 	d := start(t, hooks{}, "--policy-file", policyFile(t, t.TempDir(), tokenBucketPolicy), "--admin-insecure-no-auth")
 	if status, _ := adminCall(t, http.MethodDelete, d.admin+"/v1/clients?key=alice", ""); status != 204 {

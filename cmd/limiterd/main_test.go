@@ -325,6 +325,7 @@ func TestGracefulShutdown(t *testing.T) {
 			held <- result{err: err}
 			return
 		}
+		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("X-Test-Hold", "1")
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {

@@ -10,11 +10,15 @@
 //     briefly (KubernetesOptions). The actions are those of the attribute functions below:
 //     resetting a client of policy shop/api is "delete ratelimitpolicies/clients shop/api"
 //     in group limiterd.dev, so an ordinary Role grants it for one namespace.
+//     Every identity the TokenReview returns is authorized by a SubjectAccessReview, whatever
+//     its groups: membership of PrivilegedGroup grants nothing by itself.
 //   - Token: one bearer token read from a file, and read again when the file changes
 //     (TokenFile); whoever presents it may do everything. It can be combined with Kubernetes
-//     (WithToken) as a break-glass credential.
-//   - Open: no authentication, everyone may do everything. For a loopback-only listener or
-//     local development only.
+//     (WithToken) as a break-glass credential. Only the user the token authenticates as is
+//     admitted without a review.
+//   - Open: no authentication, everyone may do everything. For local development only.
+//     OpenLoopback is Open for a loopback-only listener: it also refuses requests whose Host
+//     is not a loopback name, so that a web page cannot reach it by DNS rebinding.
 package adminauth
 
 import (
@@ -24,7 +28,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"strings"
 	"sync"
@@ -60,7 +66,9 @@ const (
 // PrivilegedGroup.
 const TokenUser = "limiterd:admin-token"
 
-// PrivilegedGroup is the group whose members may do everything on the admin API.
+// PrivilegedGroup is the group of the static token's user, who may do everything on the admin
+// API. Only the user a TokenFile authenticates is admitted for being in it: an identity that
+// a TokenReview puts in this group is authorized by SubjectAccessReview like any other.
 const PrivilegedGroup = "limiterd:admins"
 
 // MinTokenBytes is the shortest static token accepted.
@@ -68,6 +76,12 @@ const MinTokenBytes = 16
 
 // ErrUnauthenticated reports a request without valid credentials.
 var ErrUnauthenticated = errors.New("unauthenticated")
+
+// ErrHostNotLoopback is wrapped by the error of OpenLoopback's Authenticate for a request whose
+// Host is not a loopback name: a browser sent it to a name that resolved to loopback (DNS
+// rebinding), or a proxy forwarded it. Its text can be shown to the caller.
+var ErrHostNotLoopback = errors.New("the admin API without authentication answers only requests to localhost, " +
+	"127.0.0.1 or [::1] (any port)")
 
 // Auth authenticates and authorizes admin API requests. Create it with Kubernetes, Token or
 // Open. It is safe for concurrent use.
@@ -209,14 +223,15 @@ func Kubernetes(cfg *rest.Config, opts KubernetesOptions) (*Auth, error) {
 
 // Token returns an Auth that admits the bearer token of tf, as TokenUser, to everything.
 func Token(tf *TokenFile) *Auth {
-	return &Auth{authn: tf.authenticator(), authz: authorizerfactory.NewPrivilegedGroups(PrivilegedGroup), mode: "token"}
+	return &Auth{authn: tf.authenticator(), authz: tf.authorizer(), mode: "token"}
 }
 
 // WithToken returns an Auth that also admits the bearer token of tf, as TokenUser, to
-// everything; other requests are authenticated and authorized by a.
+// everything; other requests are authenticated and authorized by a, whatever their user's
+// name and groups.
 func (a *Auth) WithToken(tf *TokenFile) (*Auth, error) {
 	authz, err := unionauthz.New(
-		unionauthz.NamedAuthorizer{AuthorizerName: "token", Authorizer: authorizerfactory.NewPrivilegedGroups(PrivilegedGroup)},
+		unionauthz.NamedAuthorizer{AuthorizerName: "token", Authorizer: tf.authorizer()},
 		unionauthz.NamedAuthorizer{AuthorizerName: a.mode, Authorizer: a.authz})
 	if err != nil {
 		return nil, fmt.Errorf("admin authorizer: %w", err)
@@ -231,16 +246,21 @@ const TokenRecheck = time.Second
 // white space, at least MinTokenBytes long, with no white space inside. The file is read again
 // when a request comes TokenRecheck or more after the last read, so that a rotated token (a
 // Secret updated in place, a file rewritten) is honoured without a restart, and the old one is
-// refused. Content that is not a valid token (a file being written, a mistake) is not applied:
-// it is logged, and the last good token stays in force. It is safe for concurrent use.
+// refused. A file that is deleted, emptied, unreadable or holds no valid token revokes the
+// token: every token is refused (and the reason logged) until the file holds a valid token
+// again. It is safe for concurrent use.
 type TokenFile struct {
 	path string
 	log  *slog.Logger
 	now  func() time.Time
+	// user is who the token authenticates as: TokenUser in PrivilegedGroup. Its authorizer
+	// admits this very value only, not another user of that name or group.
+	user *user.DefaultInfo
 
 	mu      sync.Mutex
 	checked time.Time         // when the file was last read
-	sum     [sha256.Size]byte // of the token in force
+	sum     [sha256.Size]byte // of the token in force, when valid
+	valid   bool              // whether a token is in force: false once the file lost it
 	refused string            // why the file's content was last refused, logged once
 }
 
@@ -251,46 +271,64 @@ func LoadTokenFile(path string, log *slog.Logger) (*TokenFile, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &TokenFile{path: path, log: log, now: time.Now, checked: time.Now(), sum: sha256.Sum256([]byte(token))}, nil
+	return &TokenFile{
+		path: path, log: log, now: time.Now,
+		user:    &user.DefaultInfo{Name: TokenUser, Groups: []string{PrivilegedGroup, user.AllAuthenticated}},
+		checked: time.Now(), sum: sha256.Sum256([]byte(token)), valid: true,
+	}, nil
 }
 
-// current returns the digest of the token in force, reading the file again if it is due. The
-// admin API is not a hot path: one lock a request serialises the reads.
-func (tf *TokenFile) current() [sha256.Size]byte {
+// current returns the digest of the token in force, reading the file again if it is due; ok is
+// false while no token is in force (the file was deleted, emptied, or holds no valid token).
+// The admin API is not a hot path: one lock a request serialises the reads.
+func (tf *TokenFile) current() (sum [sha256.Size]byte, ok bool) {
 	tf.mu.Lock()
 	defer tf.mu.Unlock()
 	now := tf.now()
 	if now.Sub(tf.checked) < TokenRecheck {
-		return tf.sum
+		return tf.sum, tf.valid
 	}
 	tf.checked = now
 	token, err := readToken(tf.path)
 	if err != nil {
 		if msg := err.Error(); msg != tf.refused {
 			tf.refused = msg
-			tf.log.Error("admin token file not applied: the last good token stays in force", "path", tf.path, "error", err)
+			tf.log.Error("admin token file holds no valid token: every token is refused", "path", tf.path, "error", err)
 		}
-		return tf.sum
+		tf.valid, tf.sum = false, [sha256.Size]byte{}
+		return tf.sum, false
 	}
 	tf.refused = ""
-	if sum := sha256.Sum256([]byte(token)); sum != tf.sum {
-		tf.sum = sum
+	if sum := sha256.Sum256([]byte(token)); sum != tf.sum || !tf.valid {
+		tf.sum, tf.valid = sum, true
 		tf.log.Info("admin token reloaded", "path", tf.path)
 	}
-	return tf.sum
+	return tf.sum, true
 }
 
 // authenticator authenticates requests bearing the token in force, comparing in constant time.
 func (tf *TokenFile) authenticator() authenticator.Request {
-	tokenUser := &user.DefaultInfo{Name: TokenUser, Groups: []string{PrivilegedGroup, user.AllAuthenticated}}
 	return bearertoken.New(authenticator.TokenFunc(func(_ context.Context, got string) (*authenticator.Response, bool, error) {
 		sum := sha256.Sum256([]byte(got))
-		want := tf.current()
-		if subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
+		want, ok := tf.current()
+		if subtle.ConstantTimeCompare(sum[:], want[:]) != 1 || !ok {
 			return nil, false, nil
 		}
-		return &authenticator.Response{User: tokenUser}, true, nil
+		return &authenticator.Response{User: tf.user}, true, nil
 	}))
+}
+
+// authorizer admits everything for the user the token authenticated, and has no opinion on
+// anyone else: a user of another authenticator (a TokenReview's) is not admitted for its name
+// or for being in PrivilegedGroup.
+func (tf *TokenFile) authorizer() authorizer.Authorizer {
+	privileged := authorizerfactory.NewPrivilegedGroups(PrivilegedGroup)
+	return authorizer.AuthorizerFunc(func(ctx context.Context, attrs authorizer.Attributes) (authorizer.Decision, string, error) {
+		if u, ok := attrs.GetUser().(*user.DefaultInfo); !ok || u != tf.user {
+			return authorizer.DecisionNoOpinion, "", nil
+		}
+		return privileged.Authorize(ctx, attrs)
+	})
 }
 
 // readToken reads a static token from path.
@@ -324,12 +362,48 @@ func New(authn authenticator.Request, authz authorizer.Authorizer, mode string) 
 
 // Open returns an Auth that lets everyone do everything, as user system:anonymous.
 func Open() *Auth {
+	return open(false)
+}
+
+// OpenLoopback returns an Auth that lets everyone do everything, as user system:anonymous, for
+// a listener on loopback only: a request whose Host (RFC 9110's authority) is not localhost,
+// 127.0.0.1, another loopback address or [::1], with any port, is refused with an error
+// wrapping ErrHostNotLoopback. A web page can make a browser send requests to a name of its
+// own that resolves to 127.0.0.1 (DNS rebinding), but such a request names that name.
+func OpenLoopback() *Auth {
+	return open(true)
+}
+
+func open(loopbackOnly bool) *Auth {
 	anonymous := &user.DefaultInfo{Name: user.Anonymous, Groups: []string{user.AllUnauthenticated}}
+	mode := "open"
+	if loopbackOnly {
+		mode = "open-loopback"
+	}
 	return &Auth{
-		authn: authenticator.RequestFunc(func(*http.Request) (*authenticator.Response, bool, error) {
+		authn: authenticator.RequestFunc(func(r *http.Request) (*authenticator.Response, bool, error) {
+			if loopbackOnly && !IsLoopbackHost(r.Host) {
+				return nil, false, fmt.Errorf("%w, not to %q", ErrHostNotLoopback, r.Host)
+			}
 			return &authenticator.Response{User: anonymous}, true, nil
 		}),
 		authz: authorizerfactory.NewAlwaysAllowAuthorizer(),
-		mode:  "open",
+		mode:  mode,
 	}
+}
+
+// IsLoopbackHost reports whether hostport, a request's Host ("host" or "host:port"), names
+// loopback: localhost (in any case), or a loopback IP address (IPv6 in brackets).
+func IsLoopbackHost(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	} else if strings.HasPrefix(hostport, "[") && strings.HasSuffix(hostport, "]") {
+		host = hostport[1 : len(hostport)-1] // an IPv6 literal without a port
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Zone() == "" && ip.IsLoopback()
 }

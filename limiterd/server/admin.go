@@ -31,7 +31,7 @@ const DefaultReadinessTimeout = 2 * time.Second
 type AdminOptions struct {
 	// Auth authenticates and authorizes every request but /healthz and /readyz, which stay open
 	// for the kubelet (nil: every other request is refused with 401; adminauth.Open lets everyone
-	// through).
+	// through). It also decides who sees the checks' errors in /readyz (ReadinessDetailsPath).
 	Auth *adminauth.Auth
 	// Metrics serves /metrics (nil: 404).
 	Metrics http.Handler
@@ -52,7 +52,8 @@ type AdminOptions struct {
 //
 //	GET    /healthz                          200 while the process serves
 //	GET    /readyz[?verbose]                 200 when every readiness check passes, else 503;
-//	                                         verbose: every check's result, status checks too
+//	                                         verbose: every check's result, status checks too;
+//	                                         the checks' errors only to authorized callers
 //	GET    /metrics                          Prometheus metrics
 //	GET    /v1/policies                      the loaded policies the caller may list
 //	GET    /v1/clients?policy=...&key=...    a client's state, without consuming anything
@@ -65,6 +66,9 @@ type AdminOptions struct {
 // authorized (403) by AdminOptions.Auth, with the actions of package adminauth:
 //
 //	/metrics              get on the path /metrics
+//	/readyz error texts   get on the path /readyz/verbose (ReadinessDetailsPath); without it,
+//	                      /readyz names the failing checks with "failed" and no error, since
+//	                      an error may name a store's address: the kubelet needs the status only
 //	GET /v1/clients       get ratelimitpolicies/clients <name> in the policy's namespace
 //	DELETE /v1/clients    delete ratelimitpolicies/clients <name> in the policy's namespace
 //	/v1/policies          list ratelimitpolicies in a policy's namespace, for each policy listed
@@ -160,8 +164,46 @@ type StatusAnswer struct {
 	Checks map[string]string `json:"checks,omitempty"`
 }
 
-// checkOK is a passing check in StatusAnswer.Checks.
-const checkOK = "ok"
+// checkOK is a passing check in StatusAnswer.Checks; checkFailed a failing one, for a caller
+// not authorized to see its error.
+const (
+	checkOK     = "ok"
+	checkFailed = "failed"
+)
+
+// ReadinessDetailsPath is the non-resource path a caller must be allowed to "get" to read the
+// errors of the checks in /readyz: Kubernetes' default role system:public-info-viewer grants
+// /readyz to every identity, but not /readyz/verbose; system:monitoring grants /readyz/*.
+const ReadinessDetailsPath = "/readyz/verbose"
+
+// detailsAllowed reports whether the caller of r may read the checks' errors. It answers
+// nothing: a caller without credentials, or not authorized, gets the answer without errors,
+// and a review that cannot be had counts as a refusal.
+func (a *Admin) detailsAllowed(r *http.Request) bool {
+	if a.auth == nil {
+		return false
+	}
+	u, err := a.auth.Authenticate(r)
+	if err != nil {
+		return false
+	}
+	allowed, _, err := a.auth.Authorize(r.Context(), adminauth.Path(u, "get", ReadinessDetailsPath))
+	if err != nil {
+		a.log.Warn("readiness details not authorized", "user", u.GetName(), "error", err)
+	}
+	return allowed && err == nil
+}
+
+// redact replaces every error text of answer by checkFailed.
+func redact(answer *StatusAnswer) {
+	for _, m := range []map[string]string{answer.Failed, answer.Checks} {
+		for name, text := range m {
+			if text != checkOK {
+				m[name] = checkFailed
+			}
+		}
+	}
+}
 
 func (a *Admin) readyz(w http.ResponseWriter, r *http.Request) {
 	verbose := r.URL.Query().Has("verbose")
@@ -193,6 +235,9 @@ func (a *Admin) readyz(w http.ResponseWriter, r *http.Request) {
 		for _, c := range a.status {
 			_ = run(c)
 		}
+	}
+	if (verbose || len(answer.Failed) > 0) && !a.detailsAllowed(r) {
+		redact(&answer)
 	}
 	if len(answer.Failed) > 0 {
 		answer.Status = "not ready"

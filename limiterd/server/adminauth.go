@@ -1,11 +1,14 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
+
+	"github.com/limiterd/limiterd/limiterd/adminauth"
 )
 
 // wwwAuthenticate is the challenge of a 401 answer (RFC 6750).
@@ -20,6 +23,10 @@ func (a *Admin) authenticate(w http.ResponseWriter, r *http.Request) (user.Info,
 		return nil, false
 	}
 	u, err := a.auth.Authenticate(r)
+	if errors.Is(err, adminauth.ErrHostNotLoopback) {
+		writeError(w, http.StatusForbidden, err.Error())
+		return nil, false
+	}
 	if err != nil {
 		// The cause stays in the log: it may describe the API server.
 		a.log.Debug("admin request not authenticated", "path", r.URL.Path, "remote", r.RemoteAddr, "error", err)

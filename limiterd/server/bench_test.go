@@ -37,6 +37,7 @@ func benchHandler(b *testing.B, h http.Handler) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	req.Header.Set("Content-Type", "application/json")
 	body := &rewindBody{}
 	req.Body = body
 	w := &discardWriter{header: make(http.Header)}
@@ -95,6 +96,7 @@ func BenchmarkHandlerBatch(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	req.Header.Set("Content-Type", "application/json")
 	body := &rewindBody{}
 	req.Body = body
 	w := &discardWriter{header: make(http.Header)}

@@ -76,7 +76,15 @@
 // DecodeAllowRequest and DecodeAllowQuery: unknown fields and parameters are rejected so that a
 // typo never goes unnoticed) and for an omitted policy while several are loaded, 404 for an
 // unknown policy or path, 405 for another method, 413 for a body over 64 KiB, 503 before any
-// policy is loaded. The request's Content-Type is not checked (curl -d sends a form type).
+// policy is loaded.
+//
+// A POST (allow, batch, refund) must send Content-Type application/json (parameters allowed) or
+// none: the types a web page may make a browser send to any site without asking first
+// (text/plain, application/x-www-form-urlencoded, multipart/form-data), and every other, answer
+// 415, so that a page cannot spend or refund a client's allowance from a browser on the
+// network. A request that a browser marks as cross-site (Sec-Fetch-Site, or an Origin other
+// than the request's host) answers 403. curl -d sends a form type: use --json, or -H
+// 'Content-Type: application/json'.
 //
 // # Batches
 //
@@ -107,6 +115,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -191,16 +200,57 @@ func (h *Decisions) setLegacyHeaders(w http.ResponseWriter, res *engine.Result) 
 
 // ServeHTTP implements http.Handler.
 func (h *Decisions) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var serve func(*Decisions, http.ResponseWriter, *http.Request)
 	switch r.URL.Path {
 	case "/v1/allow":
-		h.allow(w, r)
+		serve = (*Decisions).allow
 	case "/v1/refund":
-		h.refund(w, r)
+		serve = (*Decisions).refund
 	case "/v1/allow:batch":
-		h.batch(w, r)
+		serve = (*Decisions).batch
 	default:
 		writeError(w, http.StatusNotFound, "no such path")
+		return
 	}
+	if r.Method == http.MethodPost && !acceptPost(w, r) {
+		return
+	}
+	serve(h, w, r)
+}
+
+// crossOrigin refuses the POSTs a browser sends on behalf of another site (Sec-Fetch-Site, or
+// an Origin that is not the request's host); requests of other clients carry neither header.
+var crossOrigin = http.NewCrossOriginProtection()
+
+// acceptPost checks a POST of the decisions API before its body is read, or answers and returns
+// false. A web page can make a browser POST to any address without asking it first (CORS) only
+// with a form or text content type, or none: its Content-Type must be application/json
+// (parameters such as charset allowed) or absent, else 415; and a request a browser marks as
+// cross-site is refused (403) whatever its type. It costs a header lookup or two.
+func acceptPost(w http.ResponseWriter, r *http.Request) bool {
+	if ct := r.Header["Content-Type"]; len(ct) > 0 && (len(ct) > 1 || !isJSONMediaType(ct[0])) {
+		w.Header()["Accept-Post"] = jsonContentType
+		writeError(w, http.StatusUnsupportedMediaType, "Content-Type must be application/json")
+		return false
+	}
+	if err := crossOrigin.Check(r); err != nil {
+		writeError(w, http.StatusForbidden, "cross-origin request refused: "+err.Error())
+		return false
+	}
+	return true
+}
+
+// isJSONMediaType reports whether a Content-Type value is application/json, in any case, with
+// or without parameters.
+func isJSONMediaType(v string) bool {
+	const want = "application/json"
+	if v == want {
+		return true
+	}
+	if i := strings.IndexByte(v, ';'); i >= 0 {
+		v = v[:i]
+	}
+	return strings.EqualFold(strings.TrimSpace(v), want)
 }
 
 // buffer is a pooled scratch buffer for request bodies and answers.

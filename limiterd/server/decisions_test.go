@@ -273,6 +273,7 @@ func TestAllowBodyTooLarge(t *testing.T) {
 	// Without a declared length (chunked), the limit holds while reading.
 	req := httptest.NewRequest(http.MethodPost, "/v1/allow", struct{ *strings.Reader }{strings.NewReader(big)})
 	req.ContentLength = -1
+	req.Header.Set("Content-Type", "application/json")
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
 	if rec.Code != http.StatusRequestEntityTooLarge {

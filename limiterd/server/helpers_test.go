@@ -43,6 +43,9 @@ func serve(t testing.TB, h http.Handler, method, target, body string) answer {
 		r = strings.NewReader(body)
 	}
 	req := httptest.NewRequest(method, target, r)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
 	res := rec.Result()
