@@ -122,6 +122,12 @@ func RenderConfigMapData(p *RateLimitPolicy) (map[string]string, error) {
 	if err := Validate(n); err != nil {
 		return nil, fmt.Errorf("render ConfigMap data of RateLimitPolicy %s/%s: %w", n.Namespace, n.Name, err)
 	}
+	if n.Spec.Refunds == DefaultRefunds {
+		// Unset means the default: a policy that keeps refunds off renders as before the field
+		// existed, so that a limiterd of an earlier version (which decodes strictly) still
+		// serves it during an upgrade.
+		n.Spec.Refunds = ""
+	}
 	doc, err := yaml.Marshal(renderedPolicy{
 		APIVersion: GroupVersion.String(),
 		Kind:       Kind,

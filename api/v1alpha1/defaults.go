@@ -4,7 +4,8 @@ import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 // Default sets the defaults of unset optional fields, as the API server does from the CRD:
 // a token bucket's refillPeriod (a tier's, or a stacked tier's limit's) becomes
-// DefaultRefillPeriod (1s) and failureMode becomes DefaultFailureMode (Open). It does not set the namespace (DecodePolicies does) and changes
+// DefaultRefillPeriod (1s), failureMode becomes DefaultFailureMode (Open) and refunds
+// DefaultRefunds (Disabled). It does not set the namespace (DecodePolicies does) and changes
 // nothing else. Default is idempotent.
 func (p *RateLimitPolicy) Default() {
 	defaultPeriod := func(tb *TokenBucket) {
@@ -21,5 +22,8 @@ func (p *RateLimitPolicy) Default() {
 	}
 	if p.Spec.FailureMode == "" {
 		p.Spec.FailureMode = DefaultFailureMode
+	}
+	if p.Spec.Refunds == "" {
+		p.Spec.Refunds = DefaultRefunds
 	}
 }

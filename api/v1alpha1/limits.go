@@ -61,3 +61,7 @@ const DefaultLimitName = "default"
 
 // DefaultFailureMode is the failureMode of a policy that sets none.
 const DefaultFailureMode = FailureModeOpen
+
+// DefaultRefunds is the refunds of a policy that sets none: refunds are off unless a policy
+// enables them.
+const DefaultRefunds = RefundsDisabled

@@ -16,6 +16,7 @@ var (
 	supportedAlgorithms   = []Algorithm{AlgorithmTokenBucket, AlgorithmSlidingWindow, AlgorithmUnlimited}
 	stackedAlgorithms     = []Algorithm{AlgorithmTokenBucket, AlgorithmSlidingWindow} // a limit of a stack
 	supportedFailureModes = []FailureMode{FailureModeOpen, FailureModeClosed, FailureModeLocal}
+	supportedRefunds      = []Refunds{RefundsDisabled, RefundsEnabled}
 )
 
 // Validate reports every way p breaks the rules of a RateLimitPolicy; it is the one validation
@@ -107,6 +108,9 @@ func validateSpec(s *RateLimitPolicySpec, path *field.Path) field.ErrorList {
 
 	if s.FailureMode != "" && !oneOf(s.FailureMode, supportedFailureModes) {
 		errs = append(errs, field.NotSupported(path.Child("failureMode"), s.FailureMode, supportedFailureModes))
+	}
+	if s.Refunds != "" && !oneOf(s.Refunds, supportedRefunds) {
+		errs = append(errs, field.NotSupported(path.Child("refunds"), s.Refunds, supportedRefunds))
 	}
 	if s.Envoy != nil {
 		errs = append(errs, validateEnvoy(s.Envoy, path.Child("envoy"))...)
