@@ -285,8 +285,17 @@ func engineErrorStatus(err error, log *slog.Logger) int {
 		return http.StatusServiceUnavailable
 	case errors.Is(err, engine.ErrUnknownPolicy):
 		return http.StatusNotFound
-	case errors.Is(err, engine.ErrPolicyRequired), errors.Is(err, engine.ErrInvalidCost), errors.Is(err, engine.ErrInvalidAmount):
+	case errors.Is(err, engine.ErrPolicyRequired), errors.Is(err, engine.ErrInvalidCost), errors.Is(err, engine.ErrInvalidAmount),
+		errors.Is(err, engine.ErrInvalidReservation):
 		return http.StatusBadRequest
+	case errors.Is(err, engine.ErrForgedReservation), errors.Is(err, engine.ErrRefundsDisabled):
+		return http.StatusForbidden
+	case errors.Is(err, engine.ErrRefunded), errors.Is(err, engine.ErrReservationStale):
+		return http.StatusConflict
+	case errors.Is(err, engine.ErrReservationExpired):
+		return http.StatusGone
+	case errors.Is(err, engine.ErrRefundUncertain):
+		return http.StatusServiceUnavailable
 	}
 	log.Error("request failed", "error", err)
 	return http.StatusInternalServerError
@@ -405,6 +414,11 @@ func appendDecision(b []byte, res *engine.Result, retry bool) []byte {
 			b = append(b, '}')
 		}
 		b = append(b, ']')
+	}
+	if res.Reservation != "" {
+		b = append(b, `,"reservation":"`...)
+		b = append(b, res.Reservation...) // base64url: nothing to escape
+		b = append(b, '"')
 	}
 	return append(b, '}')
 }
