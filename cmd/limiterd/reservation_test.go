@@ -73,6 +73,19 @@ func TestReservationKey(t *testing.T) {
 	if rsv, status, body := spendAndRefund(t, d.decisions, "m"); rsv == "" || status != 200 {
 		t.Errorf("memory without a key file: reservation %q, refund %d %s", rsv, status, body)
 	}
+	// Memory replicas with the chart's shared key still sign with their own: a reservation of
+	// one replica's state does not refund another's.
+	d1 := start(t, hooks{}, "--policy-file", policy, "--reservation-key-file", keyFile)
+	d2 := start(t, hooks{}, "--policy-file", policy, "--reservation-key-file", keyFile)
+	rsv, _, _ := spendAndRefund(t, d1.decisions, "n")
+	resp, err := http.Post(d2.decisions+"/v1/refund", "application/json", strings.NewReader(`{"reservation":"`+rsv+`"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 403 {
+		t.Errorf("another memory replica's reservation: %d, want 403", resp.StatusCode)
+	}
 
 	cfg, err := parseFlags([]string{"--policy-file", policy, "--reservation-key-file", short}, io.Discard)
 	if err != nil {
