@@ -64,6 +64,10 @@ type Decision struct {
 	// workload to pass on to its own clients. RateLimitPolicy lists every limit of a stacked
 	// tier.
 	RateLimitPolicy, RateLimit string
+	// Reservation names what an admitted decision charged, for Refund: set when the decision's
+	// policy enables refunds (spec.refunds), the request was admitted, its cost was above 0 and
+	// its tier has a limit; "" otherwise. It is opaque and signed by limiterd.
+	Reservation string
 }
 
 // Limit is one limit of a stacked tier in a Decision.
@@ -220,6 +224,8 @@ type answer struct {
 	RetryAfterMs      *int64 `json:"retryAfterMs"`
 	// Limits are a stacked tier's limits.
 	Limits []limitAnswer `json:"limits"`
+	// Reservation names what an admitted decision charged.
+	Reservation string `json:"reservation"`
 }
 
 // limitAnswer is one limit of a stacked tier in a decision.
@@ -253,20 +259,22 @@ func (c *Client) AllowN(ctx context.Context, key string, cost int64) (Decision, 
 
 // refundRequest is the body of POST /v1/refund.
 type refundRequest struct {
-	Policy string `json:"policy,omitempty"`
-	Key    string `json:"key"`
-	Amount int64  `json:"amount"`
+	Reservation string `json:"reservation"`
+	Cost        int64  `json:"cost,omitempty"`
 }
 
-// Refund returns amount units (at least 1) to the client key's allowance, for example the part
-// of an estimated cost that was not used, and returns the client's state after it as Peek
-// would. limiterd clamps the refund so that the allowance never exceeds its limit.
+// Refund gives back cost units (0: all) of the admitted decision whose Reservation it names,
+// for example the part of an estimated cost that was not used, and returns the client's state
+// after it as Peek would. limiterd refunds a reservation at most once, at most its cost, only
+// while its units still count, and only when the decision's policy enables refunds
+// (spec.refunds); it clamps the refund so that the allowance never exceeds its limit.
 //
-// A refund is not idempotent: calling Refund again after an error whose outcome is unknown
-// (a timeout) may refund twice. Retry only when the error is an *Error (limiterd refunded
-// nothing), or keep a record of the refunds made.
-func (c *Client) Refund(ctx context.Context, key string, amount int64) (Decision, error) {
-	body, err := json.Marshal(refundRequest{Policy: c.policy, Key: key, Amount: amount})
+// A refund is idempotent: after an error whose outcome is unknown (a timeout, a 503), call
+// Refund again with the same reservation. An *Error with StatusCode 409 then means the refund
+// was made before and nothing more was refunded; 400, 403 and 410 mean it will never be made
+// (malformed or past its cost, not issued by this limiterd or refunds disabled, expired).
+func (c *Client) Refund(ctx context.Context, reservation string, cost int64) (Decision, error) {
+	body, err := json.Marshal(refundRequest{Reservation: reservation, Cost: cost})
 	if err != nil { // unreachable: strings and integers always marshal
 		return Decision{}, fmt.Errorf("encode refund request: %w", err)
 	}
@@ -354,9 +362,10 @@ func (a *answer) decision() (Decision, error) {
 		return Decision{}, errors.New("has a negative duration")
 	}
 	d := Decision{
-		Allowed:    *a.Allowed,
-		ResetAfter: duration(a.ResetAfterSeconds, a.ResetAfterMs),
-		RetryAfter: duration(a.RetryAfterSeconds, a.RetryAfterMs),
+		Allowed:     *a.Allowed,
+		ResetAfter:  duration(a.ResetAfterSeconds, a.ResetAfterMs),
+		RetryAfter:  duration(a.RetryAfterSeconds, a.RetryAfterMs),
+		Reservation: a.Reservation,
 	}
 	if a.Limit != nil {
 		d.Limit = *a.Limit

@@ -62,27 +62,31 @@ func TestAllowDecisions(t *testing.T) {
 }
 
 // TestRefund checks the reserve-then-refund pattern: an estimate is spent, the unused part is
-// refunded, and a refund is clamped to the limit.
+// refunded by the decision's reservation, once; a retry answers 409 and refunds nothing.
 func TestRefund(t *testing.T) {
-	srv := startLimiterd(t, apiPolicy)
+	srv := startLimiterd(t, strings.Replace(apiPolicy, "  defaultTier:", "  refunds: Enabled\n  defaultTier:", 1))
 	c, err := client.New(srv.URL, client.WithPolicy("default/api"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := t.Context()
-	if d, err := c.AllowN(ctx, "carol", 2); err != nil || !d.Allowed {
-		t.Fatalf("reserve 2: %+v %v", d, err)
-	}
-	d, err := c.Refund(ctx, "carol", 1)
-	if err != nil || !d.Allowed || d.Remaining != 1 || d.RateLimit != `"standard";r=1;t=1` {
-		t.Fatalf("Refund(carol, 1) = %+v, %v; want 1 remaining", d, err)
-	}
-	if d, err := c.Refund(ctx, "carol", 5); err != nil || d.Remaining != 2 {
-		t.Fatalf("Refund(carol, 5) = %+v, %v; want 2 remaining, the limit", d, err)
+	reserved, err := c.AllowN(ctx, "carol", 2)
+	if err != nil || !reserved.Allowed || reserved.Reservation == "" {
+		t.Fatalf("reserve 2: %+v %v", reserved, err)
 	}
 	var e *client.Error
-	if _, err := c.Refund(ctx, "carol", 0); !errors.As(err, &e) || e.StatusCode != 400 {
-		t.Fatalf("Refund(carol, 0): %v, want a 400 *client.Error", err)
+	if _, err := c.Refund(ctx, reserved.Reservation, 3); !errors.As(err, &e) || e.StatusCode != 400 {
+		t.Fatalf("Refund past its cost: %v, want a 400 *client.Error", err)
+	}
+	d, err := c.Refund(ctx, reserved.Reservation, 1)
+	if err != nil || !d.Allowed || d.Remaining != 1 || d.RateLimit != `"standard";r=1;t=1` || d.Reservation != "" {
+		t.Fatalf("Refund(1 of 2) = %+v, %v; want 1 remaining", d, err)
+	}
+	if _, err := c.Refund(ctx, reserved.Reservation, 0); !errors.As(err, &e) || e.StatusCode != 409 {
+		t.Fatalf("a second refund: %v, want a 409 *client.Error", err)
+	}
+	if d, err := c.Peek(ctx, "carol"); err != nil || d.Remaining != 1 {
+		t.Fatalf("after the second refund: %+v %v, want 1 remaining", d, err)
 	}
 }
 
@@ -328,6 +332,7 @@ func TestStackedTierDecisions(t *testing.T) {
 	}
 	const day = 24 * time.Hour
 	policy := `"paid/burst";q=2;w=2, "paid/daily";q=3;w=86400`
+	var reservations []string
 	for i, want := range []client.Decision{
 		{Allowed: true, Limit: 2, Remaining: 1, ResetAfter: time.Second, RateLimitPolicy: policy, RateLimit: `"paid/burst";r=1;t=1`,
 			Limits: []client.Limit{{"burst", true, 2, 1, time.Second}, {"daily", true, 3, 2, day}}},
@@ -341,13 +346,24 @@ func TestStackedTierDecisions(t *testing.T) {
 		if err != nil {
 			t.Fatalf("request %d: %v", i, err)
 		}
+		if (got.Reservation != "") != got.Allowed {
+			t.Fatalf("request %d: reservation %q of an answer allowed=%t", i, got.Reservation, got.Allowed)
+		}
+		if got.Reservation != "" {
+			reservations = append(reservations, got.Reservation)
+		}
+		got.Reservation = ""
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("request %d:\n got %+v\nwant %+v", i, got, want)
 		}
 	}
-	d, err := c.Refund(t.Context(), "alice", 2)
-	if err != nil || !d.Allowed || len(d.Limits) != 2 || d.Limits[0].Remaining != 2 || d.Limits[1].Remaining != 3 {
-		t.Fatalf("a refund of 2: %+v, %v; want both limits whole", d, err)
+	var d client.Decision
+	var err2 error
+	for _, r := range reservations { // the two admitted units
+		d, err2 = c.Refund(t.Context(), r, 0)
+	}
+	if err2 != nil || len(reservations) != 2 || !d.Allowed || len(d.Limits) != 2 || d.Limits[0].Remaining != 2 || d.Limits[1].Remaining != 3 {
+		t.Fatalf("refunds of the 2 admitted units: %+v, %v; want both limits whole", d, err2)
 	}
 	results, err := c.AllowBatch(t.Context(), []client.BatchItem{{Key: "alice", Cost: 0}, {Key: "bob", Cost: 3}})
 	if err != nil {

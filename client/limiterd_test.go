@@ -101,6 +101,7 @@ metadata:
   name: api
 spec:
   defaultTier: paid
+  refunds: Enabled
   tiers:
     - name: paid
       limits:

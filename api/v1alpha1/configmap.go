@@ -122,6 +122,15 @@ func RenderConfigMapData(p *RateLimitPolicy) (map[string]string, error) {
 	if err := Validate(n); err != nil {
 		return nil, fmt.Errorf("render ConfigMap data of RateLimitPolicy %s/%s: %w", n.Namespace, n.Name, err)
 	}
+	// Unset means the default: a policy that leaves refunds off and tier names shown renders as
+	// before those fields existed, so that a limiterd of an earlier version (which decodes
+	// strictly) still serves it during an upgrade.
+	if n.Spec.Refunds == DefaultRefunds {
+		n.Spec.Refunds = ""
+	}
+	if n.Spec.TierNames == DefaultTierNames {
+		n.Spec.TierNames = ""
+	}
 	doc, err := yaml.Marshal(renderedPolicy{
 		APIVersion: GroupVersion.String(),
 		Kind:       Kind,

@@ -4,8 +4,9 @@ import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 // Default sets the defaults of unset optional fields, as the API server does from the CRD:
 // a token bucket's refillPeriod (a tier's, or a stacked tier's limit's) becomes
-// DefaultRefillPeriod (1s), failureMode becomes DefaultFailureMode (Open) and tierNames
-// DefaultTierNames (Shown). It does not set the namespace (DecodePolicies does) and changes
+// DefaultRefillPeriod (1s), failureMode becomes DefaultFailureMode (Open), tierNames
+// DefaultTierNames (Shown) and refunds DefaultRefunds (Disabled). It does not set the namespace
+// (DecodePolicies does) and changes
 // nothing else. Default is idempotent.
 func (p *RateLimitPolicy) Default() {
 	defaultPeriod := func(tb *TokenBucket) {
@@ -25,5 +26,8 @@ func (p *RateLimitPolicy) Default() {
 	}
 	if p.Spec.TierNames == "" {
 		p.Spec.TierNames = DefaultTierNames
+	}
+	if p.Spec.Refunds == "" {
+		p.Spec.Refunds = DefaultRefunds
 	}
 }

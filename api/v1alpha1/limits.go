@@ -67,3 +67,7 @@ const DefaultTierNames = TierNamesShown
 
 // HiddenTierName is the name every tier has in the answers to clients under tierNames Hidden.
 const HiddenTierName = "limit"
+
+// DefaultRefunds is the refunds of a policy that sets none: refunds are off unless a policy
+// enables them.
+const DefaultRefunds = RefundsDisabled

@@ -287,6 +287,12 @@ func TestCRDMatchesLimits(t *testing.T) {
 	if got := fmt.Sprint(spec.prop("failureMode")["enum"]); got != fmt.Sprint(supportedFailureModes) {
 		t.Errorf("CRD failureMode enum %v, want %v", got, supportedFailureModes)
 	}
+	if got := spec.prop("refunds")["default"]; got != string(DefaultRefunds) {
+		t.Errorf("CRD refunds default %v, want %v", got, DefaultRefunds)
+	}
+	if got := fmt.Sprint(spec.prop("refunds")["enum"]); got != fmt.Sprint(supportedRefunds) {
+		t.Errorf("CRD refunds enum %v, want %v", got, supportedRefunds)
+	}
 }
 
 // TestCRDDescriptions checks that every field of spec and status has a description starting with

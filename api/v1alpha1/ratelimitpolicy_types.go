@@ -57,6 +57,18 @@ const (
 	TierNamesHidden TierNames = "Hidden"
 )
 
+// Refunds says whether clients of a policy may take back what an admitted request charged.
+// +kubebuilder:validation:Enum=Disabled;Enabled
+type Refunds string
+
+const (
+	// RefundsDisabled refuses every refund, and admitted answers carry no reservation.
+	RefundsDisabled Refunds = "Disabled"
+	// RefundsEnabled gives every admitted answer of a cost above 0 a reservation, which one
+	// refund may name once, while the units it charged still count.
+	RefundsEnabled Refunds = "Enabled"
+)
+
 // TokenBucket configures a token bucket: it starts full with capacity tokens, a request takes
 // cost tokens, and refillRate tokens per refillPeriod accrue continuously (fractions count),
 // never above capacity. A full refill, capacity*refillPeriod/refillRate, takes at most 366 days.
@@ -284,6 +296,16 @@ type RateLimitPolicySpec struct {
 	// +optional
 	// +kubebuilder:default=Shown
 	TierNames TierNames `json:"tierNames,omitempty"`
+
+	// refunds says whether a client may take back what an admitted request charged: Disabled
+	// refuses every refund; Enabled gives the answer to every admitted request of a cost above 0
+	// a reservation (an opaque token signed by limiterd), which one refund may name, once, to
+	// return at most the units that request charged, while they still count: for a token bucket
+	// until a full refill (capacity/rate), for a sliding window its window, for a stack the
+	// longest of its limits'. Default Disabled.
+	// +optional
+	// +kubebuilder:default=Disabled
+	Refunds Refunds `json:"refunds,omitempty"`
 
 	// envoy says how limiterd's Envoy rate-limit service (gRPC
 	// envoy.service.ratelimit.v3.RateLimitService, the domain naming this policy) turns a

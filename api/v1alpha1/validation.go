@@ -17,6 +17,7 @@ var (
 	stackedAlgorithms     = []Algorithm{AlgorithmTokenBucket, AlgorithmSlidingWindow} // a limit of a stack
 	supportedFailureModes = []FailureMode{FailureModeOpen, FailureModeClosed, FailureModeLocal}
 	supportedTierNames    = []TierNames{TierNamesShown, TierNamesHidden}
+	supportedRefunds      = []Refunds{RefundsDisabled, RefundsEnabled}
 )
 
 // Validate reports every way p breaks the rules of a RateLimitPolicy; it is the one validation
@@ -112,6 +113,9 @@ func validateSpec(s *RateLimitPolicySpec, path *field.Path) field.ErrorList {
 	}
 	if s.TierNames != "" && !oneOf(s.TierNames, supportedTierNames) {
 		errs = append(errs, field.NotSupported(path.Child("tierNames"), s.TierNames, supportedTierNames))
+	}
+	if s.Refunds != "" && !oneOf(s.Refunds, supportedRefunds) {
+		errs = append(errs, field.NotSupported(path.Child("refunds"), s.Refunds, supportedRefunds))
 	}
 	if s.Envoy != nil {
 		errs = append(errs, validateEnvoy(s.Envoy, path.Child("envoy"))...)

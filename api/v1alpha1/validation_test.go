@@ -106,8 +106,11 @@ func TestValidateCases(t *testing.T) {
 		{"namespace invalid", func(p *RateLimitPolicy) { p.Namespace = "a.b" }, []string{"metadata.namespace"}},
 		{"name too long", func(p *RateLimitPolicy) { p.Name = strings.Repeat("a", 254) }, []string{"metadata.name"}},
 		{"name of 253", func(p *RateLimitPolicy) { p.Name = strings.Repeat("a", 253) }, nil},
-		{"unset failureMode and refillPeriod are their defaults", func(p *RateLimitPolicy) {
+		{"refunds enabled", func(p *RateLimitPolicy) { p.Spec.Refunds = RefundsEnabled }, nil},
+		{"refunds unknown", func(p *RateLimitPolicy) { p.Spec.Refunds = "Sometimes" }, []string{"spec.refunds"}},
+		{"unset failureMode, refunds and refillPeriod are their defaults", func(p *RateLimitPolicy) {
 			p.Spec.FailureMode = ""
+			p.Spec.Refunds = ""
 			p.Spec.Tiers[0].TokenBucket.RefillPeriod = nil
 		}, nil},
 		{"client not UTF-8", func(p *RateLimitPolicy) { p.Spec.Overrides[0].Clients = []string{"a\xff"} },
@@ -267,6 +270,9 @@ func TestDefault(t *testing.T) {
 	}
 	if p.Spec.FailureMode != FailureModeOpen {
 		t.Errorf("failureMode = %q, want Open", p.Spec.FailureMode)
+	}
+	if p.Spec.Refunds != RefundsDisabled {
+		t.Errorf("refunds = %q, want Disabled", p.Spec.Refunds)
 	}
 	if p.Namespace != "" {
 		t.Errorf("Default set the namespace to %q", p.Namespace)

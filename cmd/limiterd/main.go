@@ -76,6 +76,7 @@ type config struct {
 	legacyHeaders   bool
 	http            httpConfig
 	store           storeConfig
+	reservations    reservationConfig
 	kube            kubeConfig
 	adminAuth       adminAuthConfig
 	tls             tlsFlags
@@ -118,6 +119,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		"also answer decisions with X-RateLimit-Limit, X-RateLimit-Remaining and X-RateLimit-Reset (Unix seconds), which many clients still read")
 	cfg.http.register(fs)
 	cfg.store.register(fs)
+	cfg.reservations.register(fs)
 	cfg.kube.register(fs)
 	cfg.adminAuth.register(fs)
 	cfg.tls.register(fs)
@@ -207,13 +209,18 @@ type daemon struct {
 func newDaemon(cfg config, log *slog.Logger) (*daemon, error) {
 	budget := limiter.NewBudget(cfg.maxClients, cfg.memory.resolve(log))
 	m := metrics.New(budget)
+	signer, refundsUnavailable, err := cfg.reservations.engineOptions(cfg.store.kind, log)
+	if err != nil {
+		return nil, err
+	}
 	st, err := openStore(cfg.store, log)
 	if err != nil {
 		return nil, err
 	}
 	defer st.closeIfUnused()
 	tally := replicastatus.NewTally(m) // dry-run rejections per policy generation, for the replica status
-	e := engine.New(engine.Options{Budget: budget, Observer: tally, NewStore: st.newStore})
+	e := engine.New(engine.Options{Budget: budget, Observer: tally, NewStore: st.newStore,
+		Reservations: signer, RefundsUnavailable: refundsUnavailable})
 	d := &daemon{
 		log:      log,
 		metrics:  m,

@@ -28,6 +28,7 @@ import (
 	"github.com/limiterd/limiterd/api/v1alpha1"
 	"github.com/limiterd/limiterd/limiterd/limiter"
 	"github.com/limiterd/limiterd/limiterd/policy"
+	"github.com/limiterd/limiterd/limiterd/reservation"
 )
 
 // Outcome is how a decision ended, as counted in metrics.
@@ -66,11 +67,25 @@ var (
 	ErrUnknownPolicy = errors.New("unknown policy")
 	// ErrInvalidCost: the cost is negative.
 	ErrInvalidCost = errors.New("cost must not be negative")
-	// ErrInvalidAmount: a refund's amount is below 1.
-	ErrInvalidAmount = errors.New("amount must be a positive integer")
-	// ErrRefundNotApplied: the store failed and the policy's failure mode keeps no state to
-	// refund (Open, Closed): nothing was refunded.
-	ErrRefundNotApplied = errors.New("the store failed: nothing was refunded")
+	// ErrInvalidAmount: a refund's cost is negative or above its reservation's.
+	ErrInvalidAmount = errors.New("a refund's cost must be between 1 and its reservation's cost")
+	// ErrRefundUncertain: the store failed (or timed out) during a refund: the refund may have
+	// been made or not. Retrying the same reservation is safe: it refunds at most once.
+	ErrRefundUncertain = errors.New("the store failed: the refund may not have been made; retry it, a reservation refunds at most once")
+	// ErrRefundsDisabled: the policy does not enable refunds (spec.refunds), or this engine
+	// cannot verify reservations (Options.RefundsUnavailable).
+	ErrRefundsDisabled = errors.New("refunds are not enabled")
+	// ErrInvalidReservation: the text is no reservation.
+	ErrInvalidReservation = errors.New("invalid reservation")
+	// ErrForgedReservation: the reservation's signature does not match: forged, altered, or
+	// issued under another key.
+	ErrForgedReservation = errors.New("reservation not issued by this service")
+	// ErrReservationExpired: the units the reservation charged no longer count.
+	ErrReservationExpired = errors.New("reservation expired")
+	// ErrReservationStale: the client's tier is not the one the reservation charged.
+	ErrReservationStale = errors.New("reservation no longer matches the client's tier")
+	// ErrRefunded: the reservation was refunded before; nothing more is.
+	ErrRefunded = errors.New("reservation already refunded")
 )
 
 // Result is a decision with what it was made by.
@@ -93,6 +108,10 @@ type Result struct {
 	Tier   *policy.Tier
 	// StoreError is set when the store failed and the policy's failure mode decided instead.
 	StoreError error
+	// Reservation names what an admitted decision charged, for Refund: set when the policy
+	// enables refunds, the cost was above 0, the tier has a limit, the request was admitted
+	// (not a dry-run tier's rejection) and the store decided it (no StoreError); "" otherwise.
+	Reservation string
 }
 
 // Observer records decisions, typically as metrics. Tier is called when a policy is swapped in,
@@ -133,11 +152,19 @@ type Options struct {
 	Clock func() time.Time
 	// Observer records decisions. Default: none.
 	Observer Observer
+	// Reservations signs and verifies the reservations of refunds. Default: a key of this
+	// process's own, right when client state is this process's too (the memory store); a store
+	// shared by replicas needs a key every replica shares.
+	Reservations *reservation.Signer
+	// RefundsUnavailable, when set, says why this engine issues no reservation and refuses
+	// every refund (ErrRefundsDisabled): for example a shared store without a shared key.
+	RefundsUnavailable string
 }
 
 // Engine decides for the loaded policies. It is safe for concurrent use.
 type Engine struct {
 	opts    Options
+	signer  *reservation.Signer
 	current atomic.Pointer[snapshot]
 	swapMu  sync.Mutex // serialises Swap
 }
@@ -191,7 +218,11 @@ func New(opts Options) *Engine {
 	if opts.Observer == nil {
 		opts.Observer = NopObserver{}
 	}
-	return &Engine{opts: opts}
+	signer := opts.Reservations
+	if signer == nil {
+		signer = reservation.RandomSigner()
+	}
+	return &Engine{opts: opts, signer: signer}
 }
 
 // Swap makes set the loaded policies, atomically. Stores of policies that stay keep their
@@ -335,6 +366,7 @@ func (e *Engine) Decide(ctx context.Context, policyID v1alpha1.PolicyID, key str
 	}
 	r.bind()
 	r.Outcome = outcome(&r)
+	e.reserve(&r, key, start, cost)
 	if cost > 0 {
 		b.tiers[tier.Index].Observe(r.Outcome, e.opts.Clock().Sub(start))
 	}
@@ -460,6 +492,7 @@ func (e *Engine) DecideBatch(ctx context.Context, items []BatchItem, out []Batch
 			}
 			r.bind()
 			r.Outcome = outcome(&r.Result)
+			e.reserve(&r.Result, key(i), start, items[i].Cost)
 			if items[i].Cost > 0 {
 				decided++
 			}
@@ -556,43 +589,69 @@ func (e *Engine) Peek(ctx context.Context, policyID v1alpha1.PolicyID, key strin
 	return r, nil
 }
 
-// Refund returns amount units to the client's allowance under the named policy (see
-// limiter.RateLimiter.Refund: clamped so that the allowance never exceeds its limit), and
-// answers what a peek sees after it. It is not idempotent: a refund repeated (a retry after a
-// timeout, say) refunds again, so a caller that retries must make its refunds idempotent
-// itself. When the store fails, a policy whose failure mode is Local refunds its fallback's
-// state (Result.StoreError says so); the others return ErrRefundNotApplied. A refund is not
-// recorded by the Observer. On a stacked tier, every limit gets the units back, each clamped to
-// its own limit (a limit cannot tell which of its units a refund is for, so a unit that one
-// limit no longer counts, having let it leave its window, is not returned by that limit).
-func (e *Engine) Refund(ctx context.Context, policyID v1alpha1.PolicyID, key string, amount int64) (Result, error) {
-	if amount < 1 {
+// Refund returns to the client's allowance the units of the admitted decision that issued
+// reservation (Result.Reservation), or amount of them (0: all; at most the reservation's cost),
+// and answers what a peek sees after it. The units come back by the strategy's Refund (see
+// limiter.RateLimiter.Refund: clamped so that the allowance never exceeds its limit; on a
+// stacked tier every limit gets them back, each clamped to its own limit). A reservation
+// refunds once: the store keeps a record of it (limiter.Store.RefundOnce) until it expires,
+// when the units it charged no longer count anyway (Reservation explains when).
+//
+// Refund fails, refunding nothing, with ErrInvalidReservation (malformed, or signed under
+// another key: forged or altered), ErrReservationExpired, ErrRefundsDisabled (the policy does
+// not enable refunds, or the engine has no shared key: Options.RefundsUnavailable),
+// ErrUnknownPolicy, ErrReservationStale (the client's tier is not the one that charged),
+// ErrInvalidAmount (over the reservation's cost) and ErrRefunded (refunded before: a retry of a
+// refund that succeeded). A store failure is ErrRefundUncertain whatever the failure mode: the
+// store may have made the refund (a timeout) or not; retrying is safe, since a reservation
+// refunds at most once. A refund is not recorded by the Observer, and decides nothing on a
+// failure mode's fallback.
+func (e *Engine) Refund(ctx context.Context, token string, amount int64) (Result, error) {
+	if amount < 0 {
 		return Result{}, ErrInvalidAmount
 	}
-	b, err := e.find(policyID)
+	if e.opts.RefundsUnavailable != "" {
+		return Result{}, fmt.Errorf("%w: %s", ErrRefundsDisabled, e.opts.RefundsUnavailable)
+	}
+	now := e.opts.Clock()
+	rsv, err := e.signer.Parse(token, now)
+	switch {
+	case errors.Is(err, reservation.ErrExpired):
+		return Result{}, fmt.Errorf("%w: %w", ErrReservationExpired, err)
+	case errors.Is(err, reservation.ErrForged):
+		return Result{}, fmt.Errorf("%w: %w", ErrForgedReservation, err)
+	case err != nil:
+		return Result{}, fmt.Errorf("%w: %w", ErrInvalidReservation, err)
+	case amount > rsv.Cost:
+		return Result{}, fmt.Errorf("%w: the reservation charged %d", ErrInvalidAmount, rsv.Cost)
+	case amount == 0:
+		amount = rsv.Cost
+	}
+	b, err := e.find(v1alpha1.PolicyID(rsv.Policy))
 	if err != nil {
 		return Result{}, err
 	}
-	now := e.opts.Clock()
-	tier := b.policy.Resolve(key)
-	key = ClientKey(key)
-	r := Result{Policy: b.policy, Tier: tier, Outcome: Allowed}
-	refund := func(st limiter.Store) (limiter.Decision, error) {
-		if tier.Stack != nil {
-			return st.RefundStack(ctx, key, tier.Stack, now, amount, r.Limits)
-		}
-		return st.Refund(ctx, key, tier.Limiter, now, amount)
+	if !b.policy.Refunds {
+		return Result{}, fmt.Errorf("%w: policy %s", ErrRefundsDisabled, b.policy.ID)
 	}
+	tier := chargedTier(b.policy, rsv.Key, rsv.Tier)
+	if tier == nil {
+		return Result{}, fmt.Errorf("%w: charged by tier %q, which the client is no longer in", ErrReservationStale, rsv.Tier)
+	}
+	r := Result{Policy: b.policy, Tier: tier, Outcome: Allowed}
 	if tier.Stack != nil {
 		r.Limits = make([]limiter.Decision, tier.Stack.Len())
 	}
-	r.Decision, r.StoreError = refund(b.store)
-	if r.StoreError != nil {
+	req := limiter.Request{Key: rsv.Key, Limiter: tier.Limiter, Cost: amount, Stack: tier.Stack, Limits: r.Limits}
+	r.Decision, err = b.store.RefundOnce(ctx, req, now, limiter.Once{ID: rsv.ID, Until: rsv.Until})
+	switch {
+	case errors.Is(err, limiter.ErrRefunded):
+		return Result{}, ErrRefunded
+	case errors.Is(err, limiter.ErrTooManyRefunds):
+		return Result{}, fmt.Errorf("%w: %w", ErrRefundUncertain, err)
+	case err != nil:
 		b.obs.StoreError()
-		if b.local == nil {
-			return Result{}, fmt.Errorf("%w: %w", ErrRefundNotApplied, r.StoreError)
-		}
-		r.Decision, _ = refund(b.local)
+		return Result{}, fmt.Errorf("%w: %w", ErrRefundUncertain, err)
 	}
 	r.bind()
 	switch {
@@ -603,6 +662,52 @@ func (e *Engine) Refund(ctx context.Context, policyID v1alpha1.PolicyID, key str
 		r.Outcome = Rejected
 	}
 	return r, nil
+}
+
+// chargedTier returns the tier a reservation for the stored key charged, if the key is still in
+// it: the tier the key resolves to, when that is the one named. A key stored as its digest
+// (ClientKey) cannot be resolved again, since its overrides matched the key as sent: its
+// reservation, which only this service can sign, is refunded to the tier it names while the
+// policy has a tier of that name. nil: the client is no longer in that tier.
+func chargedTier(p *policy.Policy, storedKey, tierName string) *policy.Tier {
+	if !digested(storedKey) {
+		if t := p.Resolve(storedKey); t.Name == tierName {
+			return t
+		}
+		return nil
+	}
+	for _, t := range p.Tiers {
+		if t.Name == tierName {
+			return t
+		}
+	}
+	return nil
+}
+
+// reserve gives an admitted decision of cost units its reservation, when the policy enables
+// refunds and the decision charged the store (no failure mode decided it) of a limited tier.
+// It costs nothing otherwise.
+func (e *Engine) reserve(r *Result, key string, now time.Time, cost int64) {
+	if !r.Policy.Refunds || cost < 1 || r.Outcome != Allowed || r.StoreError != nil || !r.Tier.Limited() || e.opts.RefundsUnavailable != "" {
+		return
+	}
+	c := reservation.Claim{Policy: string(r.Policy.ID), Key: key, Tier: r.Tier.Name, Cost: cost, At: now,
+		Until: now.Add(refundWindow(r.Tier))}
+	r.Reservation, _ = e.signer.Issue(&c) // cannot fail: names are bounded, cost >= 1, the window > 0
+}
+
+// refundWindow is how long a refund of a tier's charge can matter: a token bucket's full
+// refill (capacity/rate: by then the units charged would have come back anyway), a sliding
+// window's window, and the longest of these over a stack's limits.
+func refundWindow(t *policy.Tier) time.Duration {
+	if t.Stack == nil {
+		return t.Limiter.Window()
+	}
+	var w time.Duration
+	for i := range t.Stack.Len() {
+		w = max(w, t.Stack.Limiter(i).Window())
+	}
+	return w
 }
 
 // Reset forgets the client's state under the named policy: its single-limit state and the state

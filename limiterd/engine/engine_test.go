@@ -181,6 +181,9 @@ func (failingStore) DecideStack(context.Context, string, *limiter.Stack, time.Ti
 func (failingStore) RefundStack(context.Context, string, *limiter.Stack, time.Time, int64, []limiter.Decision) (limiter.Decision, error) {
 	return limiter.Decision{}, errDown
 }
+func (failingStore) RefundOnce(context.Context, limiter.Request, time.Time, limiter.Once) (limiter.Decision, error) {
+	return limiter.Decision{}, errDown
+}
 
 func TestFailureModes(t *testing.T) {
 	for mode, want := range map[v1alpha1.FailureMode]int{
@@ -322,41 +325,5 @@ func BenchmarkSwapWithManyClients(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		e.Swap(next[i%2])
-	}
-}
-
-// TestRefund checks that a refund returns units, clamped to the limit, and how it meets a
-// failed store: Local refunds its fallback, the other failure modes refund nothing and say so.
-func TestRefund(t *testing.T) {
-	e := engine.New(engine.Options{Clock: fixedClock()})
-	e.Swap(set(t, compile(t, "a", nil)))
-	if _, err := e.Refund(ctx, "team/a", "k", 0); !errors.Is(err, engine.ErrInvalidAmount) {
-		t.Fatalf("amount 0: %v", err)
-	}
-	if got := allowedN(t, e, "team/a", "k", 3); got != 2 {
-		t.Fatalf("admitted %d of 3, want 2", got)
-	}
-	r, err := e.Refund(ctx, "team/a", "k", 5)
-	if err != nil || !r.Allowed || r.Remaining != 2 {
-		t.Fatalf("refund of 5 after spending 2: %+v %v, want 2 remaining (clamped)", r, err)
-	}
-	if got := allowedN(t, e, "team/a", "k", 3); got != 2 {
-		t.Fatalf("after the refund: admitted %d of 3, want 2", got)
-	}
-	for mode, wantErr := range map[v1alpha1.FailureMode]bool{
-		v1alpha1.FailureModeOpen:   true,
-		v1alpha1.FailureModeClosed: true,
-		v1alpha1.FailureModeLocal:  false,
-	} {
-		e := engine.New(engine.Options{Clock: fixedClock(), NewStore: func(v1alpha1.PolicyID) limiter.Store { return failingStore{} }})
-		e.Swap(set(t, compile(t, "a", func(s *v1alpha1.RateLimitPolicySpec) { s.FailureMode = mode })))
-		allowedN(t, e, "team/a", "k", 2)
-		r, err := e.Refund(ctx, "team/a", "k", 1)
-		if got := errors.Is(err, engine.ErrRefundNotApplied); got != wantErr {
-			t.Fatalf("%s: refund with the store down: %+v %v", mode, r, err)
-		}
-		if !wantErr && (r.Remaining != 1 || !errors.Is(r.StoreError, errDown)) {
-			t.Fatalf("%s: refund with the store down: %+v, want the fallback's 1 remaining", mode, r)
-		}
 	}
 }

@@ -47,12 +47,19 @@
 // is the only way to peek over gRPC, since the request's hits_addend cannot say 0.
 //
 // A descriptor's limit override ("limit") is ignored: the policy's tiers are the limits.
-// A descriptor with is_negative_hits is a refund of its cost (at least 1), as limiterd's POST
-// /v1/refund: the units come back to the client's allowance, clamped to the limit, and its
-// status describes the state after the refund (OK unless one unit would still be rejected).
-// While the store fails, a refund under failure mode Open or Closed refunds nothing and the
-// request fails with Unavailable (descriptors before it were decided). Every descriptor is checked before any is
-// decided, so a request that is refused as a whole (any error status) consumes nothing.
+//
+// # Refunds: is_negative_hits is refused
+//
+// A descriptor with is_negative_hits asks to give units back, but cannot name the reservation
+// of the admitted decision that charged them, which is what makes a refund bound (POST
+// /v1/refund, see package server): anyone could otherwise refill anyone. So it is refused, and
+// nothing is refunded: its status has code UNKNOWN (neither OK nor OVER_LIMIT: not decided)
+// and no current_limit, whatever its policy's spec.refunds. Refusing it never fails the
+// request: the request's other descriptors are decided as usual, and overall_code is theirs
+// (OVER_LIMIT when any of them is; OK otherwise). Refunds go through the HTTP API.
+//
+// Every descriptor is checked before any is decided, so a request that is refused as a whole
+// (any error status) consumes nothing.
 //
 // # Bounds and bytes
 //
@@ -105,7 +112,8 @@
 // InvalidArgument for a malformed request, NotFound for an unknown domain, Unavailable before any
 // policy is loaded. Envoy counts any error as a failure of the rate-limit service and lets its
 // failure_mode_deny decide: false (Envoy's default) admits the request unlimited, true answers
-// it 500. limiterd never answers the UNKNOWN code, which Envoy would take as OK. Nothing a
+// it 500. limiterd never answers the UNKNOWN code as a request's overall_code or error, which Envoy
+// would take as OK (only a refused refund descriptor's own status is UNKNOWN). Nothing a
 // client of Envoy can put in a descriptor (a key's length or bytes, an empty value, a cost)
 // makes a request an error; what can is Envoy's configuration (a descriptor without entries, a
 // domain naming no loaded policy) and limiterd's own state.
@@ -198,7 +206,7 @@ type item struct {
 	key     string
 	cost    int64
 	limited bool // false: the descriptor has no entry of the policy's descriptorKey
-	refund  bool // is_negative_hits: return cost units
+	refund  bool // is_negative_hits: refused (it names no reservation)
 	overMax bool // its cost is above MaxCost: rejected (OVER_LIMIT) without a decision
 }
 
@@ -254,20 +262,16 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			resp.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
 			continue
 		}
+		if it.refund { // refused: see the package documentation
+			resp.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_UNKNOWN}
+			continue
+		}
 		if it.overMax { // no tier admits it: rejected, nothing consumed, the others decided
 			resp.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OVER_LIMIT}
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 			continue
 		}
-		var (
-			res engine.Result
-			err error
-		)
-		if it.refund {
-			res, err = s.engine.Refund(ctx, id, it.key, it.cost)
-		} else {
-			res, err = s.engine.Decide(ctx, id, it.key, it.cost)
-		}
+		res, err := s.engine.Decide(ctx, id, it.key, it.cost)
 		if err != nil {
 			return nil, s.decideError(err, id)
 		}
@@ -320,9 +324,6 @@ func check(d *ratelimitv3.RateLimitDescriptor, descriptorKey string, requestHits
 		it.overMax = true
 	case requestHits > 0:
 		it.cost = int64(requestHits)
-	}
-	if it.refund && it.cost == 0 {
-		return item{}, errors.New("asks for a refund (is_negative_hits) of 0: its hits_addend must be at least 1")
 	}
 	if descriptorKey != "" {
 		it.limited = false
@@ -379,7 +380,7 @@ func (s *Service) decideError(err error, id v1alpha1.PolicyID) error {
 	switch {
 	case errors.Is(err, engine.ErrUnknownPolicy): // unloaded since the lookup
 		return status.Errorf(codes.NotFound, "%v %q", engine.ErrUnknownPolicy, id)
-	case errors.Is(err, engine.ErrNotReady), errors.Is(err, engine.ErrRefundNotApplied):
+	case errors.Is(err, engine.ErrNotReady):
 		return status.Errorf(codes.Unavailable, "%v", err)
 	case errors.Is(err, engine.ErrInvalidCost), errors.Is(err, engine.ErrPolicyRequired):
 		return status.Errorf(codes.InvalidArgument, "%v", err)

@@ -225,9 +225,6 @@ func TestErrorsConsumeNothing(t *testing.T) {
 	clock := testsupport.NewClock()
 	e := newEngine(t, clock, newPolicy("default", "api", testsupport.TokenBucketTier("standard", 5, 1, time.Second)))
 	c := dial(t, e)
-	negative := entries("k", "a")
-	negative.IsNegativeHits = true
-	negative.HitsAddend = wrapperspb.UInt64(0)
 	for _, tc := range []struct {
 		name string
 		req  *rlsv3.RateLimitRequest
@@ -239,7 +236,6 @@ func TestErrorsConsumeNothing(t *testing.T) {
 		{"empty domain", request("", entries("k", "a")), codes.InvalidArgument, "domain is required"},
 		{"no descriptors", request("api"), codes.InvalidArgument, "at least one descriptor"},
 		{"no entries", request("api", entries("k", "a"), &ratelimitv3.RateLimitDescriptor{}), codes.InvalidArgument, "descriptor 1: has no entries"},
-		{"refund", request("api", entries("k", "a"), negative), codes.InvalidArgument, "descriptor 1: asks for a refund (is_negative_hits) of 0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			resp, err := c.ShouldRateLimit(t.Context(), tc.req)
@@ -525,37 +521,51 @@ func TestDescriptorHitsZeroPeeks(t *testing.T) {
 	}
 }
 
-// TestNegativeHitsRefund checks that is_negative_hits returns the descriptor's cost to the
-// client's allowance, clamped to the limit.
-func TestNegativeHitsRefund(t *testing.T) {
-	e := newEngine(t, testsupport.NewClock(), newPolicy("default", "api", testsupport.TokenBucketTier("standard", 5, 1, time.Hour)))
-	c := dial(t, e)
-	spend := request("api", entries("k", "r"))
-	spend.HitsAddend = 4
-	if resp, err := c.ShouldRateLimit(t.Context(), spend); err != nil || resp.GetStatuses()[0].GetLimitRemaining() != 1 {
-		t.Fatalf("spend 4: %v %v", resp, err)
-	}
-	refund := func(hits uint64) *rlsv3.RateLimitResponse {
-		t.Helper()
-		d := entries("k", "r")
-		d.IsNegativeHits, d.HitsAddend = true, wrapperspb.UInt64(hits)
-		resp, err := c.ShouldRateLimit(t.Context(), request("api", d))
-		if err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
-			t.Fatalf("refund %d: %v %v", hits, resp, err)
-		}
-		return resp
-	}
-	if got := refund(2).GetStatuses()[0].GetLimitRemaining(); got != 3 || remaining(t, e, "default/api", "k=r") != 3 {
-		t.Fatalf("refund of 2 after spending 4: %d left, want 3", got)
-	}
-	if got := refund(100).GetStatuses()[0].GetLimitRemaining(); got != 5 || remaining(t, e, "default/api", "k=r") != 5 {
-		t.Fatalf("refund of 100: %d left, want the limit 5", got)
+// TestNegativeHitsRefused checks that is_negative_hits refunds nothing, whatever its cost and
+// the policy's refunds (it names no reservation: anyone could refill anyone), answers UNKNOWN
+// for its descriptor, and never fails the request: the other descriptors are decided, and a
+// rejection among them still rejects.
+func TestNegativeHitsRefused(t *testing.T) {
+	for _, refunds := range []v1alpha1.Refunds{v1alpha1.RefundsDisabled, v1alpha1.RefundsEnabled} {
+		t.Run(string(refunds), func(t *testing.T) {
+			p := newPolicy("default", "api", testsupport.TokenBucketTier("standard", 5, 1, time.Hour))
+			p.Spec.Refunds = refunds
+			e := newEngine(t, testsupport.NewClock(), p)
+			c := dial(t, e)
+			spend := request("api", entries("k", "r"))
+			spend.HitsAddend = 5
+			if resp, err := c.ShouldRateLimit(t.Context(), spend); err != nil || resp.GetStatuses()[0].GetLimitRemaining() != 0 {
+				t.Fatalf("spend 5: %v %v", resp, err)
+			}
+			for _, hits := range []uint64{0, 1, 1e9} {
+				d := entries("k", "r")
+				d.IsNegativeHits, d.HitsAddend = true, wrapperspb.UInt64(hits)
+				other := entries("k", "o")
+				resp, err := c.ShouldRateLimit(t.Context(), request("api", d, other))
+				if err != nil {
+					t.Fatalf("refund of %d with another descriptor: %v", hits, err)
+				}
+				st := resp.GetStatuses()
+				if len(st) != 2 || st[0].GetCode() != rlsv3.RateLimitResponse_UNKNOWN || st[0].GetCurrentLimit() != nil ||
+					st[1].GetCode() != rlsv3.RateLimitResponse_OK || st[1].GetCurrentLimit() == nil {
+					t.Fatalf("refund of %d: %v; want UNKNOWN for the refund, the other decided", hits, resp)
+				}
+				if got := remaining(t, e, "default/api", "k=r"); got != 0 {
+					t.Fatalf("is_negative_hits of %d refunded: %d left", hits, got)
+				}
+				// Beside an exhausted client, the request is still rejected.
+				resp, err = c.ShouldRateLimit(t.Context(), request("api", d, entries("k", "r")))
+				if err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
+					t.Fatalf("refund beside a rejected descriptor: %v %v, want OVER_LIMIT", resp, err)
+				}
+			}
+		})
 	}
 }
 
 // TestStackedTierStatus checks a descriptor of a stacked tier: decided all or nothing, its
 // status reports the binding limit (current_limit named "<tier>/<limit>"), and its headers list
-// every limit; a peek and a refund read and return every limit.
+// every limit; a peek reads every limit.
 func TestStackedTierStatus(t *testing.T) {
 	e := newEngine(t, testsupport.NewClock(), newPolicy("default", "api", testsupport.StackedTier("paid",
 		testsupport.TokenBucketLimit("burst", 3, 1, time.Second), testsupport.SlidingWindowLimit("daily", 4, 24*time.Hour))))
@@ -589,28 +599,15 @@ func TestStackedTierStatus(t *testing.T) {
 	if r, _ := e.Peek(t.Context(), "default/api", "k=v"); r.Limits[1].Remaining != 1 {
 		t.Fatalf("daily after the rejection: %+v, want 1 left (3 of 4 used)", r.Limits[1])
 	}
-	// A refund returns 2 units to both limits: 2 and 3 left, burst still binds.
-	d := entries("k", "v")
-	d.IsNegativeHits, d.HitsAddend = true, wrapperspb.UInt64(2)
-	resp, err := c.ShouldRateLimit(t.Context(), request("api", d))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got, want := status(resp), "OK paid/burst 3/SECOND*3 2 1s"; got != want {
-		t.Fatalf("refund of 2: %s, want %s", got, want)
-	}
-	if r, _ := e.Peek(t.Context(), "default/api", "k=v"); r.Limits[0].Remaining != 2 || r.Limits[1].Remaining != 3 {
-		t.Fatalf("after the refund: %+v, want 2 and 3 left", r.Limits)
-	}
 	// A peek (its own hits_addend 0) consumes nothing.
 	peek := entries("k", "v")
 	peek.HitsAddend = wrapperspb.UInt64(0)
 	for range 2 {
-		resp, err = c.ShouldRateLimit(t.Context(), request("api", peek))
+		resp, err := c.ShouldRateLimit(t.Context(), request("api", peek))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got, want := status(resp), "OK paid/burst 3/SECOND*3 2 1s"; got != want {
+		if got, want := status(resp), "OVER_LIMIT paid/burst 3/SECOND*3 0 3s"; got != want {
 			t.Fatalf("a peek: %s, want %s", got, want)
 		}
 	}

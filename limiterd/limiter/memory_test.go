@@ -295,3 +295,7 @@ func TestMemoryStackBatchConformance(t *testing.T) {
 func TestMemoryStackConcurrent(t *testing.T) {
 	limitertest.RunStackConcurrent(t, limiter.NewMemory(nil), 16, 200, 300)
 }
+
+func TestMemoryRefundOnce(t *testing.T) {
+	limitertest.RunRefundOnce(t, func(*testing.T) limiter.Store { return limiter.NewMemory(nil) })
+}

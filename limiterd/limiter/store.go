@@ -31,6 +31,14 @@ type Store interface {
 	// (clamped to its own limit), in one atomic step with the client's decisions, and answers
 	// as DecideStack would for a peek after it.
 	RefundStack(ctx context.Context, key string, st *Stack, now time.Time, amount int64, out []Decision) (Decision, error)
+	// RefundOnce refunds req.Cost units to the client req.Key, by req.Limiter as Refund does,
+	// or by every limit of req.Stack as RefundStack does (writing to req.Limits), unless a
+	// refund of once.ID was made before: then it returns ErrRefunded and refunds nothing. The
+	// check, the record of once.ID and the refund are one atomic step; the record is kept at
+	// least until once.Until. It may also fail with ErrTooManyRefunds (Memory) or a store
+	// error; an error other than a store's timeout means nothing was refunded (after a timeout
+	// the refund may have been made: a retry of the same once.ID is safe).
+	RefundOnce(ctx context.Context, req Request, now time.Time, once Once) (Decision, error)
 	// Reset forgets the client's state: that of single-limit tiers, and that of the named
 	// limits of stacked tiers. Its next request is decided as its first.
 	Reset(ctx context.Context, key string, limits ...string) error

@@ -202,6 +202,9 @@ func (failingStore) DecideStack(context.Context, string, *limiter.Stack, time.Ti
 func (failingStore) RefundStack(context.Context, string, *limiter.Stack, time.Time, int64, []limiter.Decision) (limiter.Decision, error) {
 	return limiter.Decision{}, errStoreDown
 }
+func (failingStore) RefundOnce(context.Context, limiter.Request, time.Time, limiter.Once) (limiter.Decision, error) {
+	return limiter.Decision{}, errStoreDown
+}
 
 func TestStoreErrorsByPolicy(t *testing.T) {
 	m := New(nil)

@@ -92,6 +92,9 @@ type Policy struct {
 	Generation int64
 	// FailureMode says how to decide when the shared store cannot be reached.
 	FailureMode v1alpha1.FailureMode
+	// Refunds says whether admitted decisions carry a reservation that a refund may name
+	// (spec.refunds Enabled); without it every refund is refused.
+	Refunds bool
 	// Tiers are the compiled tiers in spec order.
 	Tiers []*Tier
 	// Default is the tier of clients no override names.
@@ -120,6 +123,7 @@ func Compile(p *v1alpha1.RateLimitPolicy) (*Policy, error) {
 		ID:          id,
 		Generation:  src.Generation,
 		FailureMode: src.Spec.FailureMode,
+		Refunds:     src.Spec.Refunds == v1alpha1.RefundsEnabled,
 		Source:      src,
 		exact:       make(map[string]*Tier),
 	}

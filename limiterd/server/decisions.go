@@ -62,15 +62,21 @@
 //
 // # Refunds
 //
-//	POST /v1/refund  {"policy": "<namespace>/<name>", "key": "<client key>", "amount": 3}
+//	POST /v1/refund  {"reservation": "<reservation>", "cost": 3}
 //
-// returns amount units (1 to MaxCost) to the client's allowance, clamped so that it never
-// exceeds its limit: a token bucket's tokens come back exactly (to the fraction), a sliding
-// window forgets the newest admitted units still in its window. The answer is 200 with the body
-// and header fields of a peek after the refund. A refund is not idempotent: a retried refund
-// refunds again (up to the limit), so a caller that retries must keep its own record of the
-// refunds it made. When the store fails, failure mode Local refunds its fallback; Open and
-// Closed answer 503 and refund nothing.
+// gives back cost units (1 to the reservation's cost; absent or null: all of them) of the
+// admitted decision whose answer carried reservation: the answer to an admitted decision of a
+// cost above 0, of a tier with a limit, of a policy with spec.refunds Enabled, decided by the
+// store (not a failure mode), has a "reservation" field (batch items too). A reservation refunds
+// once, only while its units still count, and only the policy, client and tier it names (see
+// engine.Refund); the units come back clamped to the limit: a token bucket's tokens exactly (to
+// the fraction), a sliding window's newest admitted units still in its window. The answer is
+// 200 with the body and header fields of a peek after the refund. Errors refund nothing: 400
+// for a malformed request or reservation, or a cost past the reservation's; 403 for a
+// reservation not signed by this service's key, or a policy without refunds; 404 for a policy
+// no longer loaded; 409 for a reservation refunded before, or whose client changed tier; 410
+// for an expired reservation. A 503 means the store failed and the refund may or may not have
+// been made: a retry of the same reservation is safe (it answers 200 or 409).
 //
 // Errors answer {"error": "..."} and consume nothing: 400 for a malformed request (see
 // DecodeAllowRequest and DecodeAllowQuery: unknown fields and parameters are rejected so that a
@@ -339,8 +345,17 @@ func engineErrorStatus(err error, log *slog.Logger) int {
 		return http.StatusServiceUnavailable
 	case errors.Is(err, engine.ErrUnknownPolicy):
 		return http.StatusNotFound
-	case errors.Is(err, engine.ErrPolicyRequired), errors.Is(err, engine.ErrInvalidCost), errors.Is(err, engine.ErrInvalidAmount):
+	case errors.Is(err, engine.ErrPolicyRequired), errors.Is(err, engine.ErrInvalidCost), errors.Is(err, engine.ErrInvalidAmount),
+		errors.Is(err, engine.ErrInvalidReservation):
 		return http.StatusBadRequest
+	case errors.Is(err, engine.ErrForgedReservation), errors.Is(err, engine.ErrRefundsDisabled):
+		return http.StatusForbidden
+	case errors.Is(err, engine.ErrRefunded), errors.Is(err, engine.ErrReservationStale):
+		return http.StatusConflict
+	case errors.Is(err, engine.ErrReservationExpired):
+		return http.StatusGone
+	case errors.Is(err, engine.ErrRefundUncertain):
+		return http.StatusServiceUnavailable
 	}
 	log.Error("request failed", "error", err)
 	return http.StatusInternalServerError
@@ -459,6 +474,11 @@ func appendDecision(b []byte, res *engine.Result, retry bool) []byte {
 			b = append(b, '}')
 		}
 		b = append(b, ']')
+	}
+	if res.Reservation != "" {
+		b = append(b, `,"reservation":"`...)
+		b = append(b, res.Reservation...) // base64url: nothing to escape
+		b = append(b, '"')
 	}
 	return append(b, '}')
 }

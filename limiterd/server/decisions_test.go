@@ -403,8 +403,9 @@ func TestLegacyHeaders(t *testing.T) {
 	clock := testsupport.NewClock()
 	p := newPolicy("api", testsupport.TokenBucketTier("standard", 4, 2, time.Second), testsupport.UnlimitedTier("internal"))
 	p.Spec.Overrides = []v1alpha1.Override{overrideOf("internal", []string{"svc"}, nil)}
-	e := newEngine(t, clock, p)
+	e := newEngine(t, clock, withRefunds(p))
 	legacy := NewDecisions(e, nil, WithLegacyHeaders())
+	var rsv string // the last reservation answered
 	start := clock.Now().Unix()
 	clock.Advance(100 * time.Millisecond)
 	for _, tc := range []struct {
@@ -412,12 +413,15 @@ func TestLegacyHeaders(t *testing.T) {
 		limit, remaining string
 		reset            int64 // seconds after start
 	}{
-		{"/v1/allow", `{"key":"k","cost":3}`, "4", "1", 2},    // 1.5 s to refill from t+0.1 s
-		{"/v1/allow", `{"key":"k","cost":0}`, "4", "1", 2},    // a peek
-		{"/v1/refund", `{"key":"k","amount":1}`, "4", "2", 2}, // 1 s to refill from t+0.1 s: t+1.1 s
-		{"/v1/allow", `{"key":"k","cost":3}`, "4", "2", 2},    // rejected: the state as it is
+		{"/v1/allow", `{"key":"k","cost":3}`, "4", "1", 2},            // 1.5 s to refill from t+0.1 s
+		{"/v1/allow", `{"key":"k","cost":0}`, "4", "1", 2},            // a peek
+		{"/v1/refund", `{"reservation":"RSV","cost":1}`, "4", "2", 2}, // 1 s to refill from t+0.1 s: t+1.1 s
+		{"/v1/allow", `{"key":"k","cost":3}`, "4", "2", 2},            // rejected: the state as it is
 	} {
-		a := serve(t, legacy, http.MethodPost, tc.target, tc.body)
+		a := serve(t, legacy, http.MethodPost, tc.target, strings.ReplaceAll(tc.body, "RSV", rsv))
+		if r := reservationOf(t, a.body); r != "" {
+			rsv = r
+		}
 		want := strconv.FormatInt(start+tc.reset, 10)
 		if a.header.Get("X-RateLimit-Limit") != tc.limit || a.header.Get("X-RateLimit-Remaining") != tc.remaining || a.header.Get("X-RateLimit-Reset") != want {
 			t.Errorf("%s %s: %d %v, want limit %s, remaining %s, reset %s", tc.target, tc.body, a.status, a.header, tc.limit, tc.remaining, want)

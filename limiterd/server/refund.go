@@ -6,32 +6,40 @@ import (
 	"net/http"
 	"strconv"
 
-	"github.com/limiterd/limiterd/api/v1alpha1"
-	"github.com/limiterd/limiterd/limiterd/engine"
+	"github.com/limiterd/limiterd/limiterd/reservation"
 )
 
-// RefundRequest is a refund: POST /v1/refund {"policy": "...", "key": "...", "amount": 3}.
+// RefundRequest is a refund: POST /v1/refund {"reservation": "...", "cost": 3}.
 type RefundRequest struct {
-	// Policy is "<namespace>/<name>"; "" when the request names none (allowed when exactly one
-	// policy is loaded).
-	Policy string
-	// Key identifies the client: at least 1 byte of UTF-8, of any length (see MaxKeyBytes).
-	Key string
-	// Amount is how many units to return, 1 to MaxCost.
-	Amount int64
+	// Reservation is the reservation of the admitted decision whose units come back: 1 to
+	// reservation.MaxTokenBytes bytes.
+	Reservation string
+	// Cost is how many of them, 1 to MaxCost (at most the reservation's cost); 0 when the
+	// request names none: all of them.
+	Cost int64
 }
 
-var errAmount = errRequest("amount is required: an integer between 1 and " + strconv.Itoa(MaxCost))
+var (
+	errRefundCost         = errRequest("cost must be an integer between 1 and " + strconv.Itoa(MaxCost))
+	errReservationTooLong = errRequest("reservation is longer than " + strconv.Itoa(reservation.MaxTokenBytes) + " bytes")
+)
+
+const (
+	errReservationMissing = errRequest("reservation is required: the reservation of the admitted decision to refund")
+	errReservationUTF8    = errRequest("reservation is not valid UTF-8")
+	errRefundByKey        = errRequest(`a refund names the reservation of an admitted decision, not a policy, key and amount: {"reservation": "...", "cost": n}`)
+)
 
 // DecodeRefundRequest decodes a JSON refund request, as strictly as DecodeAllowRequest: an
-// object with the fields "policy" (string or null), "key" (string) and "amount" (an integer
-// literal from 1 to MaxCost, required), each at most once, and nothing after it. Every error
-// is an errRequest whose text can be shown to the client.
+// object with the fields "reservation" (string, required) and "cost" (an integer literal from 1
+// to MaxCost, or null: the reservation's whole cost), each at most once, and nothing after it.
+// The fields of the refunds before reservations (policy, key, amount) are refused with a
+// message that says so. Every error is an errRequest whose text can be shown to the client.
 func DecodeRefundRequest(body []byte) (RefundRequest, error) {
 	d := jsonDecoder{data: body}
 	var (
-		req                           RefundRequest
-		haveKey, havePolicy, haveAmnt bool
+		req                       RefundRequest
+		haveReservation, haveCost bool
 	)
 	d.skipSpace()
 	if !d.consume('{') {
@@ -43,7 +51,7 @@ func DecodeRefundRequest(body []byte) (RefundRequest, error) {
 			name, err := d.bytes(maxFieldNameBytes)
 			switch {
 			case errors.Is(err, errStringTooLong):
-				return RefundRequest{}, errRequest("unknown field (known: policy, key, amount)")
+				return RefundRequest{}, errRequest("unknown field (known: reservation, cost)")
 			case errors.Is(err, errNotString):
 				return RefundRequest{}, d.syntax("a field name")
 			case err != nil:
@@ -55,38 +63,35 @@ func DecodeRefundRequest(body []byte) (RefundRequest, error) {
 			}
 			d.skipSpace()
 			switch string(name) {
-			case "key":
-				if haveKey {
+			case "reservation":
+				if haveReservation {
 					return RefundRequest{}, errDuplicateField
 				}
-				haveKey = true
-				if req.Key, err = d.key(); err != nil {
-					return RefundRequest{}, err
+				haveReservation = true
+				if req.Reservation, err = d.str(reservation.MaxTokenBytes); err != nil {
+					return RefundRequest{}, fieldErr(err, errReservationTooLong, errReservationUTF8, "reservation must be a string")
 				}
-			case "policy":
-				if havePolicy {
+			case "cost":
+				if haveCost {
 					return RefundRequest{}, errDuplicateField
 				}
-				havePolicy = true
+				haveCost = true
 				if d.null() {
 					break
 				}
-				if req.Policy, err = d.str(MaxPolicyBytes); err != nil {
-					return RefundRequest{}, fieldErr(err, errPolicyTooLong, errPolicyUTF8, "policy must be a string")
-				}
-			case "amount":
-				if haveAmnt {
-					return RefundRequest{}, errDuplicateField
-				}
-				haveAmnt = true
-				if req.Amount, err = d.cost(); err != nil {
+				if req.Cost, err = d.cost(); err != nil {
 					if errors.Is(err, errCost) {
-						return RefundRequest{}, errAmount
+						return RefundRequest{}, errRefundCost
 					}
 					return RefundRequest{}, err
 				}
+				if req.Cost < 1 {
+					return RefundRequest{}, errRefundCost
+				}
+			case "policy", "key", "amount":
+				return RefundRequest{}, errRefundByKey
 			default:
-				return RefundRequest{}, errRequest(fmt.Sprintf("unknown field %s (known: policy, key, amount)", strconv.QuoteToASCII(string(name))))
+				return RefundRequest{}, errRequest(fmt.Sprintf("unknown field %s (known: reservation, cost)", strconv.QuoteToASCII(string(name))))
 			}
 			d.skipSpace()
 			if d.consume('}') {
@@ -102,10 +107,8 @@ func DecodeRefundRequest(body []byte) (RefundRequest, error) {
 	switch {
 	case d.pos != len(d.data):
 		return RefundRequest{}, errTrailing
-	case req.Key == "":
-		return RefundRequest{}, errKeyMissing
-	case req.Amount < 1:
-		return RefundRequest{}, errAmount
+	case req.Reservation == "":
+		return RefundRequest{}, errReservationMissing
 	}
 	return req, nil
 }
@@ -133,12 +136,8 @@ func (h *Decisions) refund(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	res, err := h.engine.Refund(r.Context(), v1alpha1.PolicyID(req.Policy), req.Key, req.Amount)
+	res, err := h.engine.Refund(r.Context(), req.Reservation, req.Cost)
 	if err != nil {
-		if errors.Is(err, engine.ErrRefundNotApplied) {
-			writeError(w, http.StatusServiceUnavailable, err.Error())
-			return
-		}
 		h.writeEngineError(w, err)
 		return
 	}

@@ -13,43 +13,185 @@ import (
 
 	"github.com/limiterd/limiterd/api/v1alpha1"
 	"github.com/limiterd/limiterd/internal/testsupport"
+	"github.com/limiterd/limiterd/limiterd/policy"
+	"github.com/limiterd/limiterd/limiterd/reservation"
 )
 
-// TestRefund checks that a refund returns units to the client's allowance, clamped to the
-// limit, for both algorithms, and answers 200 with a peek after it.
+// withRefunds enables refunds on a policy.
+func withRefunds(p *v1alpha1.RateLimitPolicy) *v1alpha1.RateLimitPolicy {
+	p.Spec.Refunds = v1alpha1.RefundsEnabled
+	return p
+}
+
+// reservationOf returns the reservation of an answer ("" if none).
+func reservationOf(t testing.TB, body string) string {
+	t.Helper()
+	var v struct {
+		Reservation string `json:"reservation"`
+	}
+	if err := json.Unmarshal([]byte(body), &v); err != nil {
+		t.Fatalf("answer %q: %v", body, err)
+	}
+	return v.Reservation
+}
+
+// remaining peeks a client's remaining units.
+func remaining(t testing.TB, h http.Handler, policy, key string) string {
+	t.Helper()
+	a := serve(t, h, http.MethodPost, "/v1/allow", `{"policy":"`+policy+`","key":"`+key+`","cost":0}`)
+	var v struct {
+		Remaining json.Number `json:"remaining"`
+	}
+	if err := json.Unmarshal([]byte(a.body), &v); err != nil {
+		t.Fatalf("peek: %s", a.body)
+	}
+	return v.Remaining.String()
+}
+
+// TestRefund checks that a refund names the reservation of an admitted decision and returns
+// its units to the client's allowance, for each algorithm and a stack, and answers 200 with a
+// peek after it.
 func TestRefund(t *testing.T) {
-	for _, tier := range []v1alpha1.Tier{
-		testsupport.TokenBucketTier("standard", 10, 1, time.Hour),
-		testsupport.SlidingWindowTier("standard", 10, time.Hour),
+	stack := v1alpha1.Tier{Name: "standard", Limits: []v1alpha1.Limit{
+		{Name: "burst", Algorithm: v1alpha1.AlgorithmTokenBucket, TokenBucket: testsupport.TokenBucketTier("x", 10, 1, time.Hour).TokenBucket},
+		{Name: "daily", Algorithm: v1alpha1.AlgorithmSlidingWindow, SlidingWindow: testsupport.SlidingWindowTier("x", 20, time.Hour).SlidingWindow},
+	}}
+	for name, tier := range map[string]v1alpha1.Tier{
+		"TokenBucket":   testsupport.TokenBucketTier("standard", 10, 1, time.Hour),
+		"SlidingWindow": testsupport.SlidingWindowTier("standard", 10, time.Hour),
+		"stack":         stack,
 	} {
-		t.Run(string(tier.Algorithm), func(t *testing.T) {
-			h := NewDecisions(newEngine(t, testsupport.NewClock(), newPolicy("api", tier)), nil)
+		t.Run(name, func(t *testing.T) {
+			h := NewDecisions(newEngine(t, testsupport.NewClock(), withRefunds(newPolicy("api", tier))), nil)
 			// Reserve an estimate of 8, use 3, refund 5.
-			if a := serve(t, h, http.MethodPost, "/v1/allow", `{"key":"k","cost":8}`); a.status != 200 {
-				t.Fatalf("reserve: %d %s", a.status, a.body)
+			a := serve(t, h, http.MethodPost, "/v1/allow", `{"key":"k","cost":8}`)
+			rsv := reservationOf(t, a.body)
+			if a.status != 200 || rsv == "" {
+				t.Fatalf("reserve: %d %s, want a reservation", a.status, a.body)
 			}
-			a := serve(t, h, http.MethodPost, "/v1/refund", `{"policy":"default/api","key":"k","amount":5}`)
+			a = serve(t, h, http.MethodPost, "/v1/refund", `{"reservation":"`+rsv+`","cost":5}`)
 			if a.status != 200 || !strings.HasPrefix(a.body, `{"allowed":true,"limit":10,"remaining":7,`) ||
-				!strings.HasPrefix(a.header.Get("RateLimit"), `"standard";r=7;`) {
+				!strings.Contains(a.header.Get("RateLimit"), `;r=7;`) {
 				t.Fatalf("refund: %d %v %s", a.status, a.header, a.body)
 			}
-			if a := serve(t, h, http.MethodPost, "/v1/allow", `{"key":"k","cost":7}`); a.status != 200 {
+			// Once: the same reservation again (a retry) refunds nothing more, for any cost.
+			for _, body := range []string{`{"reservation":"` + rsv + `","cost":5}`, `{"reservation":"` + rsv + `"}`} {
+				a = serve(t, h, http.MethodPost, "/v1/refund", body)
+				if a.status != 409 || !strings.Contains(a.errorText(t), "already refunded") {
+					t.Fatalf("second refund: %d %s, want 409", a.status, a.body)
+				}
+			}
+			if got := remaining(t, h, "default/api", "k"); got != "7" {
+				t.Fatalf("after a repeated refund: remaining %s, want 7", got)
+			}
+			// No cost: the whole reservation.
+			a = serve(t, h, http.MethodPost, "/v1/allow", `{"key":"k","cost":7}`)
+			if a.status != 200 {
 				t.Fatalf("spend the refunded allowance: %d %s", a.status, a.body)
 			}
-			if a := serve(t, h, http.MethodPost, "/v1/allow", `{"key":"k"}`); a.status != 429 {
-				t.Fatalf("beyond the limit: %d %s, want 429", a.status, a.body)
-			}
-			// Clamped: a refund larger than what was spent leaves exactly the limit.
-			if a := serve(t, h, http.MethodPost, "/v1/refund", `{"key":"k","amount":1000}`); a.status != 200 || !strings.Contains(a.body, `"remaining":10,`) {
-				t.Fatalf("refund of 1000: %d %s, want remaining 10", a.status, a.body)
-			}
-			if a := serve(t, h, http.MethodPost, "/v1/allow", `{"key":"k","cost":10}`); a.status != 200 || !strings.Contains(a.body, `"remaining":0,`) {
-				t.Fatalf("after the clamped refund: %d %s", a.status, a.body)
-			}
-			if a := serve(t, h, http.MethodPost, "/v1/allow", `{"key":"k"}`); a.status != 429 {
-				t.Fatalf("the clamped refund gave more than the limit: %d %s", a.status, a.body)
+			a = serve(t, h, http.MethodPost, "/v1/refund", `{"reservation":"`+reservationOf(t, a.body)+`"}`)
+			if a.status != 200 || !strings.Contains(a.body, `"remaining":7,`) {
+				t.Fatalf("refund of a whole reservation: %d %s", a.status, a.body)
 			}
 		})
+	}
+}
+
+// TestRefundIsBound is the rule of SECURITY.md's "Refunds": a refund without a reservation,
+// with a forged one, another client's, a repeated one, one past its cost, an expired one, or
+// on a policy that does not enable refunds refunds nothing.
+func TestRefundIsBound(t *testing.T) {
+	clock := testsupport.NewClock()
+	e := newEngine(t, clock, withRefunds(newPolicy("api", testsupport.TokenBucketTier("standard", 3, 1, time.Hour))),
+		newPolicy("plain", testsupport.TokenBucketTier("standard", 3, 1, time.Hour)))
+	h := NewDecisions(e, nil)
+	spend := func(policy, key string) string {
+		t.Helper()
+		a := serve(t, h, http.MethodPost, "/v1/allow", `{"policy":"`+policy+`","key":"`+key+`","cost":3}`)
+		if a.status != 200 {
+			t.Fatalf("spend: %d %s", a.status, a.body)
+		}
+		return reservationOf(t, a.body)
+	}
+	alice := spend("default/api", "alice")
+	mallory := spend("default/api", "mallory")
+	if alice == "" || mallory == "" {
+		t.Fatal("no reservation on a policy that enables refunds")
+	}
+	if r := spend("default/plain", "mallory"); r != "" {
+		t.Fatalf("a policy without refunds answered a reservation %q", r)
+	}
+	// A forgery: mallory's reservation with its key bytes rewritten to alice's would need the
+	// signature; flipping any character breaks it.
+	forged := []byte(mallory)
+	forged[len(forged)/2] ^= 1
+	if forged[len(forged)/2] == '-' || forged[len(forged)/2] == '_' {
+		forged[len(forged)/2] = 'A'
+	}
+	for _, tc := range []struct {
+		name, body string
+		status     int
+		check      string // the client whose allowance must stay spent
+		policy     string
+	}{
+		{"no reservation: refill by key", `{"policy":"default/api","key":"mallory","amount":1000000000}`, 400, "mallory", "default/api"},
+		{"no reservation", `{"cost":3}`, 400, "mallory", "default/api"},
+		{"forged", `{"reservation":"` + string(forged) + `"}`, 403, "mallory", "default/api"},
+		{"garbage", `{"reservation":"eyJrZXkiOiJtYWxsb3J5In0"}`, 400, "mallory", "default/api"},
+		{"past its cost", `{"reservation":"` + mallory + `","cost":4}`, 400, "mallory", "default/api"},
+		{"policy without refunds", `{"policy":"default/plain","key":"mallory","amount":3}`, 400, "mallory", "default/plain"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := serve(t, h, http.MethodPost, "/v1/refund", tc.body)
+			if a.status != tc.status {
+				t.Fatalf("%d %s, want %d", a.status, a.body, tc.status)
+			}
+			a.errorText(t)
+			if got := remaining(t, h, tc.policy, tc.check); got != "0" {
+				t.Fatalf("%s has %s remaining, want nothing refunded", tc.check, got)
+			}
+		})
+	}
+	// Another client's reservation refunds that client, never the caller.
+	if a := serve(t, h, http.MethodPost, "/v1/refund", `{"reservation":"`+alice+`","cost":1}`); a.status != 200 {
+		t.Fatalf("alice's refund: %d %s", a.status, a.body)
+	}
+	if got := remaining(t, h, "default/api", "mallory"); got != "0" {
+		t.Fatalf("alice's reservation refunded mallory: %s remaining", got)
+	}
+	// Twice: nothing more.
+	if a := serve(t, h, http.MethodPost, "/v1/refund", `{"reservation":"`+alice+`","cost":1}`); a.status != 409 {
+		t.Fatalf("alice's second refund: %d %s, want 409", a.status, a.body)
+	}
+	if got := remaining(t, h, "default/api", "alice"); got != "1" {
+		t.Fatalf("alice has %s remaining after one refund of 1, want 1", got)
+	}
+	// Expired: a bucket of 3 refilling 1 an hour is whole 3 hours after it was emptied.
+	clock.Advance(3 * time.Hour)
+	spend("default/api", "mallory")
+	late := mallory
+	if a := serve(t, h, http.MethodPost, "/v1/refund", `{"reservation":"`+late+`"}`); a.status != 410 {
+		t.Fatalf("an expired reservation: %d %s, want 410", a.status, a.body)
+	}
+	if got := remaining(t, h, "default/api", "mallory"); got != "0" {
+		t.Fatalf("an expired reservation refunded: %s remaining", got)
+	}
+	// A policy that stopped enabling refunds refuses its reservations.
+	fresh := spend("default/api", "zed")
+	off, err := policy.Compile(newPolicy("api", testsupport.TokenBucketTier("standard", 3, 1, time.Hour)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := policy.NewSet(off)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Swap(set)
+	if a := serve(t, h, http.MethodPost, "/v1/refund", `{"reservation":"`+fresh+`"}`); a.status != 403 {
+		t.Fatalf("a policy without refunds: %d %s, want 403", a.status, a.body)
+	}
+	if got := remaining(t, h, "default/api", "zed"); got != "0" {
+		t.Fatalf("refunded on a policy without refunds: %s remaining", got)
 	}
 }
 
@@ -58,23 +200,26 @@ func TestRefundRejectsBadRequests(t *testing.T) {
 		name, method, body string
 		status             int
 	}{
-		{"no amount", "POST", `{"key":"k"}`, 400},
-		{"amount zero", "POST", `{"key":"k","amount":0}`, 400},
-		{"amount negative", "POST", `{"key":"k","amount":-2}`, 400},
-		{"amount null", "POST", `{"key":"k","amount":null}`, 400},
-		{"amount fraction", "POST", `{"key":"k","amount":1.5}`, 400},
-		{"amount string", "POST", `{"key":"k","amount":"2"}`, 400},
-		{"amount too large", "POST", `{"key":"k","amount":1000000001}`, 400},
-		{"cost is not a refund field", "POST", `{"key":"k","cost":2}`, 400},
-		{"no key", "POST", `{"amount":2}`, 400},
-		{"amount twice", "POST", `{"key":"k","amount":1,"amount":1}`, 400},
-		{"malformed", "POST", `{"key":"k","amount":1`, 400},
-		{"trailing data", "POST", `{"key":"k","amount":1}x`, 400},
-		{"unknown policy", "POST", `{"policy":"default/nope","key":"k","amount":1}`, 404},
+		{"no reservation", "POST", `{}`, 400},
+		{"reservation empty", "POST", `{"reservation":""}`, 400},
+		{"reservation null", "POST", `{"reservation":null}`, 400},
+		{"reservation number", "POST", `{"reservation":3}`, 400},
+		{"reservation too long", "POST", `{"reservation":"` + strings.Repeat("A", 4097) + `"}`, 400},
+		{"cost zero", "POST", `{"reservation":"x","cost":0}`, 400},
+		{"cost negative", "POST", `{"reservation":"x","cost":-2}`, 400},
+		{"cost fraction", "POST", `{"reservation":"x","cost":1.5}`, 400},
+		{"cost string", "POST", `{"reservation":"x","cost":"2"}`, 400},
+		{"cost too large", "POST", `{"reservation":"x","cost":1000000001}`, 400},
+		{"amount", "POST", `{"reservation":"x","amount":2}`, 400},
+		{"key", "POST", `{"key":"k","amount":2}`, 400},
+		{"reservation twice", "POST", `{"reservation":"x","reservation":"x"}`, 400},
+		{"malformed", "POST", `{"reservation":"x"`, 400},
+		{"trailing data", "POST", `{"reservation":"x"}x`, 400},
+		{"not a reservation", "POST", `{"reservation":"x"}`, 400},
 		{"GET", "GET", ``, 405},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := NewDecisions(newEngine(t, testsupport.NewClock(), newPolicy("api", testsupport.TokenBucketTier("standard", 3, 1, time.Hour))), nil)
+			h := NewDecisions(newEngine(t, testsupport.NewClock(), withRefunds(newPolicy("api", testsupport.TokenBucketTier("standard", 3, 1, time.Hour)))), nil)
 			if a := serve(t, h, http.MethodPost, "/v1/allow", `{"key":"k","cost":3}`); a.status != 200 {
 				t.Fatal(a.body)
 			}
@@ -91,12 +236,33 @@ func TestRefundRejectsBadRequests(t *testing.T) {
 	}
 }
 
+// TestBatchReservations checks that admitted batch items answer reservations that refund.
+func TestBatchReservations(t *testing.T) {
+	h := NewDecisions(newEngine(t, testsupport.NewClock(), withRefunds(newPolicy("api", testsupport.TokenBucketTier("standard", 3, 1, time.Hour)))), nil)
+	a := serve(t, h, http.MethodPost, "/v1/allow:batch", `{"items":[{"key":"k","cost":2},{"key":"k","cost":2},{"key":"k","cost":0}]}`)
+	var v struct {
+		Results []struct {
+			Allowed     bool   `json:"allowed"`
+			Reservation string `json:"reservation"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal([]byte(a.body), &v); err != nil || len(v.Results) != 3 {
+		t.Fatalf("batch: %d %s", a.status, a.body)
+	}
+	if v.Results[0].Reservation == "" || v.Results[1].Reservation != "" || v.Results[2].Reservation != "" {
+		t.Fatalf("batch: %s; want a reservation for the admitted item only", a.body)
+	}
+	if a := serve(t, h, http.MethodPost, "/v1/refund", `{"reservation":"`+v.Results[0].Reservation+`"}`); a.status != 200 || !strings.Contains(a.body, `"remaining":3,`) {
+		t.Fatalf("refund of a batch item: %d %s", a.status, a.body)
+	}
+}
+
 // FuzzDecodeRefundRequest checks the decoder against encoding/json: whatever it accepts is
 // valid JSON that encoding/json decodes to the same request, and it re-encodes to itself.
 func FuzzDecodeRefundRequest(f *testing.F) {
 	for _, seed := range []string{
-		`{"key":"k","amount":1}`, `{"policy":"default/api","key":"alice","amount":300}`, `{"key":"\u00e9","amount":2}`,
-		`{"key":"k","amount":1.5}`, `{"key":"k","amount":0}`, `{"amount":1,"key":"k","policy":null}`, `{"key":"k"}`,
+		`{"reservation":"AQAAAAAAAAAA","cost":1}`, `{"reservation":"abc-_"}`, `{"cost":null,"reservation":"\u0041"}`,
+		`{"reservation":"x","cost":1.5}`, `{"reservation":"x","cost":0}`, `{"key":"k","amount":1}`, `{"reservation":""}`,
 	} {
 		f.Add([]byte(seed))
 	}
@@ -109,14 +275,13 @@ func FuzzDecodeRefundRequest(f *testing.F) {
 			}
 			return
 		}
-		if got.Key == "" || len(got.Key) > len(body) || !utf8.ValidString(got.Key) ||
-			len(got.Policy) > MaxPolicyBytes || !utf8.ValidString(got.Policy) || got.Amount < 1 || got.Amount > MaxCost {
+		if got.Reservation == "" || len(got.Reservation) > reservation.MaxTokenBytes || !utf8.ValidString(got.Reservation) ||
+			got.Cost < 0 || got.Cost > MaxCost {
 			t.Fatalf("accepted %+v", got)
 		}
 		var std struct {
-			Policy *string      `json:"policy"`
-			Key    *string      `json:"key"`
-			Amount *json.Number `json:"amount"`
+			Reservation *string      `json:"reservation"`
+			Cost        *json.Number `json:"cost"`
 		}
 		dec := json.NewDecoder(bytes.NewReader(body))
 		dec.DisallowUnknownFields()
@@ -124,13 +289,17 @@ func FuzzDecodeRefundRequest(f *testing.F) {
 		if err := dec.Decode(&std); err != nil || dec.More() {
 			t.Fatalf("accepted %q, which encoding/json rejects: %v", body, err)
 		}
-		if std.Key == nil || *std.Key != got.Key || (std.Policy != nil && *std.Policy != got.Policy) || (std.Policy == nil && got.Policy != "") {
+		if std.Reservation == nil || *std.Reservation != got.Reservation {
 			t.Fatalf("%+v, encoding/json says %+v", got, std)
 		}
-		if std.Amount == nil || std.Amount.String() != strconv.FormatInt(got.Amount, 10) {
-			t.Fatalf("amount %d, encoding/json says %v", got.Amount, std.Amount)
+		if (std.Cost == nil && got.Cost != 0) || (std.Cost != nil && std.Cost.String() != strconv.FormatInt(got.Cost, 10)) {
+			t.Fatalf("cost %d, encoding/json says %v", got.Cost, std.Cost)
 		}
-		again, err := json.Marshal(map[string]any{"policy": got.Policy, "key": got.Key, "amount": got.Amount})
+		fields := map[string]any{"reservation": got.Reservation}
+		if got.Cost > 0 {
+			fields["cost"] = got.Cost
+		}
+		again, err := json.Marshal(fields)
 		if err != nil {
 			t.Fatal(err)
 		}

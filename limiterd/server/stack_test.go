@@ -92,12 +92,14 @@ func TestAllowStackedTierAnswersAndHeaders(t *testing.T) {
 // gets the units back), legacy header fields (the binding limit's) and the admin API's answer.
 func TestStackedTierPeekRefundLegacyAndAdmin(t *testing.T) {
 	clock := testsupport.NewClock()
-	e := newEngine(t, clock, stackedPolicy())
+	e := newEngine(t, clock, withRefunds(stackedPolicy()))
 	h := NewDecisions(e, nil, WithLegacyHeaders())
-	if a := serve(t, h, http.MethodPost, "/v1/allow", `{"key":"k","cost":2}`); a.status != 200 {
+	a := serve(t, h, http.MethodPost, "/v1/allow", `{"key":"k","cost":2}`)
+	if a.status != 200 {
 		t.Fatalf("%d %s", a.status, a.body)
 	}
-	a := serve(t, h, http.MethodGet, "/v1/allow?key=k&cost=0", "")
+	rsv := reservationOf(t, a.body)
+	a = serve(t, h, http.MethodGet, "/v1/allow?key=k&cost=0", "")
 	if a.status != 429 || !strings.HasSuffix(strings.TrimSpace(a.body), `"limits":[`+limitJSON("burst", false, 2, 0, 2*time.Second)+","+
 		limitJSON("daily", true, 3, 1, time.Hour)+"]}") || a.header.Get("Retry-After") != "1" {
 		t.Fatalf("a peek: %d %s %v", a.status, a.body, a.header)
@@ -105,7 +107,7 @@ func TestStackedTierPeekRefundLegacyAndAdmin(t *testing.T) {
 	if a.header.Get("X-RateLimit-Limit") != "2" || a.header.Get("X-RateLimit-Remaining") != "0" {
 		t.Errorf("legacy fields of a peek: %v, want the binding limit's", a.header)
 	}
-	a = serve(t, h, http.MethodPost, "/v1/refund", `{"key":"k","amount":1}`)
+	a = serve(t, h, http.MethodPost, "/v1/refund", `{"reservation":"`+rsv+`","cost":1}`)
 	if a.status != 200 || !strings.HasSuffix(strings.TrimSpace(a.body), `"limits":[`+limitJSON("burst", true, 2, 1, time.Second)+","+
 		limitJSON("daily", true, 3, 2, time.Hour)+"]}") || a.header.Get("RateLimit") != `"paid/burst";r=1;t=1` {
 		t.Fatalf("a refund: %d %s %v", a.status, a.body, a.header)

@@ -72,7 +72,7 @@ func TestTemplateDefaults(t *testing.T) {
 	want := map[string]int{
 		"CustomResourceDefinition": 1, "ServiceAccount": 2, "ClusterRole": 3, "ClusterRoleBinding": 2,
 		"Role": 4, "RoleBinding": 4, "Service": 3, "Deployment": 2, "NetworkPolicy": 2,
-		"ValidatingAdmissionPolicy": 2, "ValidatingAdmissionPolicyBinding": 2,
+		"ValidatingAdmissionPolicy": 2, "ValidatingAdmissionPolicyBinding": 2, "Secret": 1, // the reservation key
 	}
 	if got := m.kinds(); !mapsEqual(got, want) {
 		t.Errorf("kinds = %v, want %v", got, want)
@@ -124,8 +124,8 @@ func TestTemplateDefaults(t *testing.T) {
 	if dep.Spec.Template.Spec.ServiceAccountName != limiterdName {
 		t.Errorf("limiterd runs as ServiceAccount %q, want %q", dep.Spec.Template.Spec.ServiceAccountName, limiterdName)
 	}
-	if len(dep.Spec.Template.Spec.Volumes) != 0 {
-		t.Errorf("limiterd has volumes %v with the memory store", dep.Spec.Template.Spec.Volumes)
+	if v := dep.Spec.Template.Spec.Volumes; len(v) != 1 || v[0].Name != "reservation-key" {
+		t.Errorf("limiterd has volumes %v with the memory store, want the reservation key only", v)
 	}
 
 	// The operator.
@@ -178,7 +178,7 @@ func TestTemplateAllFeatures(t *testing.T) {
 	m := render(t, "--values", chartRel+"/ci/all-features-values.yaml")
 	want := map[string]int{
 		"CustomResourceDefinition": 1, "ServiceAccount": 2, "ClusterRole": 3, "ClusterRoleBinding": 2,
-		"Role": 4, "RoleBinding": 4, "Service": 3, "Deployment": 2,
+		"Role": 4, "RoleBinding": 4, "Service": 3, "Deployment": 2, "Secret": 1,
 		"HorizontalPodAutoscaler": 1, "PodDisruptionBudget": 1, "ServiceMonitor": 2, "NetworkPolicy": 2, "ConfigMap": 1,
 		"ValidatingAdmissionPolicy": 2, "ValidatingAdmissionPolicyBinding": 2,
 	}
@@ -345,7 +345,7 @@ func TestTemplateNamespaced(t *testing.T) {
 	t.Parallel()
 	m := render(t, "--values", chartRel+"/ci/namespaced-values.yaml", "--namespace", "team-a-system")
 	want := map[string]int{
-		"ServiceAccount": 1, "Role": 2, "RoleBinding": 2, "Service": 2, "Deployment": 1, "NetworkPolicy": 1,
+		"ServiceAccount": 1, "Role": 2, "RoleBinding": 2, "Service": 2, "Deployment": 1, "NetworkPolicy": 1, "Secret": 1,
 		"ClusterRole": 2, "ClusterRoleBinding": 1, // the admin API's (limiterd-auth-rbac.yaml), none for ConfigMaps
 		"ValidatingAdmissionPolicy": 1, "ValidatingAdmissionPolicyBinding": 1,
 	}

@@ -146,6 +146,18 @@ limiterd.redisPasswordDir: where the Redis password Secret is mounted in limiter
 {{- define "limiterd.redisPasswordDir" -}}/etc/limiterd/redis-password{{- end }}
 
 {{/*
+limiterd.reservationKeyDir: where the reservation key Secret is mounted in limiterd's container.
+*/}}
+{{- define "limiterd.reservationKeyDir" -}}/etc/limiterd/reservation-key{{- end }}
+
+{{/*
+limiterd.reservationKeySecretName: the Secret holding the key that signs refund reservations.
+*/}}
+{{- define "limiterd.reservationKeySecretName" -}}
+{{- .Values.limiterd.reservationKey.existingSecret | default (printf "%s-reservation-key" (include "limiterd.fullname" .)) }}
+{{- end }}
+
+{{/*
 limiterd.redisTLSDir: where the Redis TLS Secret is mounted in limiterd's container.
 */}}
 {{- define "limiterd.redisTLSDir" -}}/etc/limiterd/redis-tls{{- end }}

@@ -242,6 +242,12 @@ func TestFingerprint(t *testing.T) {
 	}
 }
 
+// TestRefundOnce runs the refund-once table on Redis: the record and the refund in one script.
+func TestRefundOnce(t *testing.T) {
+	c := newClient(t, testOptions(shared(t).Addr()))
+	limitertest.RunRefundOnce(t, func(t *testing.T) limiter.Store { return c.Store(t.Name()) })
+}
+
 func TestStackConformance(t *testing.T) {
 	c := newClient(t, testOptions(shared(t).Addr()))
 	limitertest.RunStack(t, func(t *testing.T) limiter.Store { return c.Store(t.Name()) })
