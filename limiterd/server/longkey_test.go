@@ -102,7 +102,9 @@ func TestDigestFormKeysReachNoOtherClient(t *testing.T) {
 // the admin API.
 func TestLongKeysOnEveryPath(t *testing.T) {
 	clock := testsupport.NewClock()
-	e := newEngine(t, clock, newPolicy("api", testsupport.TokenBucketTier("standard", 4, 1, time.Minute)))
+	p := newPolicy("api", testsupport.TokenBucketTier("standard", 4, 1, time.Minute))
+	p.Spec.Refunds = v1alpha1.RefundsEnabled
+	e := newEngine(t, clock, p)
 	h := NewDecisions(e, nil)
 	admin := NewAdmin(e, AdminOptions{Auth: adminauth.Open()})
 	key := strings.Repeat("é", MaxKeyBytes) // 2,048 bytes
@@ -114,14 +116,18 @@ func TestLongKeysOnEveryPath(t *testing.T) {
 			t.Fatalf("after %s: admin peek %d %s, want %d remaining", what, a.status, a.body, want)
 		}
 	}
-	serve(t, h, http.MethodPost, "/v1/allow", allowBody(t, key, 2))
+	var charged struct{ Reservation string }
+	if a := serve(t, h, http.MethodPost, "/v1/allow", allowBody(t, key, 2)); a.status != 200 || json.Unmarshal([]byte(a.body), &charged) != nil || charged.Reservation == "" {
+		t.Fatalf("decision of 2: %d %s, want 200 with a reservation", a.status, a.body)
+	}
 	remaining("a decision of 2", 2)
 	batch := `{"items":[` + allowBody(t, key, 1) + `,` + allowBody(t, key, 0) + `]}`
 	if a := serve(t, h, http.MethodPost, "/v1/allow:batch", batch); a.status != 200 || !strings.Contains(a.body, `"remaining":1`) {
 		t.Fatalf("batch: %d %s", a.status, a.body)
 	}
 	remaining("a batch of 1 and a peek", 1)
-	refund, _ := json.Marshal(map[string]any{"policy": "default/api", "key": key, "amount": 2})
+	// The reservation names the stored (digest) key, and refunds the tier it charged.
+	refund, _ := json.Marshal(map[string]any{"reservation": charged.Reservation})
 	if a := serve(t, h, http.MethodPost, "/v1/refund", string(refund)); a.status != 200 || !strings.Contains(a.body, `"remaining":3`) {
 		t.Fatalf("refund: %d %s", a.status, a.body)
 	}
