@@ -1,6 +1,7 @@
 package helm_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -76,8 +77,14 @@ func TestBinariesRunWithChartRBAC(t *testing.T) {
 		args(deployment(operatorName), map[string]string{"metrics-bind-address": "0", "health-probe-bind-address": opProbes}), nil)
 	decisions, admin := freeLoopback(t), freeLoopback(t)
 	kubeconfig := s.impersonatingKubeconfig(t, namespace, limiterdName, pod)
+	// The chart mounts the reservation key from its Secret; here the key is a file of our own.
+	reservationKey := filepath.Join(t.TempDir(), "reservation-key")
+	if err := os.WriteFile(reservationKey, bytes.Repeat([]byte{0x5a}, 32), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	startBinary(t, "limiterd", limiterdBin, kubeconfig,
-		args(deployment(limiterdName), map[string]string{"addr": decisions, "admin-addr": admin, "kubeconfig": kubeconfig, "status-interval": "1s"}),
+		args(deployment(limiterdName), map[string]string{"addr": decisions, "admin-addr": admin, "kubeconfig": kubeconfig, "status-interval": "1s",
+			"reservation-key-file": reservationKey}),
 		[]string{"POD_NAME=" + pod})
 	for _, url := range []string{"http://" + opProbes + "/readyz", "http://" + admin + "/readyz"} {
 		testsupport.Eventually(t, 2*time.Minute, url+" answers 200", func() error { return httpStatus(url, http.StatusOK) })
