@@ -257,6 +257,7 @@ type Override struct {
 // +kubebuilder:validation:XValidation:rule="!has(self.overrides) || self.overrides.map(o, o.?clients.orValue([])).flatten().size() <= 512",message="all overrides together may list at most 512 clients",fieldPath=".overrides"
 // +kubebuilder:validation:XValidation:rule="!has(self.overrides) || self.overrides.map(o, o.?clientPrefixes.orValue([])).flatten().size() <= 512",message="all overrides together may list at most 512 clientPrefixes",fieldPath=".overrides"
 // +kubebuilder:validation:XValidation:rule="!has(self.overrides) || self.overrides.map(o, o.?clients.orValue([])).flatten().size() > 512 || self.overrides.map(o, o.?clients.orValue([])).flatten().distinct().size() == self.overrides.map(o, o.?clients.orValue([])).flatten().size()",message="a client appears in more than one override",fieldPath=".overrides"
+// +kubebuilder:validation:XValidation:rule="self.?refunds.orValue('Disabled') != 'Enabled' || !self.tiers.exists(t, has(t.slidingWindow) || (has(t.limits) && t.limits.exists(l, has(l.slidingWindow))))",message="refunds cannot be Enabled with a SlidingWindow tier or limit: a refund could not remove the charge from the window's log, which would free its units twice",fieldPath=".refunds"
 // +kubebuilder:validation:XValidation:rule="!has(self.overrides) || self.overrides.map(o, o.?clientPrefixes.orValue([])).flatten().size() > 512 || self.overrides.map(o, o.?clientPrefixes.orValue([])).flatten().distinct().size() == self.overrides.map(o, o.?clientPrefixes.orValue([])).flatten().size()",message="a client prefix appears in more than one override",fieldPath=".overrides"
 type RateLimitPolicySpec struct {
 	// tiers are the ways of deciding that this policy offers; 1 to 64, with unique names.
@@ -300,9 +301,11 @@ type RateLimitPolicySpec struct {
 	// refunds says whether a client may take back what an admitted request charged: Disabled
 	// refuses every refund; Enabled gives the answer to every admitted request of a cost above 0
 	// a reservation (an opaque token signed by limiterd), which one refund may name, once, to
-	// return at most the units that request charged, while they still count: for a token bucket
-	// until a full refill (capacity/rate), for a sliding window its window, for a stack the
-	// longest of its limits'. Default Disabled.
+	// return at most the units that request charged and that have not refilled since (a refund
+	// never lets a client exceed a limit; for a stack the fewest over its limits), until they
+	// all have: cost*refillPeriod/refillRate after the request, for a stack the shortest over
+	// its limits. Enabled is refused for a policy with a SlidingWindow tier or limit: a refund
+	// could not remove the charge from the window's log. Default Disabled.
 	// +optional
 	// +kubebuilder:default=Disabled
 	Refunds Refunds `json:"refunds,omitempty"`

@@ -117,10 +117,29 @@ func validateSpec(s *RateLimitPolicySpec, path *field.Path) field.ErrorList {
 	if s.Refunds != "" && !oneOf(s.Refunds, supportedRefunds) {
 		errs = append(errs, field.NotSupported(path.Child("refunds"), s.Refunds, supportedRefunds))
 	}
+	if s.Refunds == RefundsEnabled && slidingWindows(s.Tiers) {
+		errs = append(errs, field.Invalid(path.Child("refunds"), s.Refunds,
+			"refunds cannot be Enabled with a SlidingWindow tier or limit: a refund could not remove the charge from the window's log, which would free its units twice"))
+	}
 	if s.Envoy != nil {
 		errs = append(errs, validateEnvoy(s.Envoy, path.Child("envoy"))...)
 	}
 	return errs
+}
+
+// slidingWindows says whether a tier of tiers, or a limit of a stacked tier, is a sliding window.
+func slidingWindows(tiers []Tier) bool {
+	for i := range tiers {
+		if tiers[i].Algorithm == AlgorithmSlidingWindow {
+			return true
+		}
+		for j := range tiers[i].Limits {
+			if tiers[i].Limits[j].Algorithm == AlgorithmSlidingWindow {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func validateEnvoy(e *Envoy, path *field.Path) field.ErrorList {

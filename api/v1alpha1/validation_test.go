@@ -106,8 +106,26 @@ func TestValidateCases(t *testing.T) {
 		{"namespace invalid", func(p *RateLimitPolicy) { p.Namespace = "a.b" }, []string{"metadata.namespace"}},
 		{"name too long", func(p *RateLimitPolicy) { p.Name = strings.Repeat("a", 254) }, []string{"metadata.name"}},
 		{"name of 253", func(p *RateLimitPolicy) { p.Name = strings.Repeat("a", 253) }, nil},
-		{"refunds enabled", func(p *RateLimitPolicy) { p.Spec.Refunds = RefundsEnabled }, nil},
+		{"refunds enabled", func(p *RateLimitPolicy) {
+			p.Spec.Refunds = RefundsEnabled
+			p.Spec.Tiers[1].Algorithm, p.Spec.Tiers[1].SlidingWindow = AlgorithmUnlimited, nil
+		}, nil},
+		{"refunds with the base policy's sliding window tier", func(p *RateLimitPolicy) { p.Spec.Refunds = RefundsEnabled },
+			[]string{"spec.refunds"}},
 		{"refunds unknown", func(p *RateLimitPolicy) { p.Spec.Refunds = "Sometimes" }, []string{"spec.refunds"}},
+		{"refunds with a sliding window limit of a stack", func(p *RateLimitPolicy) {
+			p.Spec.Refunds = RefundsEnabled
+			p.Spec.Tiers[0].Algorithm, p.Spec.Tiers[0].TokenBucket = "", nil
+			p.Spec.Tiers[0].Limits = []Limit{
+				{Name: "burst", Algorithm: AlgorithmTokenBucket, TokenBucket: &TokenBucket{Capacity: 10, RefillRate: 10}},
+				{Name: "hourly", Algorithm: AlgorithmSlidingWindow, SlidingWindow: &SlidingWindow{Limit: 100, Window: metav1.Duration{Duration: time.Hour}}},
+			}
+		}, []string{"spec.refunds"}},
+		{"sliding windows without refunds", func(p *RateLimitPolicy) {
+			p.Spec.Refunds = RefundsDisabled
+			p.Spec.Tiers[0].Algorithm, p.Spec.Tiers[0].TokenBucket = AlgorithmSlidingWindow, nil
+			p.Spec.Tiers[0].SlidingWindow = &SlidingWindow{Limit: 10, Window: metav1.Duration{Duration: time.Hour}}
+		}, nil},
 		{"unset failureMode, refunds and refillPeriod are their defaults", func(p *RateLimitPolicy) {
 			p.Spec.FailureMode = ""
 			p.Spec.Refunds = ""
