@@ -20,6 +20,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/bits"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -591,7 +592,9 @@ func (e *Engine) Peek(ctx context.Context, policyID v1alpha1.PolicyID, key strin
 
 // Refund returns to the client's allowance the units of the admitted decision that issued
 // reservation (Result.Reservation), or amount of them (0: all; at most the reservation's cost),
-// and answers what a peek sees after it. The units come back by the strategy's Refund (see
+// and answers what a peek sees after it, of at most the units that have not refilled since the
+// charge (refundable: a refund never lets the client exceed a limit; on a stacked tier the fewest
+// over its limits). The units come back by the strategy's Refund (see
 // limiter.RateLimiter.Refund: clamped so that the allowance never exceeds its limit; on a
 // stacked tier every limit gets them back, each clamped to its own limit). A reservation
 // refunds once: the store keeps a record of it (limiter.Store.RefundOnce) until it expires,
@@ -638,6 +641,11 @@ func (e *Engine) Refund(ctx context.Context, token string, amount int64) (Result
 	if tier == nil {
 		return Result{}, fmt.Errorf("%w: charged by tier %q, which the client is no longer in", ErrReservationStale, rsv.Tier)
 	}
+	left := refundable(tier, rsv.Cost, rsv.At, now)
+	if left == 0 {
+		return Result{}, fmt.Errorf("%w: the units it charged have refilled", ErrReservationExpired)
+	}
+	amount = min(amount, left)
 	r := Result{Policy: b.policy, Tier: tier, Outcome: Allowed}
 	if tier.Stack != nil {
 		r.Limits = make([]limiter.Decision, tier.Stack.Len())
@@ -686,28 +694,71 @@ func chargedTier(p *policy.Policy, storedKey, tierName string) *policy.Tier {
 
 // reserve gives an admitted decision of cost units its reservation, when the policy enables
 // refunds and the decision charged the store (no failure mode decided it) of a limited tier.
-// It costs nothing otherwise.
+// The reservation is valid while some of its units may be refunded (refundable): until the
+// first of the tier's limits has certainly refilled them all. It costs nothing otherwise.
 func (e *Engine) reserve(r *Result, key string, now time.Time, cost int64) {
 	if !r.Policy.Refunds || cost < 1 || r.Outcome != Allowed || r.StoreError != nil || !r.Tier.Limited() || e.opts.RefundsUnavailable != "" {
 		return
 	}
+	window := refundWindow(r.Tier, cost)
+	if window <= 0 {
+		return // the units refill within a nanosecond: nothing could be refunded
+	}
 	c := reservation.Claim{Policy: string(r.Policy.ID), Key: key, Tier: r.Tier.Name, Cost: cost, At: now,
-		Until: now.Add(refundWindow(r.Tier))}
+		Until: now.Add(window)}
 	r.Reservation, _ = e.signer.Issue(&c) // cannot fail: names are bounded, cost >= 1, the window > 0
 }
 
-// refundWindow is how long a refund of a tier's charge can matter: a token bucket's full
-// refill (capacity/rate: by then the units charged would have come back anyway), a sliding
-// window's window, and the longest of these over a stack's limits.
-func refundWindow(t *policy.Tier) time.Duration {
-	if t.Stack == nil {
-		return t.Limiter.Window()
+// refundable returns how many of the cost units that tier t charged at instant at a refund at
+// now may return without letting the client exceed any limit: the minimum over t's limits of
+// cost - ceil((now-at)*rate/period), and 0 (nothing: the reservation has expired) once a limit
+// has refilled them all, or for a limit that is no token bucket (validation refuses refunds with
+// sliding windows: a refund could not remove the charge's own log entry).
+//
+// Why: the charge left the bucket's TAT >= at + cost*T (T = period/rate; the TAT was clamped to
+// >= at first), so refunding k <= cost - (now-at)/T units gives exactly the state of the history
+// in which the charge was k units smaller (no clamping happened in it between at and now).
+func refundable(t *policy.Tier, cost int64, at, now time.Time) int64 {
+	elapsed := max(now.Sub(at), 0)
+	left := cost
+	for i := range t.Limits() {
+		tb, ok := t.Limit(i).(*limiter.TokenBucket)
+		if !ok {
+			return 0
+		}
+		_, rate, period := tb.Params()
+		hi, lo := bits.Mul64(uint64(elapsed), uint64(rate))
+		if hi >= uint64(period) {
+			return 0 // elapsed*rate/period >= 2^64 > cost
+		}
+		refilled, rem := bits.Div64(hi, lo, uint64(period))
+		if rem != 0 {
+			refilled++
+		}
+		if refilled >= uint64(cost) {
+			return 0
+		}
+		left = min(left, cost-int64(refilled))
 	}
-	var w time.Duration
-	for i := range t.Stack.Len() {
-		w = max(w, t.Stack.Limiter(i).Window())
+	return left
+}
+
+// refundWindow is how long after the charge a reservation of cost units of tier t is valid: the
+// shortest over t's limits of cost*period/rate, rounded down to a nanosecond, after which
+// refundable is 0. It is 0 for a tier with a limit that is no token bucket (see refundable).
+func refundWindow(t *policy.Tier, cost int64) time.Duration {
+	window := time.Duration(-1)
+	for i := range t.Limits() {
+		tb, ok := t.Limit(i).(*limiter.TokenBucket)
+		if !ok {
+			return 0
+		}
+		ns, _ := tb.Interval(cost) // cost <= capacity: Decide admitted it
+		if window < 0 || time.Duration(ns) < window {
+			window = time.Duration(ns)
+		}
 	}
-	return w
+	return max(window, 0)
 }
 
 // Reset forgets the client's state under the named policy: its single-limit state and the state

@@ -139,15 +139,16 @@ func TestRefundRules(t *testing.T) {
 		t.Fatalf("a refused refund refunded carol")
 	}
 
-	// Expired: a token bucket of 2 an hour (refill 1/h): valid for a full refill, 2h.
-	dave := spend("dave", 1)
-	now = now.Add(2 * time.Hour)
+	// Expired: a token bucket of 2 refilling 1/h; of 2 units charged, one may have refilled
+	// after any time, both after 1h and a nanosecond: only the other may come back until then.
+	dave := spend("dave", 2)
+	now = now.Add(time.Hour + time.Nanosecond)
 	if _, err := e.Refund(ctx, dave, 0); !errors.Is(err, engine.ErrReservationExpired) {
-		t.Errorf("refund after a full refill: %v", err)
+		t.Errorf("refund after both units may have refilled: %v", err)
 	}
 	now = now.Add(-time.Nanosecond)
-	if _, err := e.Refund(ctx, dave, 0); err != nil {
-		t.Errorf("refund just before a full refill: %v", err)
+	if r, err := e.Refund(ctx, dave, 0); err != nil || r.Remaining != 2 {
+		t.Errorf("refund when one unit has refilled: %+v, %v", r, err)
 	}
 }
 

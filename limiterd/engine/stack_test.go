@@ -13,12 +13,13 @@ import (
 	"github.com/limiterd/limiterd/limiterd/limiter"
 )
 
-// withStack makes the default tier "free" a stack: burst, a bucket of 3 an hour, and daily, a
-// window of 5 an hour; the dry-run tier "shadow" a stack of one window of 1.
+// withStack makes the default tier "free" a stack: burst, a bucket of 3 refilling 1 an hour,
+// and daily, a bucket of 5 refilling 1 an hour; the dry-run tier "shadow" a stack of one bucket
+// of 1. Token buckets only, so that a policy may enable refunds with it.
 func withStack(s *v1alpha1.RateLimitPolicySpec) {
 	s.Tiers[0] = testsupport.StackedTier("free",
-		testsupport.TokenBucketLimit("burst", 3, 1, time.Hour), testsupport.SlidingWindowLimit("daily", 5, time.Hour))
-	s.Tiers[1] = testsupport.StackedTier("shadow", testsupport.SlidingWindowLimit("once", 1, time.Hour))
+		testsupport.TokenBucketLimit("burst", 3, 1, time.Hour), testsupport.TokenBucketLimit("daily", 5, 1, time.Hour))
+	s.Tiers[1] = testsupport.StackedTier("shadow", testsupport.TokenBucketLimit("once", 1, 1, time.Hour))
 	s.Tiers[1].DryRun = true
 }
 

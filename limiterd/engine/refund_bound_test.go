@@ -1,0 +1,229 @@
+package engine_test
+
+import (
+	"errors"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/limiterd/limiterd/api/v1alpha1"
+	"github.com/limiterd/limiterd/internal/testsupport"
+	"github.com/limiterd/limiterd/limiterd/engine"
+	"github.com/limiterd/limiterd/limiterd/limiter/limitertest"
+)
+
+// charge is one admitted decision of a client, less the units refunds returned of it: a refund
+// counts at the instant of the charge it names, as if that charge had been smaller, so that the
+// charges must obey the limit like any history without refunds.
+type charge struct {
+	at       time.Time
+	cost     int64
+	refunded int64 // at most: what the refunds that succeeded asked for
+}
+
+// bucketLimit is a token bucket limit: at most capacity + floor((b-a)*rate/period) units are
+// charged in any interval [a, b].
+type bucketLimit struct {
+	capacity, rate int64
+	period         time.Duration
+}
+
+// checkBucket fails t when the charges, net of refunds, exceed the limit in some interval.
+func checkBucket(t *testing.T, what string, l bucketLimit, charges []*charge) {
+	t.Helper()
+	for i, first := range charges {
+		var net int64
+		for _, c := range charges[i:] {
+			net += c.cost - c.refunded
+			if allowed := l.capacity + int64(c.at.Sub(first.at))*l.rate/int64(l.period); net > allowed {
+				t.Fatalf("%s: %d units charged (net of refunds) between %v and %v; the limit allows %d",
+					what, net, first.at.Sub(limitertest.T0), c.at.Sub(limitertest.T0), allowed)
+			}
+		}
+	}
+}
+
+// refundClient drives one client of an engine at a settable instant, recording its charges.
+type refundClient struct {
+	t       *testing.T
+	e       *engine.Engine
+	now     *time.Time
+	key     string
+	charges []*charge
+	held    map[string]*charge // reservation -> its charge
+}
+
+// decide decides cost units now, and returns whether they were admitted and their reservation.
+func (c *refundClient) decide(cost int64) (bool, string) {
+	c.t.Helper()
+	r, err := c.e.Decide(ctx, "team/a", c.key, cost)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if !r.Allowed {
+		return false, ""
+	}
+	ch := &charge{at: *c.now, cost: cost}
+	c.charges = append(c.charges, ch)
+	if r.Reservation != "" {
+		c.held[r.Reservation] = ch
+	}
+	return true, r.Reservation
+}
+
+// spendAll decides 1 unit until one is rejected, and returns how many were admitted.
+func (c *refundClient) spendAll() int {
+	c.t.Helper()
+	n := 0
+	for ok, _ := c.decide(1); ok; ok, _ = c.decide(1) {
+		n++
+	}
+	return n
+}
+
+func (c *refundClient) refund(rsv string, amount int64) error {
+	c.t.Helper()
+	_, err := c.e.Refund(ctx, rsv, amount)
+	if err == nil {
+		ch := c.held[rsv]
+		if amount == 0 {
+			amount = ch.cost
+		}
+		ch.refunded += amount
+	}
+	return err
+}
+
+func newRefundClient(t *testing.T, mutate func(*v1alpha1.RateLimitPolicySpec)) *refundClient {
+	now := limitertest.T0
+	e := engine.New(engine.Options{Clock: func() time.Time { return now }})
+	e.Swap(set(t, compile(t, "a", func(s *v1alpha1.RateLimitPolicySpec) { refunds(s); mutate(s) })))
+	return &refundClient{t: t, e: e, now: &now, key: "k", held: map[string]*charge{}}
+}
+
+// TestRefundAfterRefillGivesNoMore is the token bucket's exploit: a unit charged long ago, which
+// has refilled since, is refunded after the client spent its full bucket; the refund must not
+// admit an 11th unit at that instant of a bucket of 10.
+func TestRefundAfterRefillGivesNoMore(t *testing.T) {
+	limit := bucketLimit{capacity: 10, rate: 1, period: time.Second}
+	c := newRefundClient(t, func(s *v1alpha1.RateLimitPolicySpec) {
+		s.Tiers[0] = testsupport.TokenBucketTier("free", limit.capacity, limit.rate, limit.period)
+	})
+	_, old := c.decide(1)
+	*c.now = c.now.Add(5 * time.Second) // the unit refilled; the bucket is full again
+	admitted := c.spendAll()
+	if err := c.refund(old, 0); !errors.Is(err, engine.ErrReservationExpired) {
+		t.Errorf("refund of a unit that has refilled: %v, want ErrReservationExpired", err)
+	}
+	admitted += c.spendAll()
+	if admitted > int(limit.capacity) {
+		t.Errorf("%d units admitted at one instant, counting the refund; a bucket of %d", admitted, limit.capacity)
+	}
+	checkBucket(t, "bucket", limit, c.charges)
+
+	// Part of a charge can still be refunded: 10 units charged, 2.5s later 3 have refilled
+	// (rounded up: a fraction may have), so a refund of all returns 7, and with the 2 whole
+	// tokens refilled 9 are admitted.
+	*c.now = c.now.Add(time.Hour)
+	c.key = "partial"
+	_, rsv := c.decide(10)
+	*c.now = c.now.Add(2500 * time.Millisecond)
+	if err := c.refund(rsv, 0); err != nil {
+		t.Fatalf("refund of a charge that has partly refilled: %v", err)
+	}
+	c.charges[len(c.charges)-1].refunded = 7
+	if n := c.spendAll(); n != 9 {
+		t.Errorf("after refunding 10 units charged 2.5s before: %d admitted, want 9", n)
+	}
+	checkBucket(t, "partial", limit, c.charges)
+}
+
+// TestStackRefundBoundByEveryLimit is the stack's exploit: reservations held while a long
+// limit keeps them valid are refunded at one instant, each refilling the short burst limit.
+// A refund returns only what no limit has refilled, so the burst limit holds.
+func TestStackRefundBoundByEveryLimit(t *testing.T) {
+	burst := bucketLimit{capacity: 10, rate: 10, period: time.Second}
+	c := newRefundClient(t, func(s *v1alpha1.RateLimitPolicySpec) {
+		s.Tiers[0] = testsupport.StackedTier("free",
+			testsupport.TokenBucketLimit("burst", burst.capacity, burst.rate, burst.period),
+			testsupport.TokenBucketLimit("daily", 1000, 1000, 24*time.Hour))
+	})
+	var held []string
+	for range 20 {
+		ok, rsv := c.decide(10)
+		if !ok {
+			t.Fatalf("charge of 10 at %v rejected", c.now.Sub(limitertest.T0))
+		}
+		held = append(held, rsv)
+		*c.now = c.now.Add(time.Second)
+	}
+	admitted := c.spendAll()
+	for _, rsv := range held {
+		if err := c.refund(rsv, 0); !errors.Is(err, engine.ErrReservationExpired) {
+			t.Errorf("refund of a charge the burst limit has refilled: %v, want ErrReservationExpired", err)
+		}
+		admitted += c.spendAll()
+	}
+	if admitted > int(burst.capacity) {
+		t.Errorf("%d units admitted at one instant, counting refunds; a burst limit of %d", admitted, burst.capacity)
+	}
+	checkBucket(t, "burst", burst, c.charges)
+
+	// The fewest over the limits: 0.5s after a charge of 10, the burst limit has refilled 5, the
+	// daily limit 1 (a fraction, rounded up): 5 come back, and with the 5 refilled 10 are admitted.
+	*c.now = c.now.Add(time.Hour)
+	c.key = "partial"
+	_, rsv := c.decide(10)
+	*c.now = c.now.Add(500 * time.Millisecond)
+	if err := c.refund(rsv, 0); err != nil {
+		t.Fatalf("refund of a charge that has partly refilled: %v", err)
+	}
+	c.charges[len(c.charges)-1].refunded = 5
+	if n := c.spendAll(); n != 10 {
+		t.Errorf("after refunding 10 units charged 0.5s before: %d admitted, want 10", n)
+	}
+	checkBucket(t, "partial", burst, c.charges)
+}
+
+// TestRefundsNeverExceedTheLimit decides, refunds and lets time pass at random on a token bucket
+// and on a stack, and checks that the charges, each less what refunds returned of it, obey every
+// token bucket limit in every interval.
+func TestRefundsNeverExceedTheLimit(t *testing.T) {
+	burst := bucketLimit{capacity: 5, rate: 2, period: time.Second}
+	hourly := bucketLimit{capacity: 20, rate: 20, period: time.Hour}
+	for _, tc := range []struct {
+		name   string
+		tier   v1alpha1.Tier
+		limits []bucketLimit
+	}{
+		{"bucket", testsupport.TokenBucketTier("free", burst.capacity, burst.rate, burst.period), []bucketLimit{burst}},
+		{"stack", testsupport.StackedTier("free",
+			testsupport.TokenBucketLimit("burst", burst.capacity, burst.rate, burst.period),
+			testsupport.TokenBucketLimit("hourly", hourly.capacity, hourly.rate, hourly.period)), []bucketLimit{burst, hourly}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(1, 2))
+			c := newRefundClient(t, func(s *v1alpha1.RateLimitPolicySpec) { s.Tiers[0] = tc.tier })
+			var held []string
+			for range 3000 {
+				if rng.IntN(3) == 0 {
+					*c.now = c.now.Add(time.Duration(rng.IntN(1500)) * time.Millisecond)
+				}
+				if len(held) > 0 && rng.IntN(2) == 0 {
+					i := rng.IntN(len(held))
+					ch := c.held[held[i]]
+					_ = c.refund(held[i], rng.Int64N(ch.cost-ch.refunded+1)) // the amount asked bounds what came back
+					continue
+				}
+				if ok, rsv := c.decide(1 + rng.Int64N(3)); ok && rsv != "" {
+					held = append(held, rsv)
+				}
+			}
+			for i, l := range tc.limits {
+				checkBucket(t, tc.limits[i].String(), l, c.charges)
+			}
+		})
+	}
+}
+
+func (l bucketLimit) String() string { return time.Duration(int64(l.period)/l.rate).String() + " a token" }
