@@ -226,4 +226,6 @@ func TestRefundsNeverExceedTheLimit(t *testing.T) {
 	}
 }
 
-func (l bucketLimit) String() string { return time.Duration(int64(l.period)/l.rate).String() + " a token" }
+func (l bucketLimit) String() string {
+	return time.Duration(int64(l.period)/l.rate).String() + " a token"
+}
