@@ -54,12 +54,21 @@ func remaining(t testing.TB, h http.Handler, policy, key string) string {
 func TestRefund(t *testing.T) {
 	stack := v1alpha1.Tier{Name: "standard", Limits: []v1alpha1.Limit{
 		{Name: "burst", Algorithm: v1alpha1.AlgorithmTokenBucket, TokenBucket: testsupport.TokenBucketTier("x", 10, 1, time.Hour).TokenBucket},
-		{Name: "daily", Algorithm: v1alpha1.AlgorithmSlidingWindow, SlidingWindow: testsupport.SlidingWindowTier("x", 20, time.Hour).SlidingWindow},
+		{Name: "daily", Algorithm: v1alpha1.AlgorithmTokenBucket, TokenBucket: testsupport.TokenBucketTier("x", 20, 1, time.Hour).TokenBucket},
 	}}
+	// A sliding window cannot enable refunds: a refund could not remove the charge's own entry.
 	for name, tier := range map[string]v1alpha1.Tier{
-		"TokenBucket":   testsupport.TokenBucketTier("standard", 10, 1, time.Hour),
 		"SlidingWindow": testsupport.SlidingWindowTier("standard", 10, time.Hour),
-		"stack":         stack,
+		"stack with a SlidingWindow": {Name: "standard", Limits: []v1alpha1.Limit{stack.Limits[0],
+			{Name: "daily", Algorithm: v1alpha1.AlgorithmSlidingWindow, SlidingWindow: testsupport.SlidingWindowTier("x", 20, time.Hour).SlidingWindow}}},
+	} {
+		if _, err := policy.Compile(withRefunds(newPolicy("api", tier))); err == nil || !strings.Contains(err.Error(), "spec.refunds") {
+			t.Errorf("%s: refunds enabled: %v, want spec.refunds refused", name, err)
+		}
+	}
+	for name, tier := range map[string]v1alpha1.Tier{
+		"TokenBucket": testsupport.TokenBucketTier("standard", 10, 1, time.Hour),
+		"stack":       stack,
 	} {
 		t.Run(name, func(t *testing.T) {
 			h := NewDecisions(newEngine(t, testsupport.NewClock(), withRefunds(newPolicy("api", tier))), nil)

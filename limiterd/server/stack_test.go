@@ -92,7 +92,11 @@ func TestAllowStackedTierAnswersAndHeaders(t *testing.T) {
 // gets the units back), legacy header fields (the binding limit's) and the admin API's answer.
 func TestStackedTierPeekRefundLegacyAndAdmin(t *testing.T) {
 	clock := testsupport.NewClock()
-	e := newEngine(t, clock, withRefunds(stackedPolicy()))
+	// Refunds need token buckets: daily is a bucket of 3 refilling 1 every 30 minutes (2 charged:
+	// full again in 1h, as the window of stackedPolicy).
+	p := stackedPolicy()
+	p.Spec.Tiers[0].Limits[1] = testsupport.TokenBucketLimit("daily", 3, 1, 30*time.Minute)
+	e := newEngine(t, clock, withRefunds(p))
 	h := NewDecisions(e, nil, WithLegacyHeaders())
 	a := serve(t, h, http.MethodPost, "/v1/allow", `{"key":"k","cost":2}`)
 	if a.status != 200 {
@@ -109,7 +113,7 @@ func TestStackedTierPeekRefundLegacyAndAdmin(t *testing.T) {
 	}
 	a = serve(t, h, http.MethodPost, "/v1/refund", `{"reservation":"`+rsv+`","cost":1}`)
 	if a.status != 200 || !strings.HasSuffix(strings.TrimSpace(a.body), `"limits":[`+limitJSON("burst", true, 2, 1, time.Second)+","+
-		limitJSON("daily", true, 3, 2, time.Hour)+"]}") || a.header.Get("RateLimit") != `"paid/burst";r=1;t=1` {
+		limitJSON("daily", true, 3, 2, 30*time.Minute)+"]}") || a.header.Get("RateLimit") != `"paid/burst";r=1;t=1` {
 		t.Fatalf("a refund: %d %s %v", a.status, a.body, a.header)
 	}
 	if a := serve(t, h, http.MethodPost, "/v1/allow", `{"key":"svc"}`); strings.Contains(a.body, "limits") || a.header.Get("RateLimit-Policy") != "" {
@@ -124,7 +128,7 @@ func TestStackedTierPeekRefundLegacyAndAdmin(t *testing.T) {
 	}
 	if c.Tier != "paid" || *c.Limit != 2 || *c.Remaining != 1 || len(c.Limits) != 2 ||
 		c.Limits[0] != (ClientLimit{Name: "burst", Allowed: true, Limit: 2, Remaining: 1, ResetAfterSeconds: 1}) ||
-		c.Limits[1] != (ClientLimit{Name: "daily", Allowed: true, Limit: 3, Remaining: 2, ResetAfterSeconds: 3600}) {
+		c.Limits[1] != (ClientLimit{Name: "daily", Allowed: true, Limit: 3, Remaining: 2, ResetAfterSeconds: 1800}) {
 		t.Fatalf("admin answer: %+v", c)
 	}
 	if a := serve(t, admin, http.MethodDelete, "/v1/clients?key=k", ""); a.status != http.StatusNoContent {
