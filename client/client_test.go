@@ -335,12 +335,12 @@ func TestStackedTierDecisions(t *testing.T) {
 	var reservations []string
 	for i, want := range []client.Decision{
 		{Allowed: true, Limit: 2, Remaining: 1, ResetAfter: time.Second, RateLimitPolicy: policy, RateLimit: `"paid/burst";r=1;t=1`,
-			Limits: []client.Limit{{"burst", true, 2, 1, time.Second}, {"daily", true, 3, 2, day}}},
+			Limits: []client.Limit{{"burst", true, 2, 1, time.Second}, {"daily", true, 3, 2, day / 3}}},
 		{Allowed: true, Limit: 2, Remaining: 0, ResetAfter: 2 * time.Second, RateLimitPolicy: policy, RateLimit: `"paid/burst";r=0;t=2`,
-			Limits: []client.Limit{{"burst", true, 2, 0, 2 * time.Second}, {"daily", true, 3, 1, day}}},
+			Limits: []client.Limit{{"burst", true, 2, 0, 2 * time.Second}, {"daily", true, 3, 1, 2 * day / 3}}},
 		// burst rejects: daily is not charged.
 		{Allowed: false, Limit: 2, Remaining: 0, ResetAfter: 2 * time.Second, RetryAfter: time.Second, RateLimitPolicy: policy,
-			RateLimit: `"paid/burst";r=0;t=2`, Limits: []client.Limit{{"burst", false, 2, 0, 2 * time.Second}, {"daily", true, 3, 1, day}}},
+			RateLimit: `"paid/burst";r=0;t=2`, Limits: []client.Limit{{"burst", false, 2, 0, 2 * time.Second}, {"daily", true, 3, 1, 2 * day / 3}}},
 	} {
 		got, err := c.Allow(t.Context(), "alice")
 		if err != nil {

@@ -93,7 +93,7 @@ spec:
 `
 
 // stackedPolicy is default/api whose tier "paid" stacks burst, a bucket of 2 refilled by 1 a
-// second, and daily, a window of 3 a day.
+// second, and daily, a bucket of 3 refilled by 3 a day (token buckets: refunds are enabled).
 const stackedPolicy = `
 apiVersion: limiterd.dev/v1alpha1
 kind: RateLimitPolicy
@@ -109,6 +109,6 @@ spec:
           algorithm: TokenBucket
           tokenBucket: {capacity: 2, refillRate: 1}
         - name: daily
-          algorithm: SlidingWindow
-          slidingWindow: {limit: 3, window: 24h}
+          algorithm: TokenBucket
+          tokenBucket: {capacity: 3, refillRate: 3, refillPeriod: 24h}
 `
