@@ -111,7 +111,8 @@ type Result struct {
 	StoreError error
 	// Reservation names what an admitted decision charged, for Refund: set when the policy
 	// enables refunds, the cost was above 0, the tier has a limit, the request was admitted
-	// (not a dry-run tier's rejection) and the store decided it (no StoreError); "" otherwise.
+	// (not a dry-run tier's rejection) and the store decided it (no StoreError), unless every
+	// unit refills within a nanosecond (nothing could ever be refunded); "" otherwise.
 	Reservation string
 }
 
