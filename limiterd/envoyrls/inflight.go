@@ -19,7 +19,7 @@ import (
 // request decoded in full (MaxDescriptors descriptors) measured about 300 KiB of heap, server
 // and client of a loopback test together (TestBurstOfMaximalCallsHoldsBoundedHeap, which
 // asserts at most 512 KiB each), so the calls in flight hold at most about 75 MiB, 128 MiB
-// with room, within the chart's memory limit (256 Mi). Before this bound, 100 calls of 2 MiB
+// with room, within the chart's memory limit (256 Mi). Before this bound, 100 calls of 1.7 MB
 // requests on one connection held about 1.1 GiB.
 // Envoy sends a call per request it rate-limits and waits a few milliseconds for each, so 256
 // in flight serves tens of thousands of decisions per second per replica.
