@@ -25,11 +25,14 @@ const (
 	// MaxDescriptorEntries is the most entries of one descriptor. Envoy writes one entry per
 	// action of a rate limit, and a configuration has a handful.
 	MaxDescriptorEntries = 64
-	// MaxRequestBytes is the largest request message the gRPC server receives: the bound of an
-	// HTTP batch's body (server.MaxBatchBodyBytes, 2 MiB), room for MaxDescriptors descriptors
-	// of about 2 KiB each. It is also the largest answer the server sends: the answer to
-	// MaxDescriptors descriptors is under 200 KiB.
-	MaxRequestBytes = 2 << 20
+	// MaxRequestBytes is the largest request message the gRPC server receives: the bound of
+	// one HTTP request's body (server.MaxBodyBytes, 64 KiB). Envoy sends a few descriptors of
+	// a few short entries per request (one per rate limit action of the route), a few hundred
+	// bytes; 64 KiB still holds MaxDescriptors descriptors of one short entry. It is also the
+	// largest answer the server sends, which bounds a call's answer to what its request can
+	// ask: the answer to MaxDescriptors descriptors of a tier without headers fits. With
+	// MaxCallsInFlight it bounds what the calls in flight hold.
+	MaxRequestBytes = 64 << 10
 )
 
 // Errors of a request the Codec refuses as it decodes. grpc-go answers a request its codec
@@ -85,11 +88,17 @@ func (Codec) Unmarshal(data mem.BufferSlice, v any) error {
 	return DecodeRateLimitRequest(buf.ReadOnlyData(), req)
 }
 
-// ServerOptions returns the options of a grpc.Server of the service: Codec, and
-// MaxRequestBytes as the largest message it receives and sends. grpc-go refuses a larger
-// request with ResourceExhausted as soon as it has read the message's length, before its bytes.
+// ServerOptions returns the options of a grpc.Server of the service: Codec, MaxRequestBytes
+// as the largest message it receives and sends, and MaxCallsInFlight as the most calls it
+// holds at once. grpc-go refuses a larger request with ResourceExhausted as soon as it has
+// read the message's length, before its bytes; a call past MaxCallsInFlight is refused with
+// ResourceExhausted from its headers, before its message is read. Each call returns options
+// of a count of their own: give them to one server.
 func ServerOptions() []grpc.ServerOption {
+	calls := &inFlight{max: MaxCallsInFlight}
 	return []grpc.ServerOption{
+		grpc.InTapHandle(calls.tap),
+		grpc.StatsHandler(calls),
 		grpc.ForceServerCodecV2(Codec{}),
 		grpc.MaxRecvMsgSize(MaxRequestBytes),
 		grpc.MaxSendMsgSize(MaxRequestBytes),

@@ -203,13 +203,13 @@ func TestDecodeRateLimitRequestBounds(t *testing.T) {
 	if err := DecodeRateLimitRequest(wireRequest("d", wireDescriptor("a", "b"), wireDescriptor(kv...)), &req); !errors.Is(err, ErrTooManyEntries) {
 		t.Errorf("%d entries: %v, want ErrTooManyEntries", MaxDescriptorEntries+1, err)
 	}
-	if MaxRequestBytes != server.MaxBatchBodyBytes {
-		t.Errorf("MaxRequestBytes = %d, want the HTTP batch's bound %d", MaxRequestBytes, server.MaxBatchBodyBytes)
+	if MaxRequestBytes != server.MaxBodyBytes {
+		t.Errorf("MaxRequestBytes = %d, want the HTTP request body's bound %d", MaxRequestBytes, server.MaxBodyBytes)
 	}
 }
 
 // maximalRefusedRequest returns a request of MaxRequestBytes holding as many descriptors as
-// fit, each of one empty entry: 524,288 descriptors, which the codec must refuse.
+// fit, each of one empty entry: 16,384 descriptors, which the codec must refuse.
 func maximalRefusedRequest() []byte {
 	one := protowire.AppendTag(nil, requestDescriptors, protowire.BytesType)
 	one = protowire.AppendBytes(one, []byte{0x0a, 0x00}) // a descriptor of one empty entry
@@ -233,7 +233,7 @@ func TestDecodeRateLimitRequestRefusesBeforeAllocating(t *testing.T) {
 	if !errors.Is(err, ErrTooManyDescriptors) {
 		t.Fatalf("DecodeRateLimitRequest: %v, want ErrTooManyDescriptors", err)
 	}
-	// proto.Unmarshal allocates each of the ~500,000 descriptors and entries (tens of MiB);
+	// proto.Unmarshal allocates each of the ~16,000 descriptors and entries (about 1 MiB);
 	// the codec refuses at the first descriptor past the bound, having allocated nothing.
 	if n > 4<<10 {
 		t.Errorf("refusing %d bytes of descriptors allocated %d bytes", len(b), n)

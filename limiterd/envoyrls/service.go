@@ -64,8 +64,11 @@
 // # Bounds and bytes
 //
 // A request holds at most MaxDescriptors (1000, as an HTTP batch) descriptors of at most
-// MaxDescriptorEntries (64) entries each, in at most MaxRequestBytes (2 MiB, the HTTP batch
-// body's bound). Served with ServerOptions, the server's Codec refuses a request past a count
+// MaxDescriptorEntries (64) entries each, in at most MaxRequestBytes (64 KiB, the bound of one
+// HTTP request's body). Served with ServerOptions, the server holds at most MaxCallsInFlight
+// (256) calls at once over all its connections, and refuses one past it with
+// ResourceExhausted before reading its message; Envoy treats that as any failed call, so its
+// failure_mode_deny decides, as for an HTTP 503. Served with ServerOptions, the server's Codec refuses a request past a count
 // as it reads it, before it allocates any of its messages (the call fails with Internal, the
 // code grpc-go gives a request its codec refuses, and the message names the bound), and
 // grpc-go refuses a larger message with ResourceExhausted from its length alone; through
