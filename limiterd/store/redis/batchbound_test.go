@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"fmt"
+	"github.com/limiterd/limiterd/internal/testsupport"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -97,7 +98,7 @@ func TestBatchPiecesKeepOrder(t *testing.T) {
 	}
 }
 
-// TestStallDoesNotOpenBreaker stalls Redis (DEBUG SLEEP) for longer than the timeout under
+// TestStallDoesNotOpenBreaker stalls Redis (CLIENT PAUSE ALL) for longer than the timeout under
 // load: the calls waiting meanwhile time out, but Redis answers the health check they start, so
 // the breaker stays closed and the other clients keep being decided by Redis. Before, every
 // timed-out call counted as a failure, and one stall opened the breaker for every policy.
@@ -133,19 +134,19 @@ func TestStallDoesNotOpenBreaker(t *testing.T) {
 		close(stop)
 		wg.Wait()
 	}()
-	for ok.Load() < 100 {
-		time.Sleep(time.Millisecond)
-	}
+	// The waits are bounded so that a stall which makes no call time out fails the test with
+	// its reason instead of hanging it.
+	testsupport.Eventually(t, 30*time.Second, "100 decisions before the stalls", func() bool { return ok.Load() >= 100 })
 	for range 3 {
 		before := timedOut.Load()
-		srv.Do(t, "DEBUG", "SLEEP", "0.08") // 80 ms: longer than the timeout, once
-		for timedOut.Load() == before {     // the calls queued behind it have timed out
-			time.Sleep(time.Millisecond)
+		// 200 ms, four times the timeout. CLIENT PAUSE, not DEBUG SLEEP: Redis 7 refuses DEBUG
+		// unless enable-debug-command is set, and redis-cli exits 0 on the refusal.
+		if got := srv.Do(t, "CLIENT", "PAUSE", "200", "ALL"); got != "OK" {
+			t.Fatalf("CLIENT PAUSE: %q", got)
 		}
+		testsupport.Eventually(t, 30*time.Second, "a call queued behind the stall timed out", func() bool { return timedOut.Load() > before })
 		okAt := ok.Load()
-		for ok.Load() < okAt+100 {
-			time.Sleep(time.Millisecond)
-		}
+		testsupport.Eventually(t, 30*time.Second, "100 decisions by Redis after the stall", func() bool { return ok.Load() >= okAt+100 })
 	}
 	if trips := c.BreakerTrips(); trips != 0 {
 		t.Errorf("3 stalls of 80 ms opened the breaker %d times (timeout %v, %d calls timed out)", trips, timeout, timedOut.Load())
