@@ -181,6 +181,22 @@ func next(b []byte, i, end int) (f field, ok bool) {
 	return f, true
 }
 
+// fields calls fn with each field of the message b[i:end], in order, and returns the first error
+// fn returns, or errMalformed as soon as b is malformed there.
+func fields(b []byte, i, end int, fn func(f field) error) error {
+	for i < end {
+		f, ok := next(b, i, end)
+		if !ok {
+			return errMalformed
+		}
+		i = f.end
+		if err := fn(f); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Field numbers of the messages decoded here, and the wire types of their known fields.
 const (
 	requestDomain      = 1 // string
@@ -200,34 +216,29 @@ const (
 // countRequest returns the number of descriptors of the request b and the number of their
 // entries, or an error as soon as b is malformed or past a bound. It allocates nothing.
 func countRequest(b []byte) (descriptors, entries int, err error) {
-	for i := 0; i < len(b); {
-		f, ok := next(b, i, len(b))
-		if !ok {
-			return 0, 0, errMalformed
-		}
-		i = f.end
+	err = fields(b, 0, len(b), func(f field) error {
 		if f.num != requestDescriptors || f.typ != bytesType {
-			continue
+			return nil
 		}
 		if descriptors == MaxDescriptors {
-			return 0, 0, ErrTooManyDescriptors
+			return ErrTooManyDescriptors
 		}
 		descriptors++
 		n := 0
-		for j := f.start; j < f.end; {
-			g, ok := next(b, j, f.end)
-			if !ok {
-				return 0, 0, errMalformed
-			}
-			j = g.end
+		err := fields(b, f.start, f.end, func(g field) error {
 			if g.num == descriptorEntries && g.typ == bytesType {
 				if n == MaxDescriptorEntries {
-					return 0, 0, ErrTooManyEntries
+					return ErrTooManyEntries
 				}
 				n++
 			}
-		}
+			return nil
+		})
 		entries += n
+		return err
+	})
+	if err != nil {
+		return 0, 0, err
 	}
 	return descriptors, entries, nil
 }
@@ -256,12 +267,7 @@ func (d *decoder) unknown(m proto.Message, f field) {
 
 func (d *decoder) request(i, end int, req *rlsv3.RateLimitRequest) error {
 	first := d.nextDescriptor
-	for i < end {
-		f, ok := next(d.b, i, end)
-		if !ok {
-			return errMalformed
-		}
-		i = f.end
+	return fields(d.b, i, end, func(f field) error {
 		switch {
 		case f.num == requestDomain && f.typ == bytesType:
 			req.Domain = d.s[f.start:f.end]
@@ -278,18 +284,13 @@ func (d *decoder) request(i, end int, req *rlsv3.RateLimitRequest) error {
 		default:
 			d.unknown(req, f)
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 func (d *decoder) descriptor(i, end int, desc *ratelimitv3.RateLimitDescriptor) error {
 	first := d.nextEntry
-	for i < end {
-		f, ok := next(d.b, i, end)
-		if !ok {
-			return errMalformed
-		}
-		i = f.end
+	return fields(d.b, i, end, func(f field) error {
 		switch {
 		case f.num == descriptorEntries && f.typ == bytesType:
 			n := d.nextEntry
@@ -319,17 +320,12 @@ func (d *decoder) descriptor(i, end int, desc *ratelimitv3.RateLimitDescriptor) 
 		default:
 			d.unknown(desc, f)
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 func (d *decoder) entry(i, end int, e *ratelimitv3.RateLimitDescriptor_Entry) error {
-	for i < end {
-		f, ok := next(d.b, i, end)
-		if !ok {
-			return errMalformed
-		}
-		i = f.end
+	return fields(d.b, i, end, func(f field) error {
 		switch {
 		case f.num == entryKey && f.typ == bytesType:
 			e.Key = d.s[f.start:f.end]
@@ -338,23 +334,18 @@ func (d *decoder) entry(i, end int, e *ratelimitv3.RateLimitDescriptor_Entry) er
 		default:
 			d.unknown(e, f)
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // uint64Value merges a google.protobuf.UInt64Value into v.
 func (d *decoder) uint64Value(i, end int, v *wrapperspb.UInt64Value) error {
-	for i < end {
-		f, ok := next(d.b, i, end)
-		if !ok {
-			return errMalformed
-		}
-		i = f.end
+	return fields(d.b, i, end, func(f field) error {
 		if f.num == wrapperValue && f.typ == varintType {
 			v.Value = f.v
 		} else {
 			d.unknown(v, f)
 		}
-	}
-	return nil
+		return nil
+	})
 }

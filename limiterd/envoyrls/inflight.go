@@ -4,12 +4,11 @@ import (
 	"context"
 	"sync/atomic"
 
+	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
-
-	"google.golang.org/grpc/codes"
 )
 
 // MaxCallsInFlight bounds the calls a server built with ServerOptions holds at once, over all

@@ -417,16 +417,12 @@ func descriptorStatus(res *engine.Result) *rlsv3.RateLimitResponse_DescriptorSta
 	return st
 }
 
-// currentLimit describes limit i of a tier with a limit as an Envoy rate limit: its limit per
-// the window the limit is expressed over, rounded up to whole seconds and written in the largest
-// of DAY, HOUR, MINUTE and SECOND that divides it (unit_multiplier unset when 1), named as in
-// header fields (the tier, or "<tier>/<limit>" for a limit of a stack). It is the quota and
-// window of the limit's item of the RateLimit-Policy header field.
-func currentLimit(t *policy.Tier, i int) *rlsv3.RateLimitResponse_RateLimit {
-	return fillCurrentLimit(&rlsv3.RateLimitResponse_RateLimit{}, t, i)
-}
-
-// fillCurrentLimit is currentLimit into rl, which it returns.
+// fillCurrentLimit describes limit i of a tier with a limit as an Envoy rate limit, into rl,
+// which it returns: its limit per the window the limit is expressed over, rounded up to whole
+// seconds and written in the largest of DAY, HOUR, MINUTE and SECOND that divides it
+// (unit_multiplier unset when 1), named as in header fields (the tier, or "<tier>/<limit>" for a
+// limit of a stack). It is the quota and window of the limit's item of the RateLimit-Policy
+// header field.
 func fillCurrentLimit(rl *rlsv3.RateLimitResponse_RateLimit, t *policy.Tier, i int) *rlsv3.RateLimitResponse_RateLimit {
 	limit := t.Limit(i)
 	rl.Name = t.HeaderName(i)

@@ -443,7 +443,7 @@ func TestCurrentLimitUnits(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rl := currentLimit(p.Default, 0)
+		rl := fillCurrentLimit(&rlsv3.RateLimitResponse_RateLimit{}, p.Default, 0)
 		if rl.GetName() != c.tier.Name || rl.GetRequestsPerUnit() != c.perUnit || rl.GetUnit() != c.unit ||
 			(rl.GetUnitMultiplier() == nil) != (c.multiplier == 0) || rl.GetUnitMultiplier().GetValue() != c.multiplier {
 			t.Errorf("%v per %v: %v, want %d per %d %v", p.Default.Limiter.Limit(), p.Default.Limiter.Window(), rl, c.perUnit, c.multiplier, c.unit)
