@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -32,15 +33,14 @@ return reply
 // refundedStatus is stackOnceSource's answer when the refund's record exists.
 const refundedStatus = "REFUNDED"
 
+// errRefundRecorded: the script found the reservation's record and refunded nothing.
+var errRefundRecorded = errors.New("refund recorded before")
+
 var stackOnceScript = rueidis.NewLuaScript(stackOnceSource)
 
-// RefundKey returns the Redis key of the record of a refund (limiter.Once) of a client: the
-// client's key followed by "#refund:" and the ID in hex, on the client's slot, and no limit's
-// key (a limit's name has no '#').
-func RefundKey(policyID, clientKey string, id [16]byte) string {
-	return keyPrefix(policyID) + keySuffix(clientKey) + refundSuffix(id)
-}
-
+// refundSuffix follows a client's key (Store.key) in the Redis key of the record of a refund
+// (limiter.Once): "#refund:" and the ID in hex, on the client's slot, and no limit's key (a
+// limit's name has no '#').
 func refundSuffix(id [16]byte) string { return "#refund:" + hex.EncodeToString(id[:]) }
 
 // RefundOnce implements limiter.Store: one script call checks the refund's record
@@ -69,26 +69,22 @@ func (s *Store) RefundOnce(ctx context.Context, req limiter.Request, now time.Ti
 		}
 		c := s.newStackCall(req.Key, st, now, req.Cost, modeRefund)
 		record := s.key(req.Key) + refundSuffix(once.ID)
-		for range maxConversionAttempts {
+		d, err := c.converge(out, func() ([]rueidis.RedisMessage, error) {
 			msg, err := stackOnceScript.Exec(ctx, cn, append(c.keys[:len(c.keys):len(c.keys)], record),
 				append(s.stackArgs(c), ttl)).ToMessage()
 			if err != nil {
-				return limiter.Decision{}, fmt.Errorf("stack script: %w", err)
+				return nil, err
 			}
 			if status, err := msg.ToString(); err == nil && status == refundedStatus {
-				spent = true
-				return limiter.Decision{}, nil
+				return nil, errRefundRecorded
 			}
-			arr, err := msg.ToArray()
-			if err != nil {
-				return limiter.Decision{}, fmt.Errorf("stack script: %w", err)
-			}
-			d, done, err := c.answer(arr, out)
-			if err != nil || done {
-				return d, err
-			}
+			return msg.ToArray()
+		})
+		if errors.Is(err, errRefundRecorded) {
+			spent = true
+			return limiter.Decision{}, nil
 		}
-		return limiter.Decision{}, errContended
+		return d, err
 	})
 	switch {
 	case err == nil && spent:

@@ -98,8 +98,16 @@ func (s *Store) runStack(ctx context.Context, key string, st *limiter.Stack, now
 
 // callStack runs a stack call until its answer needs no conversion.
 func (s *Store) callStack(ctx context.Context, cn *conn, c *stackCall, out []limiter.Decision) (limiter.Decision, error) {
+	return c.converge(out, func() ([]rueidis.RedisMessage, error) {
+		return stackScript.Exec(ctx, cn, c.keys, s.stackArgs(c)).ToArray()
+	})
+}
+
+// converge runs exec, the call's script on its keys and arguments as they stand, until the
+// answer needs no conversion (each answer that needs one updates the call's arguments).
+func (c *stackCall) converge(out []limiter.Decision, exec func() ([]rueidis.RedisMessage, error)) (limiter.Decision, error) {
 	for range maxConversionAttempts {
-		arr, err := stackScript.Exec(ctx, cn, c.keys, s.stackArgs(c)).ToArray()
+		arr, err := exec()
 		if err != nil {
 			return limiter.Decision{}, fmt.Errorf("stack script: %w", err)
 		}

@@ -369,8 +369,10 @@ func (c *Client) healthCheck(key string) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.opts.Timeout)
 	defer cancel()
-	cmd := cn.B().Eval().Script(healthScript).Numkeys(0).Build()
-	if key != "" {
+	var cmd rueidis.Completed
+	if key == "" {
+		cmd = cn.B().Eval().Script(healthScript).Numkeys(0).Build()
+	} else { // on the node of the call that started it
 		cmd = cn.B().Eval().Script(healthScript).Numkeys(1).Key(key).Build()
 	}
 	if err := cn.Do(ctx, cmd).Error(); err != nil {
