@@ -124,18 +124,7 @@ func TestRefundAfterRefillGivesNoMore(t *testing.T) {
 	// Part of a charge can still be refunded: 10 units charged, 2.5s later 3 have refilled
 	// (rounded up: a fraction may have), so a refund of all returns 7, and with the 2 whole
 	// tokens refilled 9 are admitted.
-	*c.now = c.now.Add(time.Hour)
-	c.key = "partial"
-	_, rsv := c.decide(10)
-	*c.now = c.now.Add(2500 * time.Millisecond)
-	if err := c.refund(rsv, 0); err != nil {
-		t.Fatalf("refund of a charge that has partly refilled: %v", err)
-	}
-	c.charges[len(c.charges)-1].refunded = 7
-	if n := c.spendAll(); n != 9 {
-		t.Errorf("after refunding 10 units charged 2.5s before: %d admitted, want 9", n)
-	}
-	checkBucket(t, "partial", limit, c.charges)
+	c.refundPartly(limit, 10, 2500*time.Millisecond, 7, 9)
 }
 
 // TestStackRefundBoundByEveryLimit is the stack's exploit: reservations held while a long
@@ -171,18 +160,26 @@ func TestStackRefundBoundByEveryLimit(t *testing.T) {
 
 	// The fewest over the limits: 0.5s after a charge of 10, the burst limit has refilled 5, the
 	// daily limit 1 (a fraction, rounded up): 5 come back, and with the 5 refilled 10 are admitted.
+	c.refundPartly(burst, 10, 500*time.Millisecond, 5, 10)
+}
+
+// refundPartly charges cost units to a fresh client an hour on, refunds all of them after wait,
+// when part has refilled, and checks that returned units came back (as many admitted as
+// admitted says, at that instant) and that the charges obey limit.
+func (c *refundClient) refundPartly(limit bucketLimit, cost int64, wait time.Duration, returned int64, admitted int) {
+	c.t.Helper()
 	*c.now = c.now.Add(time.Hour)
 	c.key = "partial"
-	_, rsv := c.decide(10)
-	*c.now = c.now.Add(500 * time.Millisecond)
+	_, rsv := c.decide(cost)
+	*c.now = c.now.Add(wait)
 	if err := c.refund(rsv, 0); err != nil {
-		t.Fatalf("refund of a charge that has partly refilled: %v", err)
+		c.t.Fatalf("refund of a charge that has partly refilled: %v", err)
 	}
-	c.charges[len(c.charges)-1].refunded = 5
-	if n := c.spendAll(); n != 10 {
-		t.Errorf("after refunding 10 units charged 0.5s before: %d admitted, want 10", n)
+	c.charges[len(c.charges)-1].refunded = returned
+	if n := c.spendAll(); n != admitted {
+		c.t.Errorf("after refunding %d units charged %v before: %d admitted, want %d", cost, wait, n, admitted)
 	}
-	checkBucket(t, "partial", burst, c.charges)
+	checkBucket(c.t, "partial", limit, c.charges)
 }
 
 // TestRefundsNeverExceedTheLimit decides, refunds and lets time pass at random on a token bucket
