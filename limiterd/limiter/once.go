@@ -25,16 +25,28 @@ var (
 	ErrTooManyRefunds = errors.New("too many refunds in their validity: try again later")
 )
 
-// MaxRefundRecords bounds the refund records a Memory store keeps (about 40 bytes each: 10 MiB
-// at most a store, so a policy). A record lives until its refund's Until; a refund that would
-// need one more record, once expired records are dropped, fails with ErrTooManyRefunds and
-// refunds nothing: a store never forgets a record early, which would let a refund apply twice.
+// MaxRefundRecords bounds the refund records a Memory store keeps (about 80 bytes each with
+// their share of the tables: 20 MiB at most a store, so a policy). A record lives until its
+// refund's Until; a refund that would need one more record, once expired records are dropped,
+// fails with ErrTooManyRefunds and refunds nothing: a store never forgets a record early, which
+// would let a refund apply twice. Whoever can have decisions admitted can fill them, one record
+// per admitted and refunded decision, so past the cap refunds fail closed: a refused refund
+// costs O(1), and nobody gets more than the policy gives.
 const MaxRefundRecords = 1 << 18
 
-// refundRecords are the IDs of a Memory store's refunds, each with its until (Unix ns).
+// refundRecords are the IDs of a Memory store's refunds until their until: a set for lookups
+// and a min-heap on until, so that dropping the expired records costs O(log n) each and nothing
+// when none has expired.
 type refundRecords struct {
-	mu  sync.Mutex
-	ids map[[16]byte]int64
+	mu     sync.Mutex
+	ids    map[[16]byte]struct{}
+	expiry []refundRecord // a min-heap on until
+}
+
+// refundRecord is one record: a refund's ID and its until (Unix ns).
+type refundRecord struct {
+	until int64
+	id    [16]byte
 }
 
 // add records id until until, unless it is recorded already (ErrRefunded) or the records are
@@ -42,19 +54,18 @@ type refundRecords struct {
 func (r *refundRecords) add(id [16]byte, until, now time.Time) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if u, ok := r.ids[id]; ok && u > now.UnixNano() {
+	r.dropExpiredLocked(now.UnixNano())
+	if _, ok := r.ids[id]; ok {
 		return ErrRefunded
 	}
 	if len(r.ids) >= MaxRefundRecords {
-		r.sweepLocked(now)
-		if len(r.ids) >= MaxRefundRecords {
-			return ErrTooManyRefunds
-		}
+		return ErrTooManyRefunds
 	}
 	if r.ids == nil {
-		r.ids = make(map[[16]byte]int64)
+		r.ids = make(map[[16]byte]struct{})
 	}
-	r.ids[id] = until.UnixNano()
+	r.ids[id] = struct{}{}
+	r.push(refundRecord{until: until.UnixNano(), id: id})
 	return nil
 }
 
@@ -62,19 +73,56 @@ func (r *refundRecords) add(id [16]byte, until, now time.Time) error {
 func (r *refundRecords) sweep(now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.sweepLocked(now)
+	r.dropExpiredLocked(now.UnixNano())
 }
 
-func (r *refundRecords) sweepLocked(now time.Time) {
-	n := now.UnixNano()
-	for id, until := range r.ids {
-		if until <= n {
-			delete(r.ids, id)
+// dropExpiredLocked pops the records whose until is at or before now (Unix ns).
+func (r *refundRecords) dropExpiredLocked(now int64) {
+	for len(r.expiry) > 0 && r.expiry[0].until <= now {
+		delete(r.ids, r.pop().id)
+	}
+	if len(r.expiry) == 0 && r.ids != nil {
+		r.ids, r.expiry = nil, nil // let the tables go
+	}
+}
+
+// push adds rec to the heap.
+func (r *refundRecords) push(rec refundRecord) {
+	h := append(r.expiry, rec)
+	for i := len(h) - 1; i > 0; {
+		parent := (i - 1) / 2
+		if h[parent].until <= h[i].until {
+			break
 		}
+		h[parent], h[i] = h[i], h[parent]
+		i = parent
 	}
-	if len(r.ids) == 0 {
-		r.ids = nil // let the table go
+	r.expiry = h
+}
+
+// pop removes and returns the record of the earliest until.
+func (r *refundRecords) pop() refundRecord {
+	h := r.expiry
+	top := h[0]
+	n := len(h) - 1
+	h[0] = h[n]
+	h = h[:n]
+	for i := 0; ; {
+		least, l, rt := i, 2*i+1, 2*i+2
+		if l < n && h[l].until < h[least].until {
+			least = l
+		}
+		if rt < n && h[rt].until < h[least].until {
+			least = rt
+		}
+		if least == i {
+			break
+		}
+		h[i], h[least] = h[least], h[i]
+		i = least
 	}
+	r.expiry = h
+	return top
 }
 
 // len returns the number of records kept.
