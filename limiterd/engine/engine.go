@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -87,6 +88,9 @@ var (
 	ErrReservationStale = errors.New("reservation no longer matches the client's tier")
 	// ErrRefunded: the reservation was refunded before; nothing more is.
 	ErrRefunded = errors.New("reservation already refunded")
+	// ErrTooManyRefunds: the store keeps as many refund records as it may
+	// (limiter.ErrTooManyRefunds): nothing was refunded; a retry succeeds once records expire.
+	ErrTooManyRefunds = errors.New("too many refunds are recorded: nothing was refunded; retry later")
 )
 
 // Result is a decision with what it was made by.
@@ -167,6 +171,7 @@ type Options struct {
 type Engine struct {
 	opts    Options
 	signer  *reservation.Signer
+	epochs  atomic.Uint64 // the last epoch given to a process-local store (bound.epoch)
 	current atomic.Pointer[snapshot]
 	swapMu  sync.Mutex // serialises Swap
 }
@@ -185,6 +190,12 @@ type bound struct {
 	local  *limiter.Memory // failure mode Local: state while the store fails
 	obs    PolicyObserver
 	tiers  []TierObserver // by Tier.Index
+	// epoch tells this incarnation of a process-local store (limiter.LocalStore) from those
+	// before and after it, whose refund records it does not have; 0 for a shared store, whose
+	// state and records outlive the policy's removal and re-creation.
+	epoch uint64
+	// tierTags stand for the tiers in reservations, by Tier.Index: see tierTag.
+	tierTags []reservation.Tag
 }
 
 // NopObserver is an Observer, PolicyObserver and TierObserver that records nothing.
@@ -224,7 +235,9 @@ func New(opts Options) *Engine {
 	if signer == nil {
 		signer = reservation.RandomSigner()
 	}
-	return &Engine{opts: opts, signer: signer}
+	e := &Engine{opts: opts, signer: signer}
+	e.epochs.Store(rand.Uint64() >> 1) // distinct from another process's under a shared key
+	return e
 }
 
 // Swap makes set the loaded policies, atomically. Stores of policies that stay keep their
@@ -240,9 +253,12 @@ func (e *Engine) Swap(set *policy.Set) {
 	for _, p := range set.All() {
 		b := &bound{policy: p, obs: e.opts.Observer.Policy(p.ID)}
 		if prev, ok := old.lookup(p.ID); ok {
-			b.store, b.local = prev.store, prev.local
+			b.store, b.local, b.epoch = prev.store, prev.local, prev.epoch
 		} else {
 			b.store = e.opts.NewStore(p.ID)
+			if _, local := b.store.(limiter.LocalStore); local {
+				b.epoch = e.epochs.Add(1)
+			}
 		}
 		switch {
 		case p.FailureMode == v1alpha1.FailureModeLocal && b.local == nil:
@@ -252,6 +268,9 @@ func (e *Engine) Swap(set *policy.Set) {
 		}
 		for _, t := range p.Tiers {
 			b.tiers = append(b.tiers, e.opts.Observer.Tier(p.ID, t.Name))
+			if p.Refunds {
+				b.tierTags = append(b.tierTags, e.tierTag(p.ID, t.Name, b.epoch))
+			}
 		}
 		next.byID[p.ID] = b
 	}
@@ -368,7 +387,7 @@ func (e *Engine) Decide(ctx context.Context, policyID v1alpha1.PolicyID, key str
 	}
 	r.bind()
 	r.Outcome = outcome(&r)
-	e.reserve(&r, key, start, cost)
+	e.reserve(b, &r, key, start, cost)
 	if cost > 0 {
 		b.tiers[tier.Index].Observe(r.Outcome, e.opts.Clock().Sub(start))
 	}
@@ -494,7 +513,7 @@ func (e *Engine) DecideBatch(ctx context.Context, items []BatchItem, out []Batch
 			}
 			r.bind()
 			r.Outcome = outcome(&r.Result)
-			e.reserve(&r.Result, key(i), start, items[i].Cost)
+			e.reserve(g.b, &r.Result, key(i), start, items[i].Cost)
 			if items[i].Cost > 0 {
 				decided++
 			}
@@ -605,8 +624,8 @@ func (e *Engine) Peek(ctx context.Context, policyID v1alpha1.PolicyID, key strin
 // another key: forged or altered), ErrReservationExpired, ErrRefundsDisabled (the policy does
 // not enable refunds, or the engine has no shared key: Options.RefundsUnavailable),
 // ErrUnknownPolicy, ErrReservationStale (the client's tier is not the one that charged),
-// ErrInvalidAmount (over the reservation's cost) and ErrRefunded (refunded before: a retry of a
-// refund that succeeded). A store failure is ErrRefundUncertain whatever the failure mode: the
+// ErrInvalidAmount (over the reservation's cost), ErrRefunded (refunded before: a retry of a
+// refund that succeeded) and ErrTooManyRefunds (the store's refund records are full). A store failure is ErrRefundUncertain whatever the failure mode: the
 // store may have made the refund (a timeout) or not; retrying is safe, since a reservation
 // refunds at most once. A refund is not recorded by the Observer, and decides nothing on a
 // failure mode's fallback.
@@ -638,9 +657,10 @@ func (e *Engine) Refund(ctx context.Context, token string, amount int64) (Result
 	if !b.policy.Refunds {
 		return Result{}, fmt.Errorf("%w: policy %s", ErrRefundsDisabled, b.policy.ID)
 	}
-	tier := chargedTier(b.policy, rsv.Key, rsv.Tier)
+	tier := b.chargedTier(rsv.Key, rsv.Tier)
 	if tier == nil {
-		return Result{}, fmt.Errorf("%w: charged by tier %q, which the client is no longer in", ErrReservationStale, rsv.Tier)
+		// Say nothing of the tier: its name may be hidden (spec.tierNames).
+		return Result{}, fmt.Errorf("%w: the client is no longer in the tier that charged, or the policy was re-created since", ErrReservationStale)
 	}
 	left := refundable(tier, rsv.Cost, rsv.At, now)
 	if left == 0 {
@@ -657,7 +677,7 @@ func (e *Engine) Refund(ctx context.Context, token string, amount int64) (Result
 	case errors.Is(err, limiter.ErrRefunded):
 		return Result{}, ErrRefunded
 	case errors.Is(err, limiter.ErrTooManyRefunds):
-		return Result{}, fmt.Errorf("%w: %w", ErrRefundUncertain, err)
+		return Result{}, ErrTooManyRefunds
 	case err != nil:
 		b.obs.StoreError()
 		return Result{}, fmt.Errorf("%w: %w", ErrRefundUncertain, err)
@@ -674,30 +694,39 @@ func (e *Engine) Refund(ctx context.Context, token string, amount int64) (Result
 }
 
 // chargedTier returns the tier a reservation for the stored key charged, if the key is still in
-// it: the tier the key resolves to, when that is the one named. A key stored as its digest
+// it: the tier the key resolves to, when its tag is the one named. A key stored as its digest
 // (ClientKey) cannot be resolved again, since its overrides matched the key as sent: its
-// reservation, which only this service can sign, is refunded to the tier it names while the
-// policy has a tier of that name. nil: the client is no longer in that tier.
-func chargedTier(p *policy.Policy, storedKey, tierName string) *policy.Tier {
+// reservation, which only this service can sign, is refunded to the tier whose tag it names
+// while the policy has one. nil: the client is no longer in that tier, or the tag is of another
+// incarnation of the policy's process-local store (bound.epoch).
+func (b *bound) chargedTier(storedKey string, tag reservation.Tag) *policy.Tier {
 	if !digested(storedKey) {
-		if t := p.Resolve(storedKey); t.Name == tierName {
+		if t := b.policy.Resolve(storedKey); b.tierTags[t.Index] == tag {
 			return t
 		}
 		return nil
 	}
-	for _, t := range p.Tiers {
-		if t.Name == tierName {
+	for _, t := range b.policy.Tiers {
+		if b.tierTags[t.Index] == tag {
 			return t
 		}
 	}
 	return nil
 }
 
+// tierTag returns the tag that stands for a tier in reservations: the tier's name may be hidden
+// from callers (spec.tierNames), and its policy's epoch (bound.epoch) ties a reservation to the
+// store whose refund records can refund it once: a policy removed and re-created on the memory
+// store starts with no records, so reservations of the store before it must not refund.
+func (e *Engine) tierTag(policyID v1alpha1.PolicyID, tier string, epoch uint64) reservation.Tag {
+	return e.signer.Tag(fmt.Sprintf("tier\x00%s\x00%s\x00%d", policyID, tier, epoch))
+}
+
 // reserve gives an admitted decision of cost units its reservation, when the policy enables
 // refunds and the decision charged the store (no failure mode decided it) of a limited tier.
 // The reservation is valid while some of its units may be refunded (refundable): until the
 // first of the tier's limits has certainly refilled them all. It costs nothing otherwise.
-func (e *Engine) reserve(r *Result, key string, now time.Time, cost int64) {
+func (e *Engine) reserve(b *bound, r *Result, key string, now time.Time, cost int64) {
 	if !r.Policy.Refunds || cost < 1 || r.Outcome != Allowed || r.StoreError != nil || !r.Tier.Limited() || e.opts.RefundsUnavailable != "" {
 		return
 	}
@@ -705,7 +734,7 @@ func (e *Engine) reserve(r *Result, key string, now time.Time, cost int64) {
 	if window <= 0 {
 		return // the units refill within a nanosecond: nothing could be refunded
 	}
-	c := reservation.Claim{Policy: string(r.Policy.ID), Key: key, Tier: r.Tier.Name, Cost: cost, At: now,
+	c := reservation.Claim{Policy: string(r.Policy.ID), Key: key, Tier: b.tierTags[r.Tier.Index], Cost: cost, At: now,
 		Until: now.Add(window)}
 	r.Reservation, _ = e.signer.Issue(&c) // cannot fail: names are bounded, cost >= 1, the window > 0
 }

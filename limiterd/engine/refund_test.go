@@ -1,6 +1,7 @@
 package engine_test
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -156,13 +157,12 @@ func TestRefundRules(t *testing.T) {
 // unknown whatever the failure mode, refunds no fallback, and that a retry is safe.
 func TestRefundStoreFailure(t *testing.T) {
 	for _, mode := range []v1alpha1.FailureMode{v1alpha1.FailureModeOpen, v1alpha1.FailureModeClosed, v1alpha1.FailureModeLocal} {
-		var store limiter.Store = limiter.NewMemory(nil)
+		// A shared store (not a limiter.LocalStore) that goes down after the decision.
+		store := &struct{ limiter.Store }{limiter.NewMemory(nil)}
 		e := engine.New(engine.Options{Clock: fixedClock(), NewStore: func(v1alpha1.PolicyID) limiter.Store { return store }})
 		e.Swap(set(t, compile(t, "a", func(s *v1alpha1.RateLimitPolicySpec) { refunds(s); s.FailureMode = mode })))
 		r, _ := e.Decide(ctx, "team/a", "k", 2)
-		store = failingStore{}
-		e.Swap(set(t, compile(t, "b", nil))) // a new store for team/a on the next swap
-		e.Swap(set(t, compile(t, "a", func(s *v1alpha1.RateLimitPolicySpec) { refunds(s); s.FailureMode = mode })))
+		store.Store = failingStore{}
 		if _, err := e.Refund(ctx, r.Reservation, 0); !errors.Is(err, engine.ErrRefundUncertain) {
 			t.Errorf("%s: refund with the store down: %v", mode, err)
 		}
@@ -193,5 +193,26 @@ func BenchmarkDecideReservation(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// fullRecordsStore refuses every refund as a memory store whose refund records are full does.
+type fullRecordsStore struct{ limiter.Store }
+
+func (fullRecordsStore) RefundOnce(context.Context, limiter.Request, time.Time, limiter.Once) (limiter.Decision, error) {
+	return limiter.Decision{}, limiter.ErrTooManyRefunds
+}
+
+// TestRefundRecordsFull: a refund the store refuses because its records are full made nothing,
+// and says so (ErrTooManyRefunds), rather than that its outcome is unknown (before:
+// ErrRefundUncertain, "the refund may not have been made"), and counts no store error.
+func TestRefundRecordsFull(t *testing.T) {
+	e := engine.New(engine.Options{Clock: fixedClock(),
+		NewStore: func(v1alpha1.PolicyID) limiter.Store { return fullRecordsStore{limiter.NewMemory(nil)} }})
+	e.Swap(set(t, compile(t, "a", refunds)))
+	r, _ := e.Decide(ctx, "team/a", "k", 2)
+	_, err := e.Refund(ctx, r.Reservation, 0)
+	if !errors.Is(err, engine.ErrTooManyRefunds) || errors.Is(err, engine.ErrRefundUncertain) {
+		t.Errorf("refund on full records: %v, want ErrTooManyRefunds", err)
 	}
 }

@@ -2,18 +2,20 @@
 // what an admitted request charged, so that a later call can give it back (a refund; later, the
 // release of a concurrency lease) without the caller being able to name anything else.
 //
-// A reservation is a Claim — the policy, the client key as stored, the tier, the units charged,
-// the instant of the decision and the instant after which the reservation is void — with an ID
-// unique to it, signed with HMAC-SHA256 under a key every replica shares. Its text is
-// base64url (no padding) of
+// A reservation is a Claim — the policy, the client key as stored, a Tag standing for the tier
+// that charged, the units charged, the instant of the decision and the instant after which the
+// reservation is void — with an ID unique to it, signed with HMAC-SHA256 under a key every
+// replica shares. Its text is base64url (no padding) of
 //
-//	version (1 byte, 1) | at (8, Unix ns) | until (8, Unix ns) | cost (8) | id (16) |
-//	len(policy) (2) | policy | len(tier) (1) | tier | len(key) (2) | key | HMAC-SHA256 (32)
+//	version (1 byte, 2) | at (8, Unix ns) | until (8, Unix ns) | cost (8) | id (16) |
+//	tier tag (16) | len(policy) (2) | policy | len(key) (2) | key | HMAC-SHA256 (32)
 //
 // integers big-endian. The token is signed, not encrypted: whoever holds it can read the
-// policy, key, tier and cost it names (all of which the caller of the decision knew). Parse
-// refuses a token that is malformed, whose signature fails (forged, altered, or signed under
-// another key), or whose until has passed.
+// policy, key and cost it names (all of which the caller of the decision knew), but not the
+// tier: a Tag is a keyed digest, which only holders of the key can relate to what it stands
+// for (a policy may hide its tier names from callers). Parse refuses a token that is
+// malformed, of another version (version 1 named the tier in clear), whose signature fails
+// (forged, altered, or signed under another key), or whose until has passed.
 //
 // What a reservation is good for, and how often, is its user's business: this package only
 // proves that a Signer with the same key issued a claim. Spending a reservation once needs a
@@ -40,18 +42,19 @@ const (
 	MinKeyBytes = 32
 	// IDBytes is the size of a reservation's ID.
 	IDBytes = 16
-	// MaxPolicyBytes, MaxTierBytes and MaxKeyBytes bound what a claim names.
+	// TagBytes is the size of a Tag.
+	TagBytes = 16
+	// MaxPolicyBytes and MaxKeyBytes bound what a claim names.
 	MaxPolicyBytes = 1<<16 - 1
-	MaxTierBytes   = 255
 	MaxKeyBytes    = 1<<16 - 1
-	// MaxTokenBytes bounds the text of a token Parse reads: a claim with a 1,024-byte key, a
-	// policy ID and a tier name of their longest fits with room to spare.
+	// MaxTokenBytes bounds the text of a token Parse reads: a claim with a 1,024-byte key and a
+	// policy ID of its longest fits with room to spare.
 	MaxTokenBytes = 4096
 
-	version    = 1
+	version    = 2
 	macBytes   = sha256.Size
-	headerSize = 1 + 8 + 8 + 8 + IDBytes
-	minRaw     = headerSize + 2 + 1 + 2 + macBytes
+	headerSize = 1 + 8 + 8 + 8 + IDBytes + TagBytes
+	minRaw     = headerSize + 2 + 2 + macBytes
 )
 
 // Errors of Parse.
@@ -70,8 +73,9 @@ type Claim struct {
 	Policy string
 	// Key is the client key as the store keeps it.
 	Key string
-	// Tier is the name of the tier that charged.
-	Tier string
+	// Tier stands for the tier that charged (Signer.Tag): the caller holding the token cannot
+	// tell which tier it is.
+	Tier Tag
 	// Cost is the units charged, at least 1.
 	Cost int64
 	// At is the instant of the decision; Until the first instant at which the reservation is
@@ -82,6 +86,12 @@ type Claim struct {
 // ID identifies one reservation: unique among the reservations of every Signer (8 random
 // bytes a Signer, then a counter), not secret.
 type ID [IDBytes]byte
+
+// Tag stands for a name inside a claim without showing it: the first TagBytes bytes of
+// HMAC-SHA256, under the Signer's key, of the name with a prefix of its own (so that no tag is
+// the MAC of any other message). Equal names give equal tags under one key; without the key a
+// tag tells nothing of its name, even a short, guessable one.
+type Tag [TagBytes]byte
 
 // Reservation is a verified claim and its ID.
 type Reservation struct {
@@ -122,12 +132,23 @@ func RandomSigner() *Signer {
 	return s
 }
 
-// Issue returns the token of c under a new ID. Fields longer than MaxPolicyBytes, MaxTierBytes
-// or MaxKeyBytes are an error, as is a cost below 1 or an until not after at.
+// Tag returns the tag of name under s's key.
+func (s *Signer) Tag(name string) Tag {
+	const prefix = "limiterd reservation tag\x00"
+	msg := make([]byte, 0, len(prefix)+len(name))
+	msg = append(append(msg, prefix...), name...)
+	var buf [macBytes]byte
+	var t Tag
+	copy(t[:], s.sum(buf[:0], msg))
+	return t
+}
+
+// Issue returns the token of c under a new ID. Fields longer than MaxPolicyBytes or MaxKeyBytes
+// are an error, as is a cost below 1 or an until not after at.
 func (s *Signer) Issue(c *Claim) (string, error) {
 	switch {
-	case len(c.Policy) > MaxPolicyBytes || len(c.Tier) > MaxTierBytes || len(c.Key) > MaxKeyBytes:
-		return "", fmt.Errorf("issue reservation: a name is too long (policy %d, tier %d, key %d bytes)", len(c.Policy), len(c.Tier), len(c.Key))
+	case len(c.Policy) > MaxPolicyBytes || len(c.Key) > MaxKeyBytes:
+		return "", fmt.Errorf("issue reservation: a name is too long (policy %d, key %d bytes)", len(c.Policy), len(c.Key))
 	case c.Cost < 1:
 		return "", fmt.Errorf("issue reservation: cost %d", c.Cost)
 	case !c.Until.After(c.At):
@@ -136,7 +157,7 @@ func (s *Signer) Issue(c *Claim) (string, error) {
 	var id ID
 	copy(id[:8], s.prefix[:])
 	binary.BigEndian.PutUint64(id[8:], s.next.Add(1))
-	n := headerSize + 2 + len(c.Policy) + 1 + len(c.Tier) + 2 + len(c.Key) + macBytes
+	n := headerSize + 2 + len(c.Policy) + 2 + len(c.Key) + macBytes
 	var small [256]byte
 	raw := small[:0]
 	if n > len(small) {
@@ -147,10 +168,9 @@ func (s *Signer) Issue(c *Claim) (string, error) {
 	raw = binary.BigEndian.AppendUint64(raw, uint64(c.Until.UnixNano()))
 	raw = binary.BigEndian.AppendUint64(raw, uint64(c.Cost))
 	raw = append(raw, id[:]...)
+	raw = append(raw, c.Tier[:]...)
 	raw = binary.BigEndian.AppendUint16(raw, uint16(len(c.Policy)))
 	raw = append(raw, c.Policy...)
-	raw = append(raw, byte(len(c.Tier)))
-	raw = append(raw, c.Tier...)
 	raw = binary.BigEndian.AppendUint16(raw, uint16(len(c.Key)))
 	raw = append(raw, c.Key...)
 	raw = s.sum(raw, raw)
@@ -193,13 +213,12 @@ func (s *Signer) Parse(token string, now time.Time) (Reservation, error) {
 	r.At = time.Unix(0, int64(binary.BigEndian.Uint64(msg[1:])))
 	r.Until = time.Unix(0, int64(binary.BigEndian.Uint64(msg[9:])))
 	r.Cost = int64(binary.BigEndian.Uint64(msg[17:]))
-	copy(r.ID[:], msg[25:headerSize])
+	copy(r.ID[:], msg[25:25+IDBytes])
+	copy(r.Tier[:], msg[25+IDBytes:headerSize])
 	rest := msg[headerSize:]
 	var ok bool
-	if r.Policy, rest, ok = field(rest, 2); ok {
-		if r.Tier, rest, ok = field(rest, 1); ok {
-			r.Key, rest, ok = field(rest, 2)
-		}
+	if r.Policy, rest, ok = field(rest); ok {
+		r.Key, rest, ok = field(rest)
 	}
 	if !ok || len(rest) != 0 || r.Cost < 1 || !r.Until.After(r.At) {
 		return Reservation{}, fmt.Errorf("%w: bad fields", ErrMalformed)
@@ -210,16 +229,13 @@ func (s *Signer) Parse(token string, now time.Time) (Reservation, error) {
 	return r, nil
 }
 
-// field reads a string prefixed by its length in size (1 or 2) bytes.
-func field(b []byte, size int) (string, []byte, bool) {
-	if len(b) < size {
+// field reads a string prefixed by its length in 2 bytes.
+func field(b []byte) (string, []byte, bool) {
+	if len(b) < 2 {
 		return "", nil, false
 	}
-	n := int(b[0])
-	if size == 2 {
-		n = int(binary.BigEndian.Uint16(b))
-	}
-	b = b[size:]
+	n := int(binary.BigEndian.Uint16(b))
+	b = b[2:]
 	if len(b) < n {
 		return "", nil, false
 	}

@@ -21,13 +21,13 @@ func signer(t testing.TB, fill byte) *Signer {
 }
 
 func claim() Claim {
-	return Claim{Policy: "team/api", Key: "alice", Tier: "free", Cost: 3, At: t0, Until: t0.Add(time.Second)}
+	return Claim{Policy: "team/api", Key: "alice", Tier: Tag{0xf, 0xe, 0xe}, Cost: 3, At: t0, Until: t0.Add(time.Second)}
 }
 
 func TestRoundTrip(t *testing.T) {
 	s := signer(t, 1)
 	for _, c := range []Claim{claim(), {Policy: strings.Repeat("p", 317), Key: strings.Repeat("k\x00{", 400),
-		Tier: strings.Repeat("t", 63), Cost: 1e9, At: t0, Until: t0.Add(366 * 24 * time.Hour)}} {
+		Tier: Tag{15: 1}, Cost: 1e9, At: t0, Until: t0.Add(366 * 24 * time.Hour)}} {
 		tok, err := s.Issue(&c)
 		if err != nil {
 			t.Fatal(err)
@@ -103,12 +103,43 @@ func TestParseRefuses(t *testing.T) {
 	}
 }
 
+// TestTierIsNotReadable: a token shows nothing of the tier's name (a policy may hide it), and a
+// tag is the name's under one key only. Before tags, version 1 tokens carried the name in clear.
+func TestTierIsNotReadable(t *testing.T) {
+	s, other := signer(t, 1), signer(t, 2)
+	c := claim()
+	c.Tier = s.Tag("team/api\x00enterprise-partners")
+	tok, err := s.Issue(&c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := base64.RawURLEncoding.DecodeString(tok)
+	if bytes.Contains(raw, []byte("enterprise")) {
+		t.Errorf("the token carries the tier name: %q", raw)
+	}
+	switch {
+	case s.Tag("gold") != s.Tag("gold"):
+		t.Error("one name gives two tags")
+	case s.Tag("gold") == s.Tag("silver"):
+		t.Error("two names give one tag")
+	case s.Tag("gold") == other.Tag("gold"):
+		t.Error("the tag does not depend on the key")
+	}
+	// A well-signed token of version 1 is refused as malformed.
+	raw = bytes.Clone(raw[:len(raw)-macBytes])
+	raw[0] = 1
+	old := base64.RawURLEncoding.EncodeToString(s.sum(raw, raw))
+	if _, err := s.Parse(old, t0); !errors.Is(err, ErrMalformed) {
+		t.Errorf("Parse of a version 1 token = %v, want ErrMalformed", err)
+	}
+}
+
 func TestIssueRefuses(t *testing.T) {
 	s := signer(t, 1)
 	for name, mut := range map[string]func(*Claim){
-		"cost 0":        func(c *Claim) { c.Cost = 0 },
-		"until at":      func(c *Claim) { c.Until = c.At },
-		"tier too long": func(c *Claim) { c.Tier = strings.Repeat("t", MaxTierBytes+1) },
+		"cost 0":       func(c *Claim) { c.Cost = 0 },
+		"until at":     func(c *Claim) { c.Until = c.At },
+		"key too long": func(c *Claim) { c.Key = strings.Repeat("k", MaxKeyBytes+1) },
 	} {
 		c := claim()
 		mut(&c)

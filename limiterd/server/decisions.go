@@ -360,7 +360,7 @@ func engineErrorStatus(err error, log *slog.Logger) int {
 		return http.StatusConflict
 	case errors.Is(err, engine.ErrReservationExpired):
 		return http.StatusGone
-	case errors.Is(err, engine.ErrRefundUncertain):
+	case errors.Is(err, engine.ErrRefundUncertain), errors.Is(err, engine.ErrTooManyRefunds):
 		return http.StatusServiceUnavailable
 	}
 	log.Error("request failed", "error", err)
