@@ -91,7 +91,8 @@
 // can hold a client for up to a year). The number of clients is the callers' to choose, so
 // only Redis can bound the whole: run it with maxmemory and maxmemory-policy volatile-ttl
 // (every key limiterd writes has an expiry; volatile-ttl evicts the state closest to being
-// fresh again, whose loss gives its client back least). Under noeviction a full Redis refuses
+// fresh again, whose loss gives its client back least; an evicted refund record lets its
+// reservation refund once more, at most its cost). Under noeviction a full Redis refuses
 // every decision's write and the failure modes decide for everyone; TestEvictionKeepsDeciding
 // runs limiterd on a full Redis under volatile-ttl.
 //
