@@ -30,6 +30,14 @@ const (
 	// for one to finish (Envoy queues them). With MaxRequestBytes per call it bounds what one
 	// connection can make the server hold.
 	defaultGRPCMaxConcurrentStreams = 100
+	// grpcStreamWindow and grpcConnWindow are the HTTP/2 flow-control windows the server
+	// grants: what a client may send on one call, and on one connection, before the server has
+	// read it. A call's message is at most envoyrls.MaxRequestBytes, so a stream window of
+	// twice that never slows a call; fixed windows also switch off grpc-go's bandwidth-delay
+	// estimation, which grows both windows up to 16 MiB on a fast connection, so that what a
+	// connection can make the server buffer stays at grpcConnWindow.
+	grpcStreamWindow = 2 * envoyrls.MaxRequestBytes
+	grpcConnWindow   = 1 << 20
 	// defaultGRPCPingTime is how long a connection may be silent before the server pings it,
 	// and defaultGRPCPingTimeout how long it waits for the answer before it closes it: a peer
 	// that vanished without closing its connection (a killed node) frees it within 80 s.
@@ -82,6 +90,8 @@ func (l grpcLimits) withDefaults() grpcLimits {
 func (l grpcLimits) options() []grpc.ServerOption {
 	return append([]grpc.ServerOption{
 		grpc.MaxConcurrentStreams(l.maxConcurrentStreams),
+		grpc.InitialWindowSize(grpcStreamWindow),
+		grpc.InitialConnWindowSize(grpcConnWindow),
 		grpc.ConnectionTimeout(l.handshakeTimeout),
 		grpc.KeepaliveParams(keepalive.ServerParameters{
 			MaxConnectionIdle: l.idleTimeout,

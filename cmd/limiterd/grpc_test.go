@@ -14,6 +14,7 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"golang.org/x/net/http2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
@@ -409,5 +410,62 @@ func TestGRPCLimitsFollowTheHTTPFlags(t *testing.T) {
 	}
 	if l != want {
 		t.Errorf("limits %+v, want %+v", l, want)
+	}
+}
+
+// TestServeGRPCGrantsBoundedWindows reads the flow-control windows the gRPC server grants a new
+// connection (its SETTINGS and first connection WINDOW_UPDATE) from a raw HTTP/2 client: fixed,
+// a stream's twice the largest request and a connection's 1 MiB. Before, grpc-go's defaults
+// applied: 64 KiB to start, grown by its bandwidth-delay estimate up to 16 MiB per stream and
+// connection, which is what one connection could make the server buffer.
+func TestServeGRPCGrantsBoundedWindows(t *testing.T) {
+	g := startGRPCWith(t, time.Now, time.Minute, grpcLimits{})
+	c, err := net.DialTimeout("tcp", g.addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	fr := http2.NewFramer(c, c)
+	if err := fr.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		streamWindow uint32 = 65_535 // HTTP/2's initial window, unless SETTINGS says otherwise
+		connWindow   uint32 = 65_535
+		settings     bool
+	)
+	// The server sends its SETTINGS, then (when its connection window is larger than HTTP/2's
+	// initial one) a WINDOW_UPDATE on stream 0; a PING or SETTINGS ACK may come between.
+	for !settings || connWindow == 65_535 {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			if settings { // no WINDOW_UPDATE: the connection window stayed HTTP/2's
+				break
+			}
+			t.Fatal(err)
+		}
+		switch f := f.(type) {
+		case *http2.SettingsFrame:
+			if f.IsAck() {
+				continue
+			}
+			settings = true
+			if v, ok := f.Value(http2.SettingInitialWindowSize); ok {
+				streamWindow = v
+			}
+			_ = fr.WriteSettingsAck()
+			_ = c.SetReadDeadline(time.Now().Add(time.Second))
+		case *http2.WindowUpdateFrame:
+			if f.StreamID == 0 {
+				connWindow += f.Increment
+			}
+		}
+	}
+	if streamWindow != grpcStreamWindow || connWindow != grpcConnWindow {
+		t.Errorf("windows granted: stream %d, connection %d; want %d and %d", streamWindow, connWindow, grpcStreamWindow, grpcConnWindow)
 	}
 }
