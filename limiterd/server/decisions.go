@@ -101,6 +101,9 @@
 //     allowed) or none: the types a page may send to any site without asking first
 //     (text/plain, application/x-www-form-urlencoded, multipart/form-data), and every other,
 //     answer 415. curl -d sends a form type: use --json, or -H 'Content-Type: application/json'.
+//   - With WithAllowedHosts, a request whose Host is not an IP address, localhost or a listed
+//     name answers 421: a page can make a browser send same-origin requests, and read their
+//     answers, to a name of its own that resolves to limiterd's address (DNS rebinding).
 //
 // # Batches
 //
@@ -137,6 +140,7 @@ import (
 
 	"github.com/limiterd/limiterd/api/v1alpha1"
 	"github.com/limiterd/limiterd/limiterd/engine"
+	"github.com/limiterd/limiterd/limiterd/httphost"
 	"github.com/limiterd/limiterd/limiterd/ratelimitheaders"
 )
 
@@ -162,6 +166,9 @@ type Decisions struct {
 	engine *engine.Engine
 	log    *slog.Logger
 	legacy bool // also send the X-RateLimit-* header fields
+	// hosts holds the names WithAllowedHosts admits besides IP literals and localhost, in lower
+	// case without a trailing dot; nil admits every Host.
+	hosts map[string]struct{}
 }
 
 // DecisionsOption configures the decisions API.
@@ -176,6 +183,63 @@ type DecisionsOption func(*Decisions)
 //
 // The reset is an instant, not a delay as in the RateLimit field, computed on the engine's clock.
 func WithLegacyHeaders() DecisionsOption { return func(h *Decisions) { h.legacy = true } }
+
+// WithAllowedHosts makes the API answer only requests whose Host is an IP address literal,
+// localhost, or one of names (DNS names, IDNs in their xn-- form), in any case, with any port
+// or none, with or without a trailing dot; any other request, whatever its method and path, is
+// answered 421 (Misdirected Request) with an error naming limiterd's --allowed-hosts flag, and
+// spends nothing. A Host httphost.Parse refuses (an empty one among them) is refused too.
+//
+// It keeps DNS rebinding out: a web page can make a browser send same-origin requests, whose
+// answers it reads, to a name of its own that resolves to limiterd's address; such a request
+// names that name in its Host. Rebinding needs a name, so IP literals are always answered.
+// names may be nil: IP literals and localhost only. Checking a Host allocates nothing.
+func WithAllowedHosts(names []string) DecisionsOption {
+	set := make(map[string]struct{}, len(names))
+	for _, n := range names {
+		set[strings.ToLower(strings.TrimSuffix(n, "."))] = struct{}{}
+	}
+	return func(h *Decisions) { h.hosts = set }
+}
+
+// maxHostName is the longest DNS name, without its trailing dot (RFC 1035).
+const maxHostName = 253
+
+// allowedHost reports whether hostport, a request's Host, is one WithAllowedHosts admits.
+func (h *Decisions) allowedHost(hostport string) bool {
+	name, ip, ok := httphost.Parse(hostport)
+	switch {
+	case !ok:
+		return false
+	case ip.IsValid():
+		return true
+	case strings.EqualFold(name, "localhost"):
+		return true
+	}
+	if _, ok := h.hosts[name]; ok {
+		return true
+	}
+	// Browsers send host names in lower case; other clients may not. A name is folded into a
+	// buffer on the stack: the conversion of a map key allocates nothing.
+	if len(name) > maxHostName {
+		return false
+	}
+	var lower [maxHostName]byte
+	upper := false
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+			upper = true
+		}
+		lower[i] = c
+	}
+	if !upper {
+		return false
+	}
+	_, ok = h.hosts[string(lower[:len(name)])]
+	return ok
+}
 
 // NewDecisions returns the decisions API of e. log receives unexpected failures only (nil:
 // slog.Default); a decision logs nothing.
@@ -216,6 +280,10 @@ func (h *Decisions) setLegacyHeaders(w http.ResponseWriter, res *engine.Result) 
 
 // ServeHTTP implements http.Handler.
 func (h *Decisions) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h.hosts != nil && !h.allowedHost(r.Host) {
+		writeError(w, http.StatusMisdirectedRequest, errMisdirected+strconv.Quote(r.Host))
+		return
+	}
 	var serve func(*Decisions, http.ResponseWriter, *http.Request)
 	switch r.URL.Path {
 	case "/v1/allow":
@@ -237,6 +305,10 @@ func (h *Decisions) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	serve(h, w, r)
 }
+
+// errMisdirected begins the error of a request refused for its Host; the Host follows, quoted.
+const errMisdirected = "misdirected request: this service answers requests to an IP address, localhost " +
+	"or a name of its --allowed-hosts only (add the name there), not to "
 
 // Why crossSite refuses a request.
 const (
