@@ -23,7 +23,7 @@ func TestSlowClientsLoseTheirConnection(t *testing.T) {
 	path := policyFile(t, t.TempDir(), tokenBucketPolicy)
 	d := start(t, hooks{}, "--policy-file", path, "--read-timeout", readTimeout.String())
 	for _, tc := range []struct{ name, base, head, trickle string }{
-		{"decisions body", d.decisions, "POST /v1/allow HTTP/1.1\r\nHost: limiterd\r\nContent-Length: 40\r\n\r\n", `{"key":"slow","policy":"default/api"}`},
+		{"decisions body", d.decisions, "POST /v1/allow HTTP/1.1\r\nHost: localhost\r\nContent-Length: 40\r\n\r\n", `{"key":"slow","policy":"default/api"}`},
 		{"decisions headers", d.decisions, "POST /v1/allow HTTP/1.1\r\n", "Host: limiterd\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n\r\n"},
 		{"admin headers", d.admin, "GET /readyz HTTP/1.1\r\n", "Host: limiterd\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n\r\n"},
 	} {

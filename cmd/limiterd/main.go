@@ -65,6 +65,7 @@ func runMain() int {
 type config struct {
 	policyFiles     []string
 	addr            string
+	allowedHosts    []string
 	adminAddr       string
 	grpcAddr        string
 	maxClients      int64
@@ -103,6 +104,10 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.Var((*stringList)(&cfg.policyFiles), "policy-file",
 		"`path` of a policy file: a YAML stream of RateLimitPolicy documents, watched and reloaded on change (repeatable; at least one)")
 	fs.StringVar(&cfg.addr, "addr", ":8080", "`address` of the decisions API")
+	fs.Var((*hostNames)(&cfg.allowedHosts), "allowed-hosts",
+		"host `names` of the decisions API (comma-separated or repeated): it answers requests to IP addresses, localhost and these names, "+
+			"and 421 to any other Host, against DNS rebinding (default: IP addresses and localhost when --addr is loopback only; "+
+			"any Host otherwise)")
 	fs.StringVar(&cfg.adminAddr, "admin-addr", "", "`address` of the admin API: /metrics, /healthz, /readyz, /v1/policies, /v1/clients "+
 		"(default "+defaultAdminAddr+"; "+defaultLoopbackAdminAddr+" with policy files only and no --admin-token-file)")
 	fs.StringVar(&cfg.grpcAddr, "grpc-addr", "", "`address` of Envoy's rate-limit service (gRPC envoy.service.ratelimit.v3; empty: disabled)")
@@ -297,6 +302,11 @@ func serve(ctx context.Context, cfg config, stderr io.Writer, h hooks) error {
 	var decisionsOpts []server.DecisionsOption
 	if cfg.legacyHeaders {
 		decisionsOpts = append(decisionsOpts, server.WithLegacyHeaders())
+	}
+	if check := decisionsHostCheck(cfg.addr, cfg.allowedHosts); check != nil {
+		decisionsOpts = append(decisionsOpts, check)
+	} else {
+		log.Info("decisions API answers requests to any Host: give --allowed-hosts with the names clients use, against DNS rebinding")
 	}
 	var decisions http.Handler = server.NewDecisions(d.engine, log, decisionsOpts...)
 	if h.wrapDecisions != nil {

@@ -28,9 +28,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
-	"net/netip"
 	"os"
 	"strings"
 	"sync"
@@ -48,6 +46,8 @@ import (
 	unionauthz "k8s.io/apiserver/pkg/authorization/union"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/limiterd/limiterd/limiterd/httphost"
 )
 
 // The resources the admin API authorizes against, in API group Group.
@@ -393,17 +393,15 @@ func open(loopbackOnly bool) *Auth {
 }
 
 // IsLoopbackHost reports whether hostport, a request's Host ("host" or "host:port"), names
-// loopback: localhost (in any case), or a loopback IP address (IPv6 in brackets).
+// loopback: localhost (in any case, with or without a trailing dot), or a loopback IP address
+// without a zone (IPv6 in brackets). A Host httphost.Parse refuses names nothing.
 func IsLoopbackHost(hostport string) bool {
-	host := hostport
-	if h, _, err := net.SplitHostPort(hostport); err == nil {
-		host = h
-	} else if strings.HasPrefix(hostport, "[") && strings.HasSuffix(hostport, "]") {
-		host = hostport[1 : len(hostport)-1] // an IPv6 literal without a port
+	name, ip, ok := httphost.Parse(hostport)
+	if !ok {
+		return false
 	}
-	if strings.EqualFold(host, "localhost") {
-		return true
+	if ip.IsValid() {
+		return ip.Zone() == "" && ip.IsLoopback()
 	}
-	ip, err := netip.ParseAddr(host)
-	return err == nil && ip.Zone() == "" && ip.IsLoopback()
+	return strings.EqualFold(name, "localhost")
 }

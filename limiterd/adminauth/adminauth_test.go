@@ -374,7 +374,8 @@ func TestOpenLoopbackHost(t *testing.T) {
 		"127.0.0.2:80": true, "[::1]": true, "[::1]:9090": true,
 		"": false, "attacker.example": false, "attacker.example:9090": false, "localhost.attacker.example:9090": false,
 		"10.0.0.1:9090": false, "[::2]:9090": false, "0.0.0.0:9090": false, "127.0.0.1.nip.io": false,
-		"[fe80::1%lo]:9090": false,
+		"[fe80::1%lo]:9090": false, "[::1%25lo]": false, "localhost.:9090": true, "localhost:http": false,
+		"::1": false, "[127.0.0.1]": false, // RFC 3986: IPv6 in brackets, only
 	} {
 		r := request("")
 		r.Host = host

@@ -73,6 +73,14 @@ func BenchmarkHandlerDecisions(b *testing.B) {
 	benchHandler(b, NewDecisions(e, nil))
 }
 
+// BenchmarkHandlerDecisionsAllowedHosts is BenchmarkHandlerDecisions with the Host check of
+// WithAllowedHosts on, the request naming a listed host as the chart's Service names it.
+func BenchmarkHandlerDecisionsAllowedHosts(b *testing.B) {
+	clock := testsupport.NewClock()
+	e := newEngine(b, clock, newPolicy("api", testsupport.TokenBucketTier("standard", 1000, 1000, time.Second)))
+	benchHandler(b, NewDecisions(e, nil, WithAllowedHosts([]string{"limiterd", "limiterd.limiterd", "limiterd.limiterd.svc", "limiterd.limiterd.svc.cluster.local"})))
+}
+
 // BenchmarkHandlerBatch is limiterd's batch handler on the in-memory store, with batches of 100
 // decisions over the keys BenchmarkHandlerDecisions uses; ns/decision compares with its ns/op.
 func BenchmarkHandlerBatch(b *testing.B) {

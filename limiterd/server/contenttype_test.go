@@ -12,6 +12,53 @@ import (
 	"github.com/limiterd/limiterd/internal/testsupport"
 )
 
+// send sends method target (a path and query) with body and header to srv and returns the
+// answer.
+func send(t *testing.T, srv *httptest.Server, method, target, body string, header http.Header) answer {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, srv.URL+target, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header = header
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return answer{status: resp.StatusCode, header: resp.Header, body: string(b)}
+}
+
+// isJSONError reports whether a is an error answer: application/json, {"error": "<text>"}.
+func (a answer) isJSONError() bool {
+	var e struct {
+		Error string `json:"error"`
+	}
+	return a.header.Get("Content-Type") == "application/json" && json.Unmarshal([]byte(a.body), &e) == nil && e.Error != ""
+}
+
+// remaining returns the "remaining" of a decision's answer, or -1 when a is none.
+func (a answer) remaining() int64 {
+	var d struct {
+		Remaining *int64 `json:"remaining"`
+	}
+	if json.Unmarshal([]byte(a.body), &d) != nil || d.Remaining == nil {
+		return -1
+	}
+	return *d.Remaining
+}
+
+// browserBodies are a POST body for each path of the decisions API.
+var browserBodies = map[string]string{
+	"/v1/allow":       `{"key":"alice","cost":1}`,
+	"/v1/allow:batch": `{"items":[{"key":"alice","cost":1}]}`,
+	"/v1/refund":      `{"key":"alice","amount":1}`,
+}
+
 // TestDecisionsRefuseBrowserPosts: every POST of the decisions API refuses the content types a
 // web page can make a browser send cross-site without a preflight (415, consuming nothing), and
 // the requests a browser marks as cross-site (403); application/json, with parameters, and no
@@ -20,72 +67,122 @@ func TestDecisionsRefuseBrowserPosts(t *testing.T) {
 	e := newEngine(t, testsupport.NewClock(), newPolicy("api", testsupport.TokenBucketTier("standard", 3, 1, time.Hour)))
 	srv := httptest.NewServer(NewDecisions(e, nil))
 	t.Cleanup(srv.Close)
-	post := func(path, body string, header http.Header) (int, http.Header, string) {
-		t.Helper()
-		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, srv.URL+path, strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header = header
-		resp, err := srv.Client().Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp.StatusCode, resp.Header, string(b)
-	}
-	isJSONError := func(h http.Header, body string) bool {
-		var e struct {
-			Error string `json:"error"`
-		}
-		return h.Get("Content-Type") == "application/json" && json.Unmarshal([]byte(body), &e) == nil && e.Error != ""
-	}
-	bodies := map[string]string{
-		"/v1/allow":       `{"key":"alice","cost":1}`,
-		"/v1/allow:batch": `{"items":[{"key":"alice","cost":1}]}`,
-		"/v1/refund":      `{"key":"alice","amount":1}`,
-	}
 	for _, ct := range []string{
 		"text/plain", "text/plain; charset=utf-8", "TEXT/PLAIN", "application/x-www-form-urlencoded",
 		"multipart/form-data; boundary=x", "application/xml", "text/plain;application/json", "application/jsonx", "",
 	} {
-		for path, body := range bodies {
-			status, h, answer := post(path, body, http.Header{"Content-Type": {ct}})
-			if status != http.StatusUnsupportedMediaType || !isJSONError(h, answer) {
-				t.Errorf("POST %s with Content-Type %q: %d %s, want 415 with a JSON error", path, ct, status, answer)
+		for path, body := range browserBodies {
+			if a := send(t, srv, http.MethodPost, path, body, http.Header{"Content-Type": {ct}}); a.status != http.StatusUnsupportedMediaType || !a.isJSONError() {
+				t.Errorf("POST %s with Content-Type %q: %d %s, want 415 with a JSON error", path, ct, a.status, a.body)
 			}
 		}
 	}
-	if status, _, answer := post("/v1/allow", bodies["/v1/allow"], http.Header{"Content-Type": {"application/json", "text/plain"}}); status != http.StatusUnsupportedMediaType {
-		t.Errorf("two Content-Types: %d %s, want 415", status, answer)
+	if a := send(t, srv, http.MethodPost, "/v1/allow", browserBodies["/v1/allow"], http.Header{"Content-Type": {"application/json", "text/plain"}}); a.status != http.StatusUnsupportedMediaType {
+		t.Errorf("two Content-Types: %d %s, want 415", a.status, a.body)
 	}
 	for name, h := range map[string]http.Header{
 		"Sec-Fetch-Site cross-site": {"Content-Type": {"application/json"}, "Sec-Fetch-Site": {"cross-site"}},
 		"Sec-Fetch-Site same-site":  {"Sec-Fetch-Site": {"same-site"}},
 		"another Origin":            {"Content-Type": {"application/json"}, "Origin": {"http://attacker.example"}},
 	} {
-		for path, body := range bodies {
-			if status, hdr, answer := post(path, body, h); status != http.StatusForbidden || !isJSONError(hdr, answer) {
-				t.Errorf("POST %s, %s: %d %s, want 403 with a JSON error", path, name, status, answer)
+		for path, body := range browserBodies {
+			if a := send(t, srv, http.MethodPost, path, body, h); a.status != http.StatusForbidden || !a.isJSONError() {
+				t.Errorf("POST %s, %s: %d %s, want 403 with a JSON error", path, name, a.status, a.body)
 			}
 		}
 	}
 	// Nothing above consumed anything: three units are left for these three decisions.
 	for i, ct := range []string{"application/json", "application/json; charset=utf-8", "Application/JSON ;charset=UTF-8"} {
-		status, _, answer := post("/v1/allow", bodies["/v1/allow"], http.Header{"Content-Type": {ct}})
-		if status != http.StatusOK || !strings.Contains(answer, `"remaining":`+string(rune('2'-i))) {
-			t.Errorf("POST /v1/allow with Content-Type %q: %d %s, want 200 with %d remaining", ct, status, answer, 2-i)
+		a := send(t, srv, http.MethodPost, "/v1/allow", browserBodies["/v1/allow"], http.Header{"Content-Type": {ct}})
+		if a.status != http.StatusOK || a.remaining() != int64(2-i) {
+			t.Errorf("POST /v1/allow with Content-Type %q: %d %s, want 200 with %d remaining", ct, a.status, a.body, 2-i)
 		}
 	}
-	if status, _, answer := post("/v1/allow", bodies["/v1/allow"], http.Header{"Sec-Fetch-Site": {"same-origin"}}); status != http.StatusTooManyRequests {
-		t.Errorf("POST /v1/allow without Content-Type: %d %s, want 429 (decided: the allowance is spent)", status, answer)
+	if a := send(t, srv, http.MethodPost, "/v1/allow", browserBodies["/v1/allow"], http.Header{"Sec-Fetch-Site": {"same-origin"}}); a.status != http.StatusTooManyRequests {
+		t.Errorf("POST /v1/allow without Content-Type: %d %s, want 429 (decided: the allowance is spent)", a.status, a.body)
 	}
 	// A path that does not exist is one, whatever the type.
-	if status, _, answer := post("/nope", "", http.Header{"Content-Type": {"text/plain"}}); status != http.StatusNotFound {
-		t.Errorf("POST /nope: %d %s, want 404", status, answer)
+	if a := send(t, srv, http.MethodPost, "/nope", "", http.Header{"Content-Type": {"text/plain"}}); a.status != http.StatusNotFound {
+		t.Errorf("POST /nope: %d %s, want 404", a.status, a.body)
+	}
+}
+
+// TestDecisionsRefuseCrossSite: a request a browser marks as sent on behalf of another site
+// (Sec-Fetch-Site other than same-origin or none; without it, an Origin that is null, not an
+// origin, or of another host) is refused with 403, spending nothing, whatever its method and
+// path; same-origin requests and requests without either header (every client but browsers)
+// are decided. Before, CrossOriginProtection let GET through, so that any web page could spend
+// a client's allowance from a browser on the network with <img src=".../v1/allow?key=victim">.
+func TestDecisionsRefuseCrossSite(t *testing.T) {
+	e := newEngine(t, testsupport.NewClock(), newPolicy("api", testsupport.TokenBucketTier("standard", 5, 1, time.Hour)))
+	srv := httptest.NewServer(NewDecisions(e, nil))
+	t.Cleanup(srv.Close)
+	self := srv.URL // the origin of a page served by limiterd's own address
+	const allow = "/v1/allow?policy=default/api&key=alice"
+	peek := func() int64 {
+		t.Helper()
+		a := send(t, srv, http.MethodGet, allow+"&cost=0", "", nil)
+		if a.status != http.StatusOK && a.status != http.StatusTooManyRequests {
+			t.Fatalf("peek: %d %s", a.status, a.body)
+		}
+		return a.remaining()
+	}
+	crossSite := map[string]http.Header{
+		"Sec-Fetch-Site cross-site":                 {"Sec-Fetch-Site": {"cross-site"}},
+		"Sec-Fetch-Site same-site":                  {"Sec-Fetch-Site": {"same-site"}},
+		"Sec-Fetch-Site cross-site, Origin its own": {"Sec-Fetch-Site": {"cross-site"}, "Origin": {self}},
+		"Sec-Fetch-Site twice":                      {"Sec-Fetch-Site": {"same-origin", "cross-site"}},
+		"another Origin":                            {"Origin": {"http://attacker.example"}},
+		"another Origin's port":                     {"Origin": {self + "1"}},
+		"Origin null":                               {"Origin": {"null"}},
+		"Origin not an origin":                      {"Origin": {strings.TrimPrefix(self, "http://")}},
+		"Origin with a path":                        {"Origin": {self + "/x"}},
+		"Origin twice":                              {"Origin": {self, "http://attacker.example"}},
+	}
+	for name, h := range crossSite {
+		for _, c := range []struct{ method, target, body string }{
+			{http.MethodGet, allow, ""},
+			{http.MethodGet, allow + "&cost=0", ""},
+			{http.MethodPost, "/v1/allow", browserBodies["/v1/allow"]},
+			{http.MethodPost, "/v1/allow:batch", browserBodies["/v1/allow:batch"]},
+			{http.MethodPost, "/v1/refund", browserBodies["/v1/refund"]},
+			{http.MethodGet, "/v1/allow:batch", ""},
+			{http.MethodGet, "/v1/refund", ""},
+			{http.MethodDelete, allow, ""},
+		} {
+			if a := send(t, srv, c.method, c.target, c.body, h.Clone()); a.status != http.StatusForbidden || !a.isJSONError() {
+				t.Errorf("%s %s, %s: %d %s, want 403 with a JSON error", c.method, c.target, name, a.status, a.body)
+			}
+		}
+	}
+	if got := peek(); got != 5 {
+		t.Fatalf("after the cross-site requests %d remain, want 5: they spent allowance", got)
+	}
+	// Same-origin requests, and requests of clients that are not browsers, are decided.
+	for i, h := range []http.Header{
+		nil,
+		{"Sec-Fetch-Site": {"same-origin"}},
+		{"Sec-Fetch-Site": {"none"}}, // typed into the address bar
+		{"Origin": {self}},
+		{"Sec-Fetch-Site": {"same-origin"}, "Origin": {self}},
+	} {
+		if a := send(t, srv, http.MethodGet, allow, "", h); a.status != http.StatusOK || a.remaining() != int64(4-i) {
+			t.Errorf("GET %s with %v: %d %s, want 200 with %d remaining", allow, h, a.status, a.body, 4-i)
+		}
+	}
+}
+
+// TestCrossSiteAllocatesNothing: the cross-site check of a request it admits allocates nothing.
+func TestCrossSiteAllocatesNothing(t *testing.T) {
+	for _, header := range []http.Header{{}, {"Sec-Fetch-Site": {"same-origin"}}, {"Origin": {"http://limiterd.shop.svc:8080"}}} {
+		r := httptest.NewRequest(http.MethodGet, "http://limiterd.shop.svc:8080/v1/allow?key=k", nil)
+		r.Header = header
+		if n := testing.AllocsPerRun(100, func() {
+			if msg := crossSite(r); msg != "" {
+				t.Fatalf("%v refused: %s", header, msg)
+			}
+		}); n != 0 {
+			t.Errorf("crossSite with %v allocates %v times", header, n)
+		}
 	}
 }

@@ -84,13 +84,26 @@
 // unknown policy or path, 405 for another method, 413 for a body over 64 KiB, 503 before any
 // policy is loaded.
 //
-// A POST (allow, batch, refund) must send Content-Type application/json (parameters allowed) or
-// none: the types a web page may make a browser send to any site without asking first
-// (text/plain, application/x-www-form-urlencoded, multipart/form-data), and every other, answer
-// 415, so that a page cannot spend or refund a client's allowance from a browser on the
-// network. A request that a browser marks as cross-site (Sec-Fetch-Site, or an Origin other
-// than the request's host) answers 403. curl -d sends a form type: use --json, or -H
-// 'Content-Type: application/json'.
+// # Browsers
+//
+// A web page can make a browser on the network send requests to the decisions API without
+// asking first (CORS): GETs (an <img>), and POSTs of a form or text. These are refused, so that
+// a page cannot spend or refund a client's allowance:
+//
+//   - A request a browser marks as sent on behalf of another site answers 403 whatever its
+//     method (GET /v1/allow included), and spends nothing: one whose Sec-Fetch-Site is not
+//     same-origin or none, or, without Sec-Fetch-Site, whose Origin is null, not an origin, or
+//     of another host than the request's. Clients other than browsers send neither header and
+//     are served. Browsers that send neither on a GET are not detected, and their cross-site
+//     GETs are decided: Sec-Fetch-Site came with Chrome 76, Edge 79, Firefox 90 and Safari 16.4
+//     (2019 to 2023), and browsers send no Origin on a plain GET.
+//   - A POST (allow, batch, refund) must send Content-Type application/json (parameters
+//     allowed) or none: the types a page may send to any site without asking first
+//     (text/plain, application/x-www-form-urlencoded, multipart/form-data), and every other,
+//     answer 415. curl -d sends a form type: use --json, or -H 'Content-Type: application/json'.
+//   - With WithAllowedHosts, a request whose Host is not an IP address, localhost or a listed
+//     name answers 421: a page can make a browser send same-origin requests, and read their
+//     answers, to a name of its own that resolves to limiterd's address (DNS rebinding).
 //
 // # Batches
 //
@@ -127,6 +140,7 @@ import (
 
 	"github.com/limiterd/limiterd/api/v1alpha1"
 	"github.com/limiterd/limiterd/limiterd/engine"
+	"github.com/limiterd/limiterd/limiterd/httphost"
 	"github.com/limiterd/limiterd/limiterd/ratelimitheaders"
 )
 
@@ -152,6 +166,9 @@ type Decisions struct {
 	engine *engine.Engine
 	log    *slog.Logger
 	legacy bool // also send the X-RateLimit-* header fields
+	// hosts holds the names WithAllowedHosts admits besides IP literals and localhost, in lower
+	// case without a trailing dot; nil admits every Host.
+	hosts map[string]struct{}
 }
 
 // DecisionsOption configures the decisions API.
@@ -166,6 +183,63 @@ type DecisionsOption func(*Decisions)
 //
 // The reset is an instant, not a delay as in the RateLimit field, computed on the engine's clock.
 func WithLegacyHeaders() DecisionsOption { return func(h *Decisions) { h.legacy = true } }
+
+// WithAllowedHosts makes the API answer only requests whose Host is an IP address literal,
+// localhost, or one of names (DNS names, IDNs in their xn-- form), in any case, with any port
+// or none, with or without a trailing dot; any other request, whatever its method and path, is
+// answered 421 (Misdirected Request) with an error naming limiterd's --allowed-hosts flag, and
+// spends nothing. A Host httphost.Parse refuses (an empty one among them) is refused too.
+//
+// It keeps DNS rebinding out: a web page can make a browser send same-origin requests, whose
+// answers it reads, to a name of its own that resolves to limiterd's address; such a request
+// names that name in its Host. Rebinding needs a name, so IP literals are always answered.
+// names may be nil: IP literals and localhost only. Checking a Host allocates nothing.
+func WithAllowedHosts(names []string) DecisionsOption {
+	set := make(map[string]struct{}, len(names))
+	for _, n := range names {
+		set[strings.ToLower(strings.TrimSuffix(n, "."))] = struct{}{}
+	}
+	return func(h *Decisions) { h.hosts = set }
+}
+
+// maxHostName is the longest DNS name, without its trailing dot (RFC 1035).
+const maxHostName = 253
+
+// allowedHost reports whether hostport, a request's Host, is one WithAllowedHosts admits.
+func (h *Decisions) allowedHost(hostport string) bool {
+	name, ip, ok := httphost.Parse(hostport)
+	switch {
+	case !ok:
+		return false
+	case ip.IsValid():
+		return true
+	case strings.EqualFold(name, "localhost"):
+		return true
+	}
+	if _, ok := h.hosts[name]; ok {
+		return true
+	}
+	// Browsers send host names in lower case; other clients may not. A name is folded into a
+	// buffer on the stack: the conversion of a map key allocates nothing.
+	if len(name) > maxHostName {
+		return false
+	}
+	var lower [maxHostName]byte
+	upper := false
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+			upper = true
+		}
+		lower[i] = c
+	}
+	if !upper {
+		return false
+	}
+	_, ok = h.hosts[string(lower[:len(name)])]
+	return ok
+}
 
 // NewDecisions returns the decisions API of e. log receives unexpected failures only (nil:
 // slog.Default); a decision logs nothing.
@@ -206,6 +280,10 @@ func (h *Decisions) setLegacyHeaders(w http.ResponseWriter, res *engine.Result) 
 
 // ServeHTTP implements http.Handler.
 func (h *Decisions) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h.hosts != nil && !h.allowedHost(r.Host) {
+		writeError(w, http.StatusMisdirectedRequest, errMisdirected+strconv.Quote(r.Host))
+		return
+	}
 	var serve func(*Decisions, http.ResponseWriter, *http.Request)
 	switch r.URL.Path {
 	case "/v1/allow":
@@ -218,35 +296,71 @@ func (h *Decisions) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no such path")
 		return
 	}
-	if r.Method == http.MethodPost && !acceptPost(w, r) {
+	if msg := crossSite(r); msg != "" {
+		writeError(w, http.StatusForbidden, msg)
+		return
+	}
+	if r.Method == http.MethodPost && !acceptContentType(w, r) {
 		return
 	}
 	serve(h, w, r)
 }
 
-// crossOrigin refuses the POSTs a browser sends on behalf of another site (Sec-Fetch-Site, or
-// an Origin that is not the request's host); requests of other clients carry neither header.
-var crossOrigin = http.NewCrossOriginProtection()
+// errMisdirected begins the error of a request refused for its Host; the Host follows, quoted.
+const errMisdirected = "misdirected request: this service answers requests to an IP address, localhost " +
+	"or a name of its --allowed-hosts only (add the name there), not to "
 
-// acceptPost checks a POST of the decisions API before its body is read, or answers and returns
-// false. A web page can make a browser POST to any address without asking it first (CORS) only
-// with a form or text content type, or none: its Content-Type must be application/json
-// (parameters such as charset allowed) or absent, else 415; and a request a browser marks as
-// cross-site is refused (403) whatever its type. It costs a header lookup or two.
-func acceptPost(w http.ResponseWriter, r *http.Request) bool {
+// Why crossSite refuses a request.
+const (
+	errSecFetchSite  = "cross-site request refused: Sec-Fetch-Site is not same-origin"
+	errOrigin        = "cross-site request refused: Origin is not this request's host"
+	errOriginInvalid = "cross-site request refused: Origin is null or not an origin"
+)
+
+// crossSite returns why r was sent by a browser on behalf of another site, or "" when it was
+// not: with Sec-Fetch-Site, when that is not same-origin or none (the user's own navigation);
+// without it, when Origin is null, not a serialised origin ("scheme://host[:port]"), or of
+// another host than r's (case aside). A header given twice counts as another site. Requests of
+// clients other than browsers carry neither header and pass; so do the GETs of browsers without
+// Sec-Fetch-Site (before Chrome 76, Firefox 90, Safari 16.4), which send no Origin on a GET
+// either. The server's header keys are canonical, so a request with neither header costs two
+// map reads and allocates nothing.
+//
+// Every method is checked, unlike http.CrossOriginProtection, which lets GET through: a GET
+// /v1/allow spends allowance, and a web page can make a browser send one to any address (an
+// <img>), without asking first.
+func crossSite(r *http.Request) string {
+	if v := r.Header["Sec-Fetch-Site"]; len(v) > 0 {
+		if len(v) == 1 && (v[0] == "same-origin" || v[0] == "none") {
+			return ""
+		}
+		return errSecFetchSite
+	}
+	v := r.Header["Origin"]
+	switch {
+	case len(v) == 0:
+		return ""
+	case len(v) > 1:
+		return errOrigin
+	}
+	_, host, ok := strings.Cut(v[0], "://")
+	switch {
+	case !ok || host == "" || strings.ContainsAny(host, "/?#@"):
+		return errOriginInvalid
+	case !strings.EqualFold(host, r.Host):
+		return errOrigin
+	}
+	return ""
+}
+
+// acceptContentType checks the Content-Type of a POST of the decisions API before its body is
+// read, or answers and returns false. A web page can make a browser POST to any address without
+// asking it first (CORS) only with a form or text content type, or none: its Content-Type must
+// be application/json (parameters such as charset allowed) or absent, else 415.
+func acceptContentType(w http.ResponseWriter, r *http.Request) bool {
 	if ct := r.Header["Content-Type"]; len(ct) > 0 && (len(ct) > 1 || !isJSONMediaType(ct[0])) {
 		w.Header()["Accept-Post"] = jsonContentType
 		writeError(w, http.StatusUnsupportedMediaType, "Content-Type must be application/json")
-		return false
-	}
-	// Without Sec-Fetch-Site and Origin, Check admits (no browser marked the request); the
-	// server's header keys are canonical, so two map reads say so without Check's two
-	// canonicalising Header.Get calls on every decision.
-	if len(r.Header["Sec-Fetch-Site"]) == 0 && len(r.Header["Origin"]) == 0 {
-		return true
-	}
-	if err := crossOrigin.Check(r); err != nil {
-		writeError(w, http.StatusForbidden, "cross-origin request refused: "+err.Error())
 		return false
 	}
 	return true

@@ -225,6 +225,8 @@ func TestTemplateAllFeatures(t *testing.T) {
 		"--grpc-addr=:8081", "--store=redis", "--store-timeout=50ms", "--redis-addr=redis-master.redis.svc:6379", "--redis-tls",
 		"--redis-tls-server-name=redis.example.internal", "--redis-clock=client", "--redis-local-reject-cache=10000", "--redis-max-flush-delay=100us", "--status-interval=10s",
 		"--max-clients=2000000", "--log-level=debug", "--legacy-ratelimit-headers", "--shutdown-timeout=20s", "--sweep-interval=30s",
+		"--allowed-hosts=" + strings.Join([]string{limiterdName, limiterdName + "." + namespace, limiterdName + "." + namespace + ".svc",
+			limiterdName + "." + namespace + ".svc.cluster.local", "ratelimit.example.com"}, ","),
 	}, []string{"--namespace"})
 	checkSecretFile(t, dep, c, "--redis-password-file", "limiterd-redis", "redis-password")
 	checkSecretFile(t, dep, c, "--redis-ca-file", "limiterd-redis-tls", "ca.crt")

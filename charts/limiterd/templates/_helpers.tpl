@@ -267,3 +267,23 @@ or <fullname>-tls, the Secret of the chart's cert-manager Certificate.
 {{- define "limiterd.tlsSecretName" -}}
 {{- default (printf "%s-tls" (include "limiterd.fullname" .)) .Values.limiterd.tls.secretName }}
 {{- end }}
+
+{{/*
+limiterd.serviceDNSNames: the DNS names of a Service of the release namespace, comma-separated:
+<name>, <name>.<namespace>, <name>.<namespace>.svc and <name>.<namespace>.svc.<clusterDomain>.
+Called with (dict "name" <Service name> "root" $).
+*/}}
+{{- define "limiterd.serviceDNSNames" -}}
+{{- $ns := .root.Release.Namespace }}
+{{- $domain := .root.Values.clusterDomain }}
+{{- join "," (list .name (printf "%s.%s" .name $ns) (printf "%s.%s.svc" .name $ns) (printf "%s.%s.svc.%s" .name $ns $domain)) }}
+{{- end }}
+
+{{/*
+limiterd.allowedHosts: limiterd's --allowed-hosts, comma-separated: the decisions Service's DNS
+names (limiterd.serviceDNSNames) and limiterd.extraAllowedHosts.
+*/}}
+{{- define "limiterd.allowedHosts" -}}
+{{- $names := splitList "," (include "limiterd.serviceDNSNames" (dict "name" (include "limiterd.fullname" .) "root" .)) }}
+{{- join "," (concat $names .Values.limiterd.extraAllowedHosts) }}
+{{- end }}
