@@ -226,10 +226,21 @@ func allocated(f func()) uint64 {
 	return after.TotalAlloc - before.TotalAlloc
 }
 
+// leastAllocated returns the fewest bytes that f allocates (in the whole process) over a few
+// calls: the process's other goroutines (a server of an earlier test closing its connections)
+// may allocate during any one call, never during all of them.
+func leastAllocated(f func()) uint64 {
+	least := allocated(f)
+	for range 4 {
+		least = min(least, allocated(f))
+	}
+	return least
+}
+
 func TestDecodeRateLimitRequestRefusesBeforeAllocating(t *testing.T) {
 	b := maximalRefusedRequest()
 	var err error
-	n := allocated(func() { err = DecodeRateLimitRequest(b, &rlsv3.RateLimitRequest{}) })
+	n := leastAllocated(func() { err = DecodeRateLimitRequest(b, &rlsv3.RateLimitRequest{}) })
 	if !errors.Is(err, ErrTooManyDescriptors) {
 		t.Fatalf("DecodeRateLimitRequest: %v, want ErrTooManyDescriptors", err)
 	}
