@@ -70,7 +70,11 @@ func (Codec) Name() string { return grpcproto.Name }
 
 // Marshal encodes v with grpc-go's proto codec.
 func (Codec) Marshal(v any) (mem.BufferSlice, error) {
-	return protoCodec().Marshal(v)
+	out, err := protoCodec().Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("envoyrls: marshal %T: %w", v, err)
+	}
+	return out, nil
 }
 
 // Unmarshal decodes data into v: a *rlsv3.RateLimitRequest with DecodeRateLimitRequest, any
@@ -78,7 +82,10 @@ func (Codec) Marshal(v any) (mem.BufferSlice, error) {
 func (Codec) Unmarshal(data mem.BufferSlice, v any) error {
 	req, ok := v.(*rlsv3.RateLimitRequest)
 	if !ok {
-		return protoCodec().Unmarshal(data, v)
+		if err := protoCodec().Unmarshal(data, v); err != nil {
+			return fmt.Errorf("envoyrls: unmarshal %T: %w", v, err)
+		}
+		return nil
 	}
 	if len(data) == 1 {
 		return DecodeRateLimitRequest(data[0].ReadOnlyData(), req)
@@ -171,7 +178,9 @@ func next(b []byte, i, end int) (f field, ok bool) {
 		}
 	case protowire.EndGroupType:
 		return f, false
-	default: // fixed32, fixed64, groups (never fields of these messages), reserved types
+	case protowire.Fixed32Type, protowire.Fixed64Type, protowire.StartGroupType: // never fields of these messages
+		fallthrough
+	default: // reserved types
 		n = protowire.ConsumeFieldValue(f.num, f.typ, b[f.start:end])
 	}
 	if n < 0 {

@@ -88,7 +88,8 @@ func (r *refundRecords) dropExpiredLocked(now int64) {
 
 // push adds rec to the heap.
 func (r *refundRecords) push(rec refundRecord) {
-	h := append(r.expiry, rec)
+	r.expiry = append(r.expiry, rec)
+	h := r.expiry
 	for i := len(h) - 1; i > 0; {
 		parent := (i - 1) / 2
 		if h[parent].until <= h[i].until {

@@ -3,13 +3,13 @@ package redis
 import (
 	"context"
 	"fmt"
-	"github.com/limiterd/limiterd/internal/testsupport"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/limiterd/limiterd/internal/testsupport"
 	"github.com/limiterd/limiterd/limiterd/limiter"
 	"github.com/limiterd/limiterd/limiterd/limiter/limitertest"
 	"github.com/limiterd/limiterd/limiterd/store/redis/redistest"

@@ -73,7 +73,7 @@ func (s *Store) RefundOnce(ctx context.Context, req limiter.Request, now time.Ti
 			msg, err := stackOnceScript.Exec(ctx, cn, append(c.keys[:len(c.keys):len(c.keys)], record),
 				append(s.stackArgs(c), ttl)).ToMessage()
 			if err != nil {
-				return nil, err
+				return nil, fmt.Errorf("refund record: %w", err)
 			}
 			if status, err := msg.ToString(); err == nil && status == refundedStatus {
 				return nil, errRefundRecorded
