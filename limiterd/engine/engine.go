@@ -23,6 +23,7 @@ import (
 	"math/bits"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -84,7 +85,8 @@ var (
 	ErrForgedReservation = errors.New("reservation not issued by this service")
 	// ErrReservationExpired: the units the reservation charged no longer count.
 	ErrReservationExpired = errors.New("reservation expired")
-	// ErrReservationStale: the client's tier is not the one the reservation charged.
+	// ErrReservationStale: the client's tier is not the one the reservation charged, or its
+	// limits are not those that charged.
 	ErrReservationStale = errors.New("reservation no longer matches the client's tier")
 	// ErrRefunded: the reservation was refunded before; nothing more is.
 	ErrRefunded = errors.New("reservation already refunded")
@@ -269,7 +271,7 @@ func (e *Engine) Swap(set *policy.Set) {
 		for _, t := range p.Tiers {
 			b.tiers = append(b.tiers, e.opts.Observer.Tier(p.ID, t.Name))
 			if p.Refunds {
-				b.tierTags = append(b.tierTags, e.tierTag(p.ID, t.Name, b.epoch))
+				b.tierTags = append(b.tierTags, e.tierTag(p.ID, t, b.epoch))
 			}
 		}
 		next.byID[p.ID] = b
@@ -623,7 +625,8 @@ func (e *Engine) Peek(ctx context.Context, policyID v1alpha1.PolicyID, key strin
 // Refund fails, refunding nothing, with ErrInvalidReservation (malformed, or signed under
 // another key: forged or altered), ErrReservationExpired, ErrRefundsDisabled (the policy does
 // not enable refunds, or the engine has no shared key: Options.RefundsUnavailable),
-// ErrUnknownPolicy, ErrReservationStale (the client's tier is not the one that charged),
+// ErrUnknownPolicy, ErrReservationStale (the client's tier, or its limits, are not those that
+// charged),
 // ErrInvalidAmount (over the reservation's cost), ErrRefunded (refunded before: a retry of a
 // refund that succeeded) and ErrTooManyRefunds (the store's refund records are full). A store failure is ErrRefundUncertain whatever the failure mode: the
 // store may have made the refund (a timeout) or not; retrying is safe, since a reservation
@@ -660,7 +663,7 @@ func (e *Engine) Refund(ctx context.Context, token string, amount int64) (Result
 	tier := b.chargedTier(rsv.Key, rsv.Tier)
 	if tier == nil {
 		// Say nothing of the tier: its name may be hidden (spec.tierNames).
-		return Result{}, fmt.Errorf("%w: the client is no longer in the tier that charged, or the policy was re-created since", ErrReservationStale)
+		return Result{}, fmt.Errorf("%w: the client is no longer in the tier that charged, the tier's limits changed, or the policy was re-created since", ErrReservationStale)
 	}
 	left := refundable(tier, rsv.Cost, rsv.At, now)
 	if left == 0 {
@@ -715,11 +718,28 @@ func (b *bound) chargedTier(storedKey string, tag reservation.Tag) *policy.Tier 
 }
 
 // tierTag returns the tag that stands for a tier in reservations: the tier's name may be hidden
-// from callers (spec.tierNames), and its policy's epoch (bound.epoch) ties a reservation to the
+// from callers (spec.tierNames). Its policy's epoch (bound.epoch) ties a reservation to the
 // store whose refund records can refund it once: a policy removed and re-created on the memory
-// store starts with no records, so reservations of the store before it must not refund.
-func (e *Engine) tierTag(policyID v1alpha1.PolicyID, tier string, epoch uint64) reservation.Tag {
-	return e.signer.Tag(fmt.Sprintf("tier\x00%s\x00%s\x00%d", policyID, tier, epoch))
+// store starts with no records, so reservations of the store before it must not refund. The
+// tier's limits (names, algorithms, parameters) tie it to the limits that charged: refundable
+// counts the units refilled since the charge at the tier's rates, so under a rate lowered since
+// it would count too few and refund units that the client got back and may have spent.
+func (e *Engine) tierTag(policyID v1alpha1.PolicyID, t *policy.Tier, epoch uint64) reservation.Tag {
+	var b strings.Builder
+	fmt.Fprintf(&b, "tier\x00%s\x00%s\x00%d", policyID, t.Name, epoch)
+	for i := range t.Limits() {
+		name := ""
+		if t.Stack != nil {
+			name = t.Stack.Name(i)
+		}
+		l := t.Limit(i)
+		fmt.Fprintf(&b, "\x00%s\x00%s", name, l.Algorithm())
+		if tb, ok := l.(*limiter.TokenBucket); ok {
+			capacity, rate, period := tb.Params()
+			fmt.Fprintf(&b, "\x00%d\x00%d\x00%d", capacity, rate, period)
+		}
+	}
+	return e.signer.Tag(b.String())
 }
 
 // reserve gives an admitted decision of cost units its reservation, when the policy enables

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/limiterd/limiterd/api/v1alpha1"
+	"github.com/limiterd/limiterd/internal/testsupport"
 	"github.com/limiterd/limiterd/limiterd/engine"
 )
 
@@ -74,5 +76,39 @@ func TestRecreatedPolicyRefusesEarlierReservations(t *testing.T) {
 	e.Swap(set(t, compile(t, "a", func(s *v1alpha1.RateLimitPolicySpec) { refunds(s); s.Tiers[2].DryRun = true })))
 	if _, err := e.Refund(ctx, r.Reservation, 0); err != nil {
 		t.Errorf("refund after an edit of the policy: %v", err)
+	}
+}
+
+// TestRefundAfterSlowerRefillGivesNoMore: a reservation refunds only under the limits that
+// charged it. Its bound (the units that have certainly not refilled since the charge) is
+// computed from a rate; under a rate the operator lowered since, it counts fewer units as
+// refilled than did refill, and the refund gives back units the client had already got again
+// and spent (before: 4 units where 2 had not refilled, after the tier went from 1 per second to
+// 1 per 100 s).
+func TestRefundAfterSlowerRefillGivesNoMore(t *testing.T) {
+	clock := testsupport.NewClock()
+	e := engine.New(engine.Options{Clock: clock.Now})
+	rate := func(period time.Duration) func(*v1alpha1.RateLimitPolicySpec) {
+		return func(s *v1alpha1.RateLimitPolicySpec) {
+			refunds(s)
+			s.Tiers[0] = testsupport.TokenBucketTier("free", 10, 1, period)
+		}
+	}
+	e.Swap(set(t, compile(t, "a", rate(time.Second))))
+	r, err := e.Decide(ctx, "team/a", "k", 5)
+	if err != nil || !r.Allowed || r.Reservation == "" {
+		t.Fatalf("charge of 5: %+v, %v", r, err)
+	}
+	clock.Advance(3 * time.Second) // 3 of the 5 units have refilled: 8 left
+	if r, _ := e.Decide(ctx, "team/a", "k", 8); !r.Allowed {
+		t.Fatalf("spending the 8 units left: %+v", r.Decision)
+	}
+	e.Swap(set(t, compile(t, "a", rate(100*time.Second))))
+	got, err := e.Refund(ctx, r.Reservation, 0)
+	if !errors.Is(err, engine.ErrReservationStale) {
+		t.Errorf("refund under a slower refill: %+v, %v; want ErrReservationStale", got.Decision, err)
+	}
+	if d, _ := e.Peek(ctx, "team/a", "k"); d.Remaining != 0 {
+		t.Errorf("remaining %d after the refund, want 0: the client spent every unit the policy gave", d.Remaining)
 	}
 }
