@@ -102,10 +102,10 @@ func (Codec) Unmarshal(data mem.BufferSlice, v any) error {
 // ResourceExhausted from its headers, before its message is read. Each call returns options
 // of a count of their own: give them to one server.
 func ServerOptions() []grpc.ServerOption {
-	calls := &inFlight{max: MaxCallsInFlight}
+	calls := newInFlight(MaxCallsInFlight)
 	return []grpc.ServerOption{
 		grpc.InTapHandle(calls.tap),
-		grpc.StatsHandler(calls),
+		grpc.ChainUnaryInterceptor(calls.intercept),
 		grpc.ForceServerCodecV2(Codec{}),
 		grpc.MaxRecvMsgSize(MaxRequestBytes),
 		grpc.MaxSendMsgSize(MaxRequestBytes),

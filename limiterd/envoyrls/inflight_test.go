@@ -1,6 +1,7 @@
 package envoyrls
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -156,8 +157,8 @@ func TestCallsPastTheInFlightCapAreRefused(t *testing.T) {
 	close(h.release)
 	released = true
 	wg.Wait()
-	// A finished call's slot is released at stats.End, which grpc-go delivers just after the
-	// client has its answer: each connection is accepted again once it is.
+	// A finished call's slot is released as its method returns, about when the client has its
+	// answer: each connection is accepted again once it is.
 	go func() {
 		for range h.entered {
 		}
@@ -210,5 +211,84 @@ func TestBurstOfMaximalCallsHoldsBoundedHeap(t *testing.T) {
 	}
 	if bound := int64(MaxCallsInFlight) * 8 * MaxRequestBytes; grown > bound {
 		t.Errorf("heap grew by %d bytes with %d calls in flight, want at most %d", grown, held, bound)
+	}
+}
+
+// TestCancelledCallsKeepTheirSlotsUntilTheyEnd holds MaxCallsInFlight calls in the service and
+// then cancels them on the client: the service still holds them (a handler need not watch its
+// context), so their slots stay taken and a further call is refused until they return. A cap
+// that freed a slot when the client cancelled would let a client that cancels each call as soon
+// as it is sent keep any number of calls, each with its decoded request, on the server.
+func TestCancelledCallsKeepTheirSlotsUntilTheyEnd(t *testing.T) {
+	h := heldRLS{entered: make(chan struct{}), release: make(chan struct{})}
+	conns := serveHeld(t, h, 4)
+	req := wireRequest("default/api", wireDescriptor("client", "a"))
+	ctx, cancel := context.WithCancel(t.Context())
+	var calls sync.WaitGroup
+	for i := range MaxCallsInFlight {
+		calls.Go(func() { _, _ = shouldRateLimitRaw(ctx, conns[i%len(conns)], req) })
+	}
+	for range MaxCallsInFlight {
+		<-h.entered
+	}
+	cancel()
+	calls.Wait() // every client has its Canceled, and has reset its stream
+	probe, stop := context.WithTimeout(t.Context(), 10*time.Second)
+	defer stop()
+	for i, c := range conns {
+		if _, err := shouldRateLimitRaw(probe, c, req); status.Code(err) != codes.ResourceExhausted {
+			t.Errorf("a call on connection %d while %d cancelled calls are still handled: %v, want ResourceExhausted", i, MaxCallsInFlight, err)
+		}
+	}
+	close(h.release)
+	go func() {
+		for range h.entered {
+		}
+	}()
+	defer close(h.entered)
+	for i, c := range conns {
+		_, err := shouldRateLimitRaw(t.Context(), c, req)
+		for status.Code(err) == codes.ResourceExhausted && t.Context().Err() == nil {
+			_, err = shouldRateLimitRaw(t.Context(), c, req)
+		}
+		if err != nil {
+			t.Errorf("a call on connection %d once the cancelled calls returned: %v", i, err)
+		}
+	}
+}
+
+// TestCallsThatNeverReachTheServiceReleaseTheirSlots makes more than MaxCallsInFlight calls that
+// end before the service sees them (a request the codec refuses, a method the server does not
+// have, a message past the size bound): none keeps its slot, so a decision is still served.
+func TestCallsThatNeverReachTheServiceReleaseTheirSlots(t *testing.T) {
+	p := newPolicy("default", "api", testsupport.TokenBucketTier("standard", 10, 1, time.Hour))
+	p.Spec.Envoy = &v1alpha1.Envoy{DescriptorKey: "client"}
+	conn := serveLoopback(t, newEngine(t, testsupport.NewClock(), p), nil)
+	refused := maximalRefusedRequest()
+	oversize := bytes.Repeat([]byte{0}, MaxRequestBytes+1)
+	for i := range MaxCallsInFlight + 10 {
+		var err error
+		switch want := codes.Internal; i % 3 {
+		case 0:
+			_, err = shouldRateLimitRaw(t.Context(), conn, refused)
+			if status.Code(err) != want {
+				t.Fatalf("call %d, refused by the codec: %v, want %v", i, err, want)
+			}
+		case 1:
+			b := wireRequest("default/api", wireDescriptor("client", "a"))
+			err = conn.Invoke(t.Context(), "/envoy.service.ratelimit.v3.RateLimitService/NoSuchMethod", &b, &rlsv3.RateLimitResponse{}, grpc.ForceCodecV2(rawCodec{}))
+			if status.Code(err) != codes.Unimplemented {
+				t.Fatalf("call %d, of no method: %v, want Unimplemented", i, err)
+			}
+		case 2:
+			_, err = shouldRateLimitRaw(t.Context(), conn, oversize)
+			if status.Code(err) != codes.ResourceExhausted || strings.Contains(err.Error(), "in flight") {
+				t.Fatalf("call %d, past the size bound: %v, want ResourceExhausted for its size", i, err)
+			}
+		}
+	}
+	resp, err := shouldRateLimitRaw(t.Context(), conn, wireRequest("default/api", wireDescriptor("client", "a")))
+	if err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("a decision after %d calls that ended early: %v, %v", MaxCallsInFlight+10, resp, err)
 	}
 }
