@@ -2,7 +2,6 @@ package helm_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -26,22 +25,22 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/limiterd/limiterd/api/v1alpha1"
+	"github.com/limiterd/limiterd/internal/testbin"
 	"github.com/limiterd/limiterd/internal/testsupport"
 )
 
 // TestBinariesRunWithChartRBAC installs the chart into a test API server (which enforces RBAC and
-// the chart's admission policies) and runs bin/manager and bin/limiterd, built from this
-// checkout, with the arguments of the chart's Deployments and as their ServiceAccounts (an
+// the chart's admission policies) and runs bin/manager and bin/limiterd (make build), with the arguments of the chart's Deployments and as their ServiceAccounts (an
 // administrator's credentials impersonating them; limiterd as its pod's bound token would): with
 // exactly the chart's RBAC, a policy of another namespace is rendered, served and deleted again,
 // and neither identity can read or write a ConfigMap of that namespace.
 func TestBinariesRunWithChartRBAC(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts an API server and builds both binaries")
+		t.Skip("starts an API server and runs both binaries")
 	}
 	s := startAPIServer(t)
 	ctx := t.Context()
-	manager, limiterdBin := buildBinaries(t)
+	manager, limiterdBin := testbin.Need(t, testbin.Manager), testbin.Need(t, testbin.Limiterd)
 	if err := s.client.Create(ctx, ns("shop")); err != nil {
 		t.Fatal(err)
 	}
@@ -150,22 +149,6 @@ func TestBinariesRunWithChartRBAC(t *testing.T) {
 		}
 		return httpStatus(allow, http.StatusNotFound)
 	})
-}
-
-// buildBinaries builds bin/manager and bin/limiterd from this checkout into a directory of t.
-func buildBinaries(t *testing.T) (manager, limiterd string) {
-	t.Helper()
-	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Minute) // a cold build cache compiles both from scratch
-	defer cancel()
-	for name, pkg := range map[string]string{"manager": ".", "limiterd": "./cmd/limiterd"} {
-		cmd := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(dir, name), pkg)
-		cmd.Dir = repoRoot(t)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("go build %s: %v\n%s", pkg, err, out)
-		}
-	}
-	return filepath.Join(dir, "manager"), filepath.Join(dir, "limiterd")
 }
 
 // impersonatingKubeconfig writes a kubeconfig with the API server's administrator credentials
