@@ -24,6 +24,9 @@ func TestConstructorsRejectOutOfBounds(t *testing.T) {
 		{"period too long", second(limiter.NewTokenBucket(1, 1, 25*time.Hour))},
 		{"refill slower than a year", second(limiter.NewTokenBucket(1000, 1, 24*time.Hour))},
 		{"full refill overflows 64 bits", second(limiter.NewTokenBucket(limiter.MaxCapacity, 1, 24*time.Hour))},
+		// capacity*period/rate is between 2^63 and 2^64 ns: as an int64 it was negative, so it
+		// passed the bound and the bucket had a negative full refill.
+		{"full refill past 2^63 ns", second(limiter.NewTokenBucket(limiter.MaxCapacity, 5000, 24*time.Hour))},
 		{"limit 0", second(limiter.NewSlidingWindow(0, time.Second))},
 		{"limit too large", second(limiter.NewSlidingWindow(limiter.MaxWindowLimit+1, time.Second))},
 		{"window too long", second(limiter.NewSlidingWindow(1, 25*time.Hour))},

@@ -44,9 +44,13 @@ func NewTokenBucket(capacity, rate int64, period time.Duration) (*TokenBucket, e
 		return nil, err
 	}
 	// A full refill, capacity*period/rate, must fit the bound; check before dividing, since the
-	// quotient of the largest products does not fit 64 bits.
-	if hi, _ := bits.Mul64(uint64(capacity), uint64(period)); hi >= uint64(rate) ||
-		mulDiv(uint64(capacity), uint64(period), uint64(rate)).ns > int64(MaxRefillWindow) {
+	// quotient of the largest products does not fit 64 bits, and compare it unsigned, since one
+	// of 2^63 ns or more is negative as an int64.
+	hi, lo := bits.Mul64(uint64(capacity), uint64(period))
+	if hi >= uint64(rate) {
+		return nil, errRefillTooSlow
+	}
+	if q, _ := bits.Div64(hi, lo, uint64(rate)); q > uint64(MaxRefillWindow) {
 		return nil, errRefillTooSlow
 	}
 	tau := mulDiv(uint64(capacity), uint64(period), uint64(rate))
