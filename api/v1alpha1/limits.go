@@ -1,34 +1,39 @@
 package v1alpha1
 
-import "time"
+import (
+	"time"
 
-// Bounds of a RateLimitPolicy: the one source of limiterd's bounds. limiterd's strategies
-// (limiterd/limiter) take the numeric and duration bounds from here, so that every valid policy
-// compiles; the HTTP and Envoy APIs take their key and cost bounds from here, and their error
-// messages print these constants. The list and string bounds keep the CRD's CEL rules within
-// the API server's cost budget and a rendered policy within one ConfigMap. The CRD markers in
+	"github.com/limiterd/limiterd/limiterd/limiter"
+)
+
+// Bounds of a RateLimitPolicy. The bounds of the strategies' parameters, and of a tier's limits,
+// are those of limiterd's rate-limit core (limiterd/limiter), which declares them with the
+// reasons its arithmetic needs them, so that every valid policy compiles; the HTTP and Envoy
+// APIs take their key and cost bounds from here, and their error messages print these
+// constants. The list and string bounds keep the CRD's CEL rules within the API server's cost
+// budget and a rendered policy within one ConfigMap. The CRD markers in
 // ratelimitpolicy_types.go cannot name a constant and repeat them as literals;
 // TestCRDMatchesLimits and TestCRDMatchesEnvoyLimits check them, and the messages that state
 // them, against the generated CRD.
 const (
 	// MaxCapacity bounds a token bucket's capacity and refillRate (both at least 1).
-	MaxCapacity = 1_000_000_000
+	MaxCapacity = limiter.MaxCapacity
 	// MaxWindowLimit bounds a sliding window's limit (at least 1).
-	MaxWindowLimit = 100_000
+	MaxWindowLimit = limiter.MaxWindowLimit
 	// MinPeriod is the shortest refillPeriod or window.
-	MinPeriod = time.Millisecond
+	MinPeriod = limiter.MinPeriod
 	// MaxPeriod is the longest refillPeriod or window.
-	MaxPeriod = 24 * time.Hour
+	MaxPeriod = limiter.MaxPeriod
 	// MaxRefillWindow bounds a token bucket's full refill, capacity*refillPeriod/refillRate
 	// (rounded down to whole nanoseconds).
-	MaxRefillWindow = 366 * 24 * time.Hour
+	MaxRefillWindow = limiter.MaxRefillWindow
 
 	// MaxTiers is the most tiers a policy has.
 	MaxTiers = 64
-	// MaxLimits is the most limits of a stacked tier (Tier.Limits). Each limit of a tier is one
-	// more state per client in limiterd's store, and one more key in the script that decides
-	// the stack in Redis.
-	MaxLimits = 4
+	// MaxLimits is the most limits of a stacked tier (Tier.Limits): limiter.MaxStack. Each
+	// limit of a tier is one more state per client in limiterd's store, and one more key in the
+	// script that decides the stack in Redis.
+	MaxLimits = limiter.MaxStack
 	// MaxOverrides is the most overrides a policy has.
 	MaxOverrides = 64
 	// MaxClientsPerOverride is the most entries of one override's clients, and of its
@@ -56,8 +61,9 @@ const (
 const DefaultRefillPeriod = time.Second
 
 // DefaultLimitName is the name of the limit of a tier's single-limit form (Tier.Algorithm): a
-// limit of a stacked tier (Tier.Limits) of this name shares its clients' usage with it.
-const DefaultLimitName = "default"
+// limit of a stacked tier (Tier.Limits) of this name shares its clients' usage with it. It is the
+// name under which limiterd's stores keep a single limit's state (limiter.DefaultLimitName).
+const DefaultLimitName = limiter.DefaultLimitName
 
 // DefaultFailureMode is the failureMode of a policy that sets none.
 const DefaultFailureMode = FailureModeOpen

@@ -13,8 +13,8 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// TestLimitValues pins the bounds: limiterd/limiter, the HTTP and Envoy APIs take theirs from
-// these constants, so a change here changes what limiterd accepts.
+// TestLimitValues pins the bounds: the strategies' come from limiterd/limiter, the HTTP and Envoy
+// APIs take theirs from these constants, so a change to either changes what limiterd accepts.
 func TestLimitValues(t *testing.T) {
 	for _, c := range []struct {
 		name      string
@@ -25,6 +25,7 @@ func TestLimitValues(t *testing.T) {
 		{"MinPeriod", int64(MinPeriod), int64(time.Millisecond)},
 		{"MaxPeriod", int64(MaxPeriod), int64(24 * time.Hour)},
 		{"MaxRefillWindow", int64(MaxRefillWindow), int64(366 * 24 * time.Hour)},
+		{"MaxLimits", MaxLimits, 4},
 		{"DefaultRefillPeriod", int64(DefaultRefillPeriod), int64(time.Second)},
 	} {
 		if c.got != c.want {

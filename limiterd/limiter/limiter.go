@@ -8,8 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 	"weak"
-
-	"github.com/limiterd/limiterd/api/v1alpha1"
 )
 
 // Decision is the answer to one request. It is returned by value and never allocates.
@@ -190,14 +188,39 @@ func convert(rl RateLimiter, s *State, now int64) {
 	*s = State{}
 }
 
-// Bounds of the strategies' parameters: those of the API (api/v1alpha1/limits.go), so that
-// every valid policy compiles.
+// Bounds of the strategies' parameters: the ranges in which their exact integer arithmetic
+// holds (NewTokenBucket and NewSlidingWindow reject parameters outside them). They are the one
+// source of these bounds: the API (api/v1alpha1, limits.go) takes its own from them, so that
+// every valid policy compiles; the CRD's markers repeat them as literals, and the API's tests
+// check the generated CRD against them.
 const (
-	MaxCapacity     = v1alpha1.MaxCapacity
-	MaxWindowLimit  = v1alpha1.MaxWindowLimit
-	MinPeriod       = v1alpha1.MinPeriod
-	MaxPeriod       = v1alpha1.MaxPeriod
-	MaxRefillWindow = v1alpha1.MaxRefillWindow // a full refill takes at most this long
+	// MaxCapacity bounds a token bucket's capacity and refillRate (both at least 1). A TAT's
+	// fraction, in units of 1/refillRate ns, is below the rate: the bound keeps it within the
+	// 32 bits State holds it in (1e9 < 2^32), and keeps the fractions the Redis store's script
+	// adds exact in Lua's doubles (below 2^53). Products such as capacity*refillPeriod (up to
+	// 1e9 * 24h, above 2^64) are taken in 128 bits (bits.Mul64).
+	MaxCapacity = 1_000_000_000
+	// MaxWindowLimit bounds a sliding window's limit (at least 1). A window's log holds a
+	// 16-byte entry per distinct admitted instant inside it, at most limit entries, so the
+	// bound caps a client's state and the entries a decision or a peek may walk or copy.
+	MaxWindowLimit = 100_000
+	// MinPeriod is the shortest refillPeriod or window. The arithmetic needs only a positive
+	// period (TokenBucket.tokens divides by it; under a window of 0 every admission would
+	// expire at once); one millisecond is the resolution of the durations limiterd answers
+	// (resetAfterMs, retryAfterMs), and with MaxCapacity still allows 1e12 tokens a second.
+	MinPeriod = time.Millisecond
+	// MaxPeriod is the longest refillPeriod or window. Every duration a sliding window
+	// computes is at most its window, 24h < 2^47 ns, which keeps the Redis store's script,
+	// working in Lua's doubles, exact (below 2^53); and a window's state is released at most a
+	// window after its last admission.
+	MaxPeriod = 24 * time.Hour
+	// MaxRefillWindow bounds a token bucket's full refill, capacity*refillPeriod/refillRate
+	// (rounded down to whole nanoseconds). Every interval a decision computes, n*period/rate
+	// with n at most the capacity, is at most a full refill: the bound keeps each such
+	// quotient within an int64 of nanoseconds (bits.Div64 panics on one that overflows 64
+	// bits), and every TAT, now plus at most a full refill, far from overflowing. 366 days
+	// lets a bucket refill once a year, leap years included.
+	MaxRefillWindow = 366 * 24 * time.Hour
 )
 
 func checkPositive(name string, v, max int64) error {

@@ -4,16 +4,17 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	"github.com/limiterd/limiterd/api/v1alpha1"
 )
 
-// MaxStack is the most limits of a Stack (v1alpha1.MaxLimits).
-const MaxStack = v1alpha1.MaxLimits
+// MaxStack is the most limits of a Stack. The stores decide a stack in fixed-size arrays of
+// MaxStack entries (Memory.applyStack, the Redis store's stack decision), and each limit is one
+// more state per client. The API's bound on a tier's limits (v1alpha1.MaxLimits) is this one.
+const MaxStack = 4
 
 // DefaultLimitName is the name under which a store keeps the state of a single-limit tier's
-// client (v1alpha1.DefaultLimitName): a Stack's limit of this name decides on that same state.
-const DefaultLimitName = v1alpha1.DefaultLimitName
+// client: a Stack's limit of this name decides on that same state. The API's name of a tier's
+// single limit (v1alpha1.DefaultLimitName) is this one.
+const DefaultLimitName = "default"
 
 // Stack is the limits of one stacked tier, decided all or nothing: a request is admitted only if
 // every limit admits it, and then consumes its cost from each; when any limit rejects it, no
