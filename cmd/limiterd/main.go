@@ -236,9 +236,8 @@ func newDaemon(cfg config, log *slog.Logger) (*daemon, error) {
 	d.readiness = append(d.readiness, server.ReadinessCheck{Name: "shutdown", Check: d.shuttingDown})
 	var loadErrs []error
 	seen := make(map[string]bool)
-	onWatch := d.fileWatchMetrics()
 	for _, path := range cfg.policyFiles {
-		f, err := source.NewFile(path, d.pipeline, source.FileOptions{Logger: log, OnWatch: onWatch})
+		f, err := source.NewFile(path, d.pipeline, source.FileOptions{Logger: log, OnWatch: m.PolicyFileWatched})
 		if err != nil {
 			return nil, err
 		}

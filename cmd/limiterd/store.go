@@ -12,8 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/limiterd/limiterd/api/v1alpha1"
 	"github.com/limiterd/limiterd/limiterd/limiter"
 	"github.com/limiterd/limiterd/limiterd/server"
@@ -119,7 +117,6 @@ type openedStore struct {
 	newStore func(policyID v1alpha1.PolicyID) limiter.Store
 	// redis is the Redis client, nil for the memory store.
 	redis   *redisstore.Client
-	metrics []prometheus.Collector
 	close   func()
 	adopted bool
 }
@@ -161,24 +158,8 @@ func openStore(c storeConfig, log *slog.Logger) (*openedStore, error) {
 	return &openedStore{
 		newStore: func(policyID v1alpha1.PolicyID) limiter.Store { return client.Store(policyID.String()) },
 		redis:    client,
-		metrics:  rejectCacheMetrics(client),
 		close:    client.Close,
 	}, nil
-}
-
-// rejectCacheMetrics count what the local reject caches answered, and the resets that reached
-// them from any replica.
-func rejectCacheMetrics(c *redisstore.Client) []prometheus.Collector {
-	return []prometheus.Collector{
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "limiterd_reject_cache_hits_total",
-			Help: "Decisions answered from the local reject cache (--redis-local-reject-cache), without Redis.",
-		}, func() float64 { return float64(c.RejectCacheStats().Hits) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "limiterd_reject_cache_resets_received_total",
-			Help: "Client resets, made through any replica, that reached this replica's reject cache.",
-		}, func() float64 { return float64(c.RejectCacheStats().ResetsReceived) }),
-	}
 }
 
 // closeIfUnused closes a store that no daemon adopted (newDaemon failed).
@@ -188,29 +169,24 @@ func (s *openedStore) closeIfUnused() {
 	}
 }
 
+// redisMetrics is what package metrics reads of a Redis client (metrics.SharedStore).
+type redisMetrics struct{ *redisstore.Client }
+
+// RejectCacheCounts returns the counters of the client's reject caches.
+func (r redisMetrics) RejectCacheCounts() (hits, resetsReceived uint64) {
+	s := r.RejectCacheStats()
+	return s.Hits, s.ResetsReceived
+}
+
 // addStore reports the store's health, and closes the store when the daemon's background loops
 // stop. A shared store's health is a status check of /readyz?verbose and metrics, never a
 // readiness check: during an outage the replica still answers every decision as its policies'
 // failure modes say, so it must stay in its Services for them to apply.
 func (d *daemon) addStore(s *openedStore) {
 	s.adopted = true
-	d.metrics.Registry().MustRegister(s.metrics...)
 	if c := s.redis; c != nil {
 		d.status = append(d.status, server.ReadinessCheck{Name: "store", Check: c.Ping})
-		up := prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "limiterd_store_up",
-			Help: "1 when every node of the shared store answered the last ping (every " + storeHealthInterval.String() + "), else 0.",
-		})
-		d.metrics.Registry().MustRegister(up,
-			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-				Name: "limiterd_store_breaker_open",
-				Help: "1 while the shared store's circuit breaker is open: decisions follow the failure modes without calling the store.",
-			}, func() float64 { return boolGauge(c.BreakerOpen()) }),
-			prometheus.NewCounterFunc(prometheus.CounterOpts{
-				Name: "limiterd_store_breaker_trips_total",
-				Help: "Times the shared store's circuit breaker opened after consecutive failures.",
-			}, func() float64 { return float64(c.BreakerTrips()) }),
-		)
+		up := d.metrics.AddSharedStore(redisMetrics{c}, storeHealthInterval)
 		d.background = append(d.background, func(ctx context.Context) error {
 			pingLoop(ctx, c.Ping, up, d.log)
 			return nil
@@ -223,8 +199,9 @@ func (d *daemon) addStore(s *openedStore) {
 	})
 }
 
-// pingLoop sets up from ping every storeHealthInterval until ctx is done, logging changes.
-func pingLoop(ctx context.Context, ping func(context.Context) error, up prometheus.Gauge, log *slog.Logger) {
+// pingLoop reports ping's outcome to up every storeHealthInterval until ctx is done, logging
+// changes.
+func pingLoop(ctx context.Context, ping func(context.Context) error, up func(bool), log *slog.Logger) {
 	ticker := time.NewTicker(storeHealthInterval)
 	defer ticker.Stop()
 	wasUp := true
@@ -235,7 +212,7 @@ func pingLoop(ctx context.Context, ping func(context.Context) error, up promethe
 		if ctx.Err() != nil {
 			return
 		}
-		up.Set(boolGauge(err == nil))
+		up(err == nil)
 		switch {
 		case err != nil && wasUp:
 			log.Warn("store unreachable: policies' failure modes apply", "error", err)
@@ -249,13 +226,6 @@ func pingLoop(ctx context.Context, ping func(context.Context) error, up promethe
 		case <-ticker.C:
 		}
 	}
-}
-
-func boolGauge(b bool) float64 {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // redisPassword reads the password from path, or from the environment when path is empty.

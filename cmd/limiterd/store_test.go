@@ -136,4 +136,17 @@ func TestRedisStoreOverTLS(t *testing.T) {
 	if keys := srv.Do(t, "-a", "s3cret", "--no-auth-warning", "DBSIZE"); keys != "1" {
 		t.Errorf("redis holds %s keys, want the client's 1", keys)
 	}
+	// The store's metrics are served; limiterd_store_up is 1 once the first ping (at start)
+	// answered.
+	for _, name := range []string{"limiterd_reject_cache_hits_total", "limiterd_reject_cache_resets_received_total",
+		"limiterd_store_breaker_open", "limiterd_store_breaker_trips_total"} {
+		if got := metric(t, d.admin, name); got != 0 {
+			t.Errorf("%s = %v, want 0", name, got)
+		}
+	}
+	for deadline := time.Now().Add(5 * time.Second); metric(t, d.admin, "limiterd_store_up") != 1; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("limiterd_store_up is not 1 with redis up")
+		}
+	}
 }

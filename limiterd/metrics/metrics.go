@@ -1,7 +1,8 @@
 // Package metrics exposes limiterd's Prometheus metrics on a registry of its own.
 //
-// Every metric is prefixed limiterd_. Labels are policy IDs, tier names and fixed outcome
-// words, all bounded by the loaded configuration: a client key is never a label.
+// Every metric of limiterd is defined here, prefixed limiterd_; cmd/limiterd only feeds them.
+// Labels are policy IDs, tier names and fixed outcome words, all bounded by the loaded
+// configuration: a client key is never a label.
 //
 // Metrics implements engine.Observer: the labelled children of a policy and its tiers are
 // resolved once, when the policy is swapped in, so recording a decision is two atomic updates
@@ -46,6 +47,8 @@ type Metrics struct {
 	storeErrors       *prometheus.CounterVec   // policy
 	reloads           *prometheus.CounterVec   // result
 	lastReloadSuccess prometheus.Gauge         // Unix seconds
+	filesUnwatched    prometheus.Gauge
+	fileWatchLosses   prometheus.Counter
 }
 
 var _ engine.Observer = (*Metrics)(nil)
@@ -77,6 +80,14 @@ func New(budget *limiter.Budget) *Metrics {
 			Name: "limiterd_policy_last_reload_success_timestamp_seconds",
 			Help: "Unix time of the last successful policy reload; 0 before the first.",
 		}),
+		filesUnwatched: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "limiterd_policy_files_unwatched",
+			Help: "Policy files whose directory is gone: their changes are not seen until it is back (their last good policies keep serving).",
+		}),
+		fileWatchLosses: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "limiterd_policy_file_watch_losses_total",
+			Help: "Times the directory of a policy file was deleted or moved away under its watch.",
+		}),
 	}
 	// Both results exist from the start, so that rate() and alerts see a zero, not a gap.
 	m.reloads.WithLabelValues(ReloadSuccess)
@@ -85,6 +96,7 @@ func New(budget *limiter.Budget) *Metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.decisions, m.decisionLatency, m.storeErrors, m.reloads, m.lastReloadSuccess,
+		m.filesUnwatched, m.fileWatchLosses,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "limiterd_strategies",
 			Help: "Strategies in use: distinct parameter sets that a loaded policy, a decision in flight or a client's state references (the strategy intern table's size).",
@@ -111,6 +123,67 @@ func New(budget *limiter.Budget) *Metrics {
 		)
 	}
 	return m
+}
+
+// SharedStore is a shared store (a Redis store's client) whose reject caches and circuit
+// breaker the metrics read when scraped.
+type SharedStore interface {
+	// RejectCacheCounts returns the decisions answered from the reject caches, without the
+	// store, and the client resets that reached them, since the store was opened.
+	RejectCacheCounts() (hits, resetsReceived uint64)
+	// BreakerOpen reports whether the circuit breaker is open.
+	BreakerOpen() bool
+	// BreakerTrips returns the times the circuit breaker opened.
+	BreakerTrips() int64
+}
+
+// AddSharedStore registers the metrics of the shared store s, whose health is pinged every
+// pingInterval, and returns the function that records a ping's outcome (up: every node
+// answered) in limiterd_store_up, which is 0 until the first. The other metrics read s when
+// scraped.
+func (m *Metrics) AddSharedStore(s SharedStore, pingInterval time.Duration) func(up bool) {
+	up := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "limiterd_store_up",
+		Help: "1 when every node of the shared store answered the last ping (every " + pingInterval.String() + "), else 0.",
+	})
+	m.registry.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "limiterd_reject_cache_hits_total",
+			Help: "Decisions answered from the local reject cache (--redis-local-reject-cache), without Redis.",
+		}, func() float64 { hits, _ := s.RejectCacheCounts(); return float64(hits) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "limiterd_reject_cache_resets_received_total",
+			Help: "Client resets, made through any replica, that reached this replica's reject cache.",
+		}, func() float64 { _, resets := s.RejectCacheCounts(); return float64(resets) }),
+		up,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "limiterd_store_breaker_open",
+			Help: "1 while the shared store's circuit breaker is open: decisions follow the failure modes without calling the store.",
+		}, func() float64 { return boolGauge(s.BreakerOpen()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "limiterd_store_breaker_trips_total",
+			Help: "Times the shared store's circuit breaker opened after consecutive failures.",
+		}, func() float64 { return float64(s.BreakerTrips()) }),
+	)
+	return func(reachable bool) { up.Set(boolGauge(reachable)) }
+}
+
+func boolGauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// PolicyFileWatched is a source.FileOptions.OnWatch: it counts a policy file whose directory
+// was deleted or moved away (watched false) as unwatched until it is watched again (true).
+func (m *Metrics) PolicyFileWatched(watched bool) {
+	if watched {
+		m.filesUnwatched.Dec()
+		return
+	}
+	m.filesUnwatched.Inc()
+	m.fileWatchLosses.Inc()
 }
 
 // Registry returns the registry the metrics are registered on, for adding collectors.

@@ -250,6 +250,87 @@ limiterd_policy_last_reload_success_timestamp_seconds 0
 	}
 }
 
+// fakeSharedStore is a SharedStore whose counters the test sets.
+type fakeSharedStore struct {
+	hits, resets uint64
+	breakerOpen  bool
+	trips        int64
+}
+
+func (s *fakeSharedStore) RejectCacheCounts() (hits, resetsReceived uint64) { return s.hits, s.resets }
+func (s *fakeSharedStore) BreakerOpen() bool                                { return s.breakerOpen }
+func (s *fakeSharedStore) BreakerTrips() int64                              { return s.trips }
+
+// sharedStoreMetrics are the names of the metrics AddSharedStore registers.
+var sharedStoreMetrics = []string{
+	"limiterd_reject_cache_hits_total", "limiterd_reject_cache_resets_received_total",
+	"limiterd_store_up", "limiterd_store_breaker_open", "limiterd_store_breaker_trips_total",
+}
+
+func TestSharedStore(t *testing.T) {
+	m := New(nil)
+	if n, err := testutil.GatherAndCount(m.Registry(), sharedStoreMetrics...); err != nil || n != 0 {
+		t.Fatalf("%d shared store series before AddSharedStore (%v), want none: the memory store has none", n, err)
+	}
+	s := &fakeSharedStore{}
+	up := m.AddSharedStore(s, 5*time.Second)
+	const want = `
+# HELP limiterd_reject_cache_hits_total Decisions answered from the local reject cache (--redis-local-reject-cache), without Redis.
+# TYPE limiterd_reject_cache_hits_total counter
+limiterd_reject_cache_hits_total %d
+# HELP limiterd_reject_cache_resets_received_total Client resets, made through any replica, that reached this replica's reject cache.
+# TYPE limiterd_reject_cache_resets_received_total counter
+limiterd_reject_cache_resets_received_total %d
+# HELP limiterd_store_up 1 when every node of the shared store answered the last ping (every 5s), else 0.
+# TYPE limiterd_store_up gauge
+limiterd_store_up %d
+# HELP limiterd_store_breaker_open 1 while the shared store's circuit breaker is open: decisions follow the failure modes without calling the store.
+# TYPE limiterd_store_breaker_open gauge
+limiterd_store_breaker_open %d
+# HELP limiterd_store_breaker_trips_total Times the shared store's circuit breaker opened after consecutive failures.
+# TYPE limiterd_store_breaker_trips_total counter
+limiterd_store_breaker_trips_total %d
+`
+	// Down until the first ping answers.
+	if err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(fmt.Sprintf(want, 0, 0, 0, 0, 0)), sharedStoreMetrics...); err != nil {
+		t.Error(err)
+	}
+	// The store's counters are read when scraped; a ping's outcome is recorded.
+	s.hits, s.resets, s.breakerOpen, s.trips = 7, 3, true, 2
+	up(true)
+	if err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(fmt.Sprintf(want, 7, 3, 1, 1, 2)), sharedStoreMetrics...); err != nil {
+		t.Error(err)
+	}
+	up(false)
+	if got := gathered(t, m, "limiterd_store_up"); got != 0 {
+		t.Errorf("store up after a failed ping = %v, want 0", got)
+	}
+}
+
+func TestPolicyFileWatched(t *testing.T) {
+	m := New(nil)
+	const want = `
+# HELP limiterd_policy_files_unwatched Policy files whose directory is gone: their changes are not seen until it is back (their last good policies keep serving).
+# TYPE limiterd_policy_files_unwatched gauge
+limiterd_policy_files_unwatched %d
+# HELP limiterd_policy_file_watch_losses_total Times the directory of a policy file was deleted or moved away under its watch.
+# TYPE limiterd_policy_file_watch_losses_total counter
+limiterd_policy_file_watch_losses_total %d
+`
+	names := []string{"limiterd_policy_files_unwatched", "limiterd_policy_file_watch_losses_total"}
+	// Served from the start, at 0.
+	if err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(fmt.Sprintf(want, 0, 0)), names...); err != nil {
+		t.Error(err)
+	}
+	// Two files lose their directory; one gets it back.
+	m.PolicyFileWatched(false)
+	m.PolicyFileWatched(false)
+	m.PolicyFileWatched(true)
+	if err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(fmt.Sprintf(want, 1, 2)), names...); err != nil {
+		t.Error(err)
+	}
+}
+
 func TestObserveDoesNotAllocate(t *testing.T) {
 	m := New(nil)
 	obs := m.Tier("default/api", "standard")
