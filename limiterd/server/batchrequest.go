@@ -2,7 +2,6 @@ package server
 
 import (
 	"errors"
-	"fmt"
 	"strconv"
 
 	"github.com/limiterd/limiterd/api/v1alpha1"
@@ -45,57 +44,24 @@ const (
 // error, and fails alone.
 func DecodeBatchRequest(body []byte, items []BatchItem) ([]BatchItem, error) {
 	d := jsonDecoder{data: body}
-	d.skipSpace()
-	if !d.consume('{') {
-		return items, errNotObject
-	}
 	haveItems := false
-	d.skipSpace()
-	if !d.consume('}') {
-		for {
-			name, err := d.bytes(maxFieldNameBytes)
-			switch {
-			case errors.Is(err, errStringTooLong):
-				return items, errRequest("unknown field (known: items)")
-			case errors.Is(err, errNotString):
-				return items, d.syntax("a field name")
-			case err != nil:
-				return items, err
-			}
-			d.skipSpace()
-			if !d.consume(':') {
-				return items, d.syntax("':' after a field name")
-			}
-			d.skipSpace()
-			if string(name) != "items" {
-				return items, errRequest(fmt.Sprintf("unknown field %s (known: items)", strconv.QuoteToASCII(string(name))))
-			}
-			if haveItems {
-				return items, errDuplicateField
-			}
-			haveItems = true
-			if items, err = d.batchItems(items); err != nil {
-				return items, err
-			}
-			d.skipSpace()
-			if d.consume('}') {
-				break
-			}
-			if !d.consume(',') {
-				return items, d.syntax("',' or '}' after a value")
-			}
-			d.skipSpace()
-		}
-	}
-	d.skipSpace()
-	if d.pos != len(d.data) {
-		return items, errTrailing
-	}
-	if !haveItems {
+	err := d.object(&batchFields, func(int) error { // items, the one field
+		haveItems = true
+		var err error
+		items, err = d.batchItems(items)
+		return err
+	})
+	switch {
+	case err != nil:
+		return items, err
+	case !haveItems:
 		return items, errItemsMissing
 	}
 	return items, nil
 }
+
+// batchFields are the fields of a batch's JSON: items alone.
+var batchFields = jsonFields{names: []string{"items"}, known: "items"}
 
 // batchItems decodes the array of a batch's items.
 func (d *jsonDecoder) batchItems(items []BatchItem) ([]BatchItem, error) {

@@ -452,7 +452,9 @@ func readBodyUpTo(w http.ResponseWriter, r *http.Request, buf []byte, limit int6
 	}
 }
 
-const errBodyTooLarge = errRequest("body is larger than 65536 bytes")
+// errBodyTooLarge is an error, not an errRequest, so that passing it to readBodyUpTo does not
+// box its text anew for each request.
+var errBodyTooLarge error = errRequest("body is larger than " + strconv.Itoa(MaxBodyBytes) + " bytes")
 
 // writeEngineError answers a request the engine refused to decide.
 func (h *Decisions) writeEngineError(w http.ResponseWriter, err error) {

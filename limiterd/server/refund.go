@@ -2,7 +2,6 @@ package server
 
 import (
 	"errors"
-	"fmt"
 	"net/http"
 	"strconv"
 
@@ -30,6 +29,24 @@ const (
 	errRefundByKey        = errRequest(`a refund names the reservation of an admitted decision, not a policy, key and amount: {"reservation": "...", "cost": n}`)
 )
 
+// The fields of a refund's JSON, by their index in refundFields: the known ones, then those of
+// the refunds before reservations, refused with errRefundByKey.
+const (
+	refundReservation = iota
+	refundCost
+	refundPolicy
+	refundKey
+	refundAmount
+)
+
+var refundFields = jsonFields{
+	names: []string{
+		refundReservation: "reservation", refundCost: "cost",
+		refundPolicy: "policy", refundKey: "key", refundAmount: "amount",
+	},
+	known: "reservation, cost",
+}
+
 // DecodeRefundRequest decodes a JSON refund request, as strictly as DecodeAllowRequest: an
 // object with the fields "reservation" (string, required) and "cost" (an integer literal from 1
 // to MaxCost, or null: the reservation's whole cost), each at most once, and nothing after it.
@@ -37,76 +54,35 @@ const (
 // message that says so. Every error is an errRequest whose text can be shown to the client.
 func DecodeRefundRequest(body []byte) (RefundRequest, error) {
 	d := jsonDecoder{data: body}
-	var (
-		req                       RefundRequest
-		haveReservation, haveCost bool
-	)
-	d.skipSpace()
-	if !d.consume('{') {
-		return RefundRequest{}, errNotObject
-	}
-	d.skipSpace()
-	if !d.consume('}') {
-		for {
-			name, err := d.bytes(maxFieldNameBytes)
-			switch {
-			case errors.Is(err, errStringTooLong):
-				return RefundRequest{}, errRequest("unknown field (known: reservation, cost)")
-			case errors.Is(err, errNotString):
-				return RefundRequest{}, d.syntax("a field name")
-			case err != nil:
-				return RefundRequest{}, err
+	var req RefundRequest
+	err := d.object(&refundFields, func(field int) error {
+		var err error
+		switch field {
+		case refundReservation:
+			if req.Reservation, err = d.str(reservation.MaxTokenBytes); err != nil {
+				return fieldErr(err, errReservationTooLong, errReservationUTF8, "reservation must be a string")
 			}
-			d.skipSpace()
-			if !d.consume(':') {
-				return RefundRequest{}, d.syntax("':' after a field name")
+		case refundCost:
+			if d.null() {
+				return nil
 			}
-			d.skipSpace()
-			switch string(name) {
-			case "reservation":
-				if haveReservation {
-					return RefundRequest{}, errDuplicateField
+			if req.Cost, err = d.cost(); err != nil {
+				if errors.Is(err, errCost) {
+					return errRefundCost
 				}
-				haveReservation = true
-				if req.Reservation, err = d.str(reservation.MaxTokenBytes); err != nil {
-					return RefundRequest{}, fieldErr(err, errReservationTooLong, errReservationUTF8, "reservation must be a string")
-				}
-			case "cost":
-				if haveCost {
-					return RefundRequest{}, errDuplicateField
-				}
-				haveCost = true
-				if d.null() {
-					break
-				}
-				if req.Cost, err = d.cost(); err != nil {
-					if errors.Is(err, errCost) {
-						return RefundRequest{}, errRefundCost
-					}
-					return RefundRequest{}, err
-				}
-				if req.Cost < 1 {
-					return RefundRequest{}, errRefundCost
-				}
-			case "policy", "key", "amount":
-				return RefundRequest{}, errRefundByKey
-			default:
-				return RefundRequest{}, errRequest(fmt.Sprintf("unknown field %s (known: reservation, cost)", strconv.QuoteToASCII(string(name))))
+				return err
 			}
-			d.skipSpace()
-			if d.consume('}') {
-				break
+			if req.Cost < 1 {
+				return errRefundCost
 			}
-			if !d.consume(',') {
-				return RefundRequest{}, d.syntax("',' or '}' after a value")
-			}
-			d.skipSpace()
+		default: // policy, key, amount
+			return errRefundByKey
 		}
-	}
-	d.skipSpace()
+		return nil
+	})
 	switch {
-	case d.pos != len(d.data):
-		return RefundRequest{}, errTrailing
+	case err != nil:
+		return RefundRequest{}, err
 	case req.Reservation == "":
 		return RefundRequest{}, errReservationMissing
 	}

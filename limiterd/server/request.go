@@ -61,6 +61,18 @@ const (
 	errDuplicateField = errRequest("body names a field twice")
 )
 
+// The fields of a decision request's JSON, by their index in allowFields.
+const (
+	allowPolicy = iota
+	allowKey
+	allowCost
+)
+
+var allowFields = jsonFields{
+	names: []string{allowPolicy: "policy", allowKey: "key", allowCost: "cost"},
+	known: "policy, key, cost",
+}
+
 // DecodeAllowRequest decodes a JSON decision request. The JSON is strict: an object with at
 // most the fields "policy" (string or null), "key" (a non-empty string of any length, see
 // MaxKeyBytes) and "cost" (integer or null), each once, names matched exactly; nothing but
@@ -70,80 +82,117 @@ const (
 func DecodeAllowRequest(body []byte) (AllowRequest, error) {
 	d := jsonDecoder{data: body}
 	req := AllowRequest{Cost: 1}
-	var haveKey, havePolicy, haveCost bool
+	err := d.object(&allowFields, func(field int) error {
+		var err error
+		switch field {
+		case allowKey:
+			req.Key, err = d.key()
+		case allowPolicy:
+			if d.null() {
+				return nil
+			}
+			if req.Policy, err = d.str(MaxPolicyBytes); err != nil {
+				return fieldErr(err, errPolicyTooLong, errPolicyUTF8, "policy must be a string")
+			}
+		case allowCost:
+			if d.null() {
+				return nil
+			}
+			req.Cost, err = d.cost()
+		}
+		return err
+	})
+	if err != nil {
+		return AllowRequest{}, err
+	}
+	if req.Key == "" {
+		return AllowRequest{}, errKeyMissing
+	}
+	return req, nil
+}
+
+// jsonFields are the fields a JSON object may name, for jsonDecoder.object.
+type jsonFields struct {
+	// names are the fields, matched exactly; a field is known by its index. At most 64.
+	names []string
+	// known is what the error of an unknown field lists as the known ones, "a, b".
+	known string
+}
+
+// index is the index of name in f.names, -1 when it is none of them.
+func (f *jsonFields) index(name []byte) int {
+	for i, n := range f.names {
+		if string(name) == n { // no copy: a comparison
+			return i
+		}
+	}
+	return -1
+}
+
+// object reads a JSON object field by field: the object must be the whole of d's data but for
+// white space around it, and each field's name one of fields.names, named at most once. For
+// each field, object calls value with the index of its name in fields.names and d at the
+// field's value; value reads the value whole, or returns an error. Whether a field is required
+// is for the caller to check once object has returned nil. Otherwise object returns the first
+// error it meets, one of:
+//   - errNotObject when the data does not start with '{';
+//   - malformed JSON (d.syntax), or the string error of a field name that is no valid string;
+//   - "unknown field NAME (known: ...)" for a name that is not in fields.names, listing
+//     fields.known (NAME left out when longer than maxFieldNameBytes);
+//   - errDuplicateField for a field named twice, before its value is read;
+//   - value's error, as value returned it;
+//   - errTrailing for anything but white space after the object.
+//
+// The errors are not wrapped: their texts are the client's error messages.
+func (d *jsonDecoder) object(fields *jsonFields, value func(field int) error) error {
 	d.skipSpace()
 	if !d.consume('{') {
-		return AllowRequest{}, errNotObject
+		return errNotObject
 	}
+	var seen uint64 // bit i: fields.names[i] was read
 	d.skipSpace()
 	if !d.consume('}') {
 		for {
 			name, err := d.bytes(maxFieldNameBytes)
 			switch {
 			case errors.Is(err, errStringTooLong):
-				return AllowRequest{}, errRequest("unknown field (known: policy, key, cost)")
+				return errRequest("unknown field (known: " + fields.known + ")")
 			case errors.Is(err, errNotString):
-				return AllowRequest{}, d.syntax("a field name")
+				return d.syntax("a field name")
 			case err != nil:
-				return AllowRequest{}, err
+				return err
 			}
 			d.skipSpace()
 			if !d.consume(':') {
-				return AllowRequest{}, d.syntax("':' after a field name")
+				return d.syntax("':' after a field name")
 			}
 			d.skipSpace()
-			switch string(name) {
-			case "key":
-				if haveKey {
-					return AllowRequest{}, errDuplicateField
-				}
-				haveKey = true
-				if req.Key, err = d.key(); err != nil {
-					return AllowRequest{}, err
-				}
-			case "policy":
-				if havePolicy {
-					return AllowRequest{}, errDuplicateField
-				}
-				havePolicy = true
-				if d.null() {
-					break
-				}
-				if req.Policy, err = d.str(MaxPolicyBytes); err != nil {
-					return AllowRequest{}, fieldErr(err, errPolicyTooLong, errPolicyUTF8, "policy must be a string")
-				}
-			case "cost":
-				if haveCost {
-					return AllowRequest{}, errDuplicateField
-				}
-				haveCost = true
-				if d.null() {
-					break
-				}
-				if req.Cost, err = d.cost(); err != nil {
-					return AllowRequest{}, err
-				}
-			default:
-				return AllowRequest{}, errRequest(fmt.Sprintf("unknown field %s (known: policy, key, cost)", strconv.QuoteToASCII(string(name))))
+			field := fields.index(name)
+			if field < 0 {
+				return errRequest(fmt.Sprintf("unknown field %s (known: %s)", strconv.QuoteToASCII(string(name)), fields.known))
+			}
+			if seen&(1<<field) != 0 {
+				return errDuplicateField
+			}
+			seen |= 1 << field
+			if err := value(field); err != nil {
+				return err
 			}
 			d.skipSpace()
 			if d.consume('}') {
 				break
 			}
 			if !d.consume(',') {
-				return AllowRequest{}, d.syntax("',' or '}' after a value")
+				return d.syntax("',' or '}' after a value")
 			}
 			d.skipSpace()
 		}
 	}
 	d.skipSpace()
 	if d.pos != len(d.data) {
-		return AllowRequest{}, errTrailing
+		return errTrailing
 	}
-	if req.Key == "" {
-		return AllowRequest{}, errKeyMissing
-	}
-	return req, nil
+	return nil
 }
 
 // fieldErr maps the decoder's string errors to a field's messages.
