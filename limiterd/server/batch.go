@@ -11,7 +11,9 @@ import (
 	"github.com/limiterd/limiterd/limiterd/engine"
 )
 
-var errBatchTooLarge = errRequest("body is larger than " + strconv.Itoa(MaxBatchBodyBytes) + " bytes")
+// errBatchTooLarge is an error, not an errRequest, so that passing it to readBodyUpTo does not
+// box its text anew for each batch (as errBodyTooLarge).
+var errBatchTooLarge error = errRequest("body is larger than " + strconv.Itoa(MaxBatchBodyBytes) + " bytes")
 
 // batchScratch is the pooled scratch of one batch.
 type batchScratch struct {
