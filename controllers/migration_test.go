@@ -163,10 +163,13 @@ func TestLegacyConfigMapRemoved(t *testing.T) {
 	// earlier version serves it from there.
 	p := waitReady(t, env.Client, client.ObjectKeyFromObject(served), 1, ReasonRendered)
 	checkConfigMap(t, getConfigMap(t, env.Client, cmNS, p), p)
-	time.Sleep(time.Second) // give a wrong deletion the time to happen
-	if ok, err := exists(servedCM); !ok || err != nil {
-		t.Fatalf("legacy ConfigMap deleted (%v) while a replica of an earlier version serves it", err)
-	}
+	testsupport.Consistently(t, time.Second, "legacy ConfigMap kept while a replica of an earlier version serves it", func() error {
+		ok, err := exists(servedCM)
+		if err == nil && !ok {
+			err = fmt.Errorf("ConfigMap %s/%s deleted", servedCM.Namespace, servedCM.Name)
+		}
+		return err
+	})
 	waitStatusName(served, servedCM.Name)
 
 	// The replica is replaced by one that reads the new ConfigMap: the old one goes.
