@@ -10,7 +10,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	limiterdv1alpha1 "github.com/limiterd/limiterd/api/v1alpha1"
@@ -55,6 +58,38 @@ func TestLegacyServers(t *testing.T) {
 	}
 }
 
+// createLegacyPolicy creates policy name in namespace as an earlier operator left it: its status
+// names its ConfigMap, which is controlled by the policy and lives in the policy's namespace. It
+// returns the policy and that ConfigMap.
+func createLegacyPolicy(t *testing.T, env *testenv.Env, namespace, name string) (*limiterdv1alpha1.RateLimitPolicy, *corev1.ConfigMap) {
+	t.Helper()
+	ctx := t.Context()
+	p := newPolicy(namespace, name)
+	if err := env.Client.Create(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	data, err := limiterdv1alpha1.RenderConfigMapData(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: limiterdv1alpha1.LegacyConfigMapName(name),
+			Labels: map[string]string{limiterdv1alpha1.PolicyLabel: limiterdv1alpha1.PolicyLabelValue(name)},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: limiterdv1alpha1.GroupVersion.String(), Kind: limiterdv1alpha1.Kind,
+				Name: name, UID: p.UID, Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}}},
+		Data: data,
+	}
+	if err := env.Client.Create(ctx, cm); err != nil {
+		t.Fatal(err)
+	}
+	p.Status.ObservedGeneration = p.Generation
+	p.Status.ConfigMapName = cm.Name
+	if err := env.Client.Status().Update(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	return p, cm
+}
+
 // TestLegacyConfigMapRemoved starts the operator on policies an earlier version rendered into
 // ConfigMaps of their own namespace: it renders them into limiterd's namespace, and deletes the
 // old ConfigMap once no live replica serves the policy from it (at once for a policy no replica
@@ -66,36 +101,8 @@ func TestLegacyConfigMapRemoved(t *testing.T) {
 	ns, cmNS, statusNS := env.Namespace(t), env.Namespace(t), env.Namespace(t)
 	ctx := t.Context()
 
-	// As the earlier operator left them: policies whose status names their ConfigMap, controlled
-	// by the policy, in the policy's namespace.
-	legacy := func(name string) (*limiterdv1alpha1.RateLimitPolicy, *corev1.ConfigMap) {
-		p := newPolicy(ns, name)
-		if err := env.Client.Create(ctx, p); err != nil {
-			t.Fatal(err)
-		}
-		data, err := limiterdv1alpha1.RenderConfigMapData(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cm := &corev1.ConfigMap{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: limiterdv1alpha1.LegacyConfigMapName(name),
-				Labels: map[string]string{limiterdv1alpha1.PolicyLabel: limiterdv1alpha1.PolicyLabelValue(name)},
-				OwnerReferences: []metav1.OwnerReference{{APIVersion: limiterdv1alpha1.GroupVersion.String(), Kind: limiterdv1alpha1.Kind,
-					Name: name, UID: p.UID, Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}}},
-			Data: data,
-		}
-		if err := env.Client.Create(ctx, cm); err != nil {
-			t.Fatal(err)
-		}
-		p.Status.ObservedGeneration = p.Generation
-		p.Status.ConfigMapName = cm.Name
-		if err := env.Client.Status().Update(ctx, p); err != nil {
-			t.Fatal(err)
-		}
-		return p, cm
-	}
-	served, servedCM := legacy("served")
-	unreported, unreportedCM := legacy("unreported")
+	served, servedCM := createLegacyPolicy(t, env, ns, "served")
+	unreported, unreportedCM := createLegacyPolicy(t, env, ns, "unreported")
 
 	// A live replica of an earlier version serves "served" from its old ConfigMap.
 	lease := &coordinationv1.Lease{
@@ -156,10 +163,13 @@ func TestLegacyConfigMapRemoved(t *testing.T) {
 	// earlier version serves it from there.
 	p := waitReady(t, env.Client, client.ObjectKeyFromObject(served), 1, ReasonRendered)
 	checkConfigMap(t, getConfigMap(t, env.Client, cmNS, p), p)
-	time.Sleep(time.Second) // give a wrong deletion the time to happen
-	if ok, err := exists(servedCM); !ok || err != nil {
-		t.Fatalf("legacy ConfigMap deleted (%v) while a replica of an earlier version serves it", err)
-	}
+	testsupport.Consistently(t, time.Second, "legacy ConfigMap kept while a replica of an earlier version serves it", func() error {
+		ok, err := exists(servedCM)
+		if err == nil && !ok {
+			err = fmt.Errorf("ConfigMap %s/%s deleted", servedCM.Namespace, servedCM.Name)
+		}
+		return err
+	})
 	waitStatusName(served, servedCM.Name)
 
 	// The replica is replaced by one that reads the new ConfigMap: the old one goes.
@@ -168,5 +178,51 @@ func TestLegacyConfigMapRemoved(t *testing.T) {
 	waitStatusName(served, limiterdv1alpha1.ConfigMapName(served.ID()))
 	if ok, err := exists(servedCM); ok || err != nil {
 		t.Errorf("legacy ConfigMap: exists %v (%v) once every replica reads the new one, want deleted", ok, err)
+	}
+}
+
+// TestLegacyConfigMapRemovedOnTheReconcilersClock: whether a replica still serves a policy from
+// its legacy ConfigMap is judged at the time of the reconciler's Clock. On a clock past the
+// expiry of the only replica's record, the legacy ConfigMap goes, though by the real clock the
+// record is live for another hour.
+func TestLegacyConfigMapRemovedOnTheReconcilersClock(t *testing.T) {
+	t.Parallel()
+	env := testenv.Shared(t)
+	ns, cmNS, statusNS := env.Namespace(t), env.Namespace(t), env.Namespace(t)
+	ctx := t.Context()
+	p, legacyCM := createLegacyPolicy(t, env, ns, "expired")
+
+	// A replica of an earlier version serves p from its legacy ConfigMap, renewed now for an hour.
+	rec, err := limiterdv1alpha1.ReplicaRecord{p.ID(): {Generation: 1, State: limiterdv1alpha1.ReplicaServing}}.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: statusNS, Name: "limiterd-old",
+			Labels:      map[string]string{limiterdv1alpha1.ReplicaLabel: "limiterd-old"},
+			Annotations: map[string]string{limiterdv1alpha1.ReplicaStatusAnnotation: rec}},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("limiterd-old"),
+			RenewTime: &metav1.MicroTime{Time: time.Now()}, LeaseDurationSeconds: ptr.To(int32(3600))},
+	}
+	if err := env.Client.Create(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
+
+	// No operator runs: this reconciler, whose clock is two hours ahead, is the only one to act.
+	r := &RateLimitPolicyReconciler{Client: env.Client, APIReader: env.Client, ConfigMapNamespace: cmNS,
+		Recorder: events.NewFakeRecorder(10), StatusNamespace: statusNS,
+		Clock: clocktesting.NewFakePassiveClock(time.Now().Add(2 * time.Hour))}
+	if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(p)}); err != nil {
+		t.Fatalf("Reconcile: %v", err)
+	}
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(legacyCM), &corev1.ConfigMap{}); !apierrors.IsNotFound(err) {
+		t.Errorf("legacy ConfigMap: get returned %v, want not found: the replica's record has expired by the reconciler's clock", err)
+	}
+	got := &limiterdv1alpha1.RateLimitPolicy{}
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(p), got); err != nil {
+		t.Fatal(err)
+	}
+	if want := limiterdv1alpha1.ConfigMapName(p.ID()); got.Status.ConfigMapName != want {
+		t.Errorf("status.configMapName %q, want %q", got.Status.ConfigMapName, want)
 	}
 }

@@ -229,7 +229,7 @@ func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 			// status.configMapName names the legacy ConfigMap until it is removed.
 			if status.ConfigMapName == "" || status.ConfigMapName == name {
 				status.ConfigMapName = name
-			} else if removed, err := r.removeLegacyConfigMap(ctx, &policy, status.ConfigMapName, replicas, time.Now()); err != nil {
+			} else if removed, err := r.removeLegacyConfigMap(ctx, &policy, status.ConfigMapName, replicas, r.now()); err != nil {
 				return ctrl.Result{}, err
 			} else if removed {
 				status.ConfigMapName = name

@@ -1,6 +1,6 @@
 // Package testsupport holds helpers shared by the module's tests: a clock that moves only when
-// told, builders of RateLimitPolicy tiers, a log sink safe for concurrent writes, and the one
-// polling helper (Eventually).
+// told, builders of RateLimitPolicy tiers, a log sink safe for concurrent writes, and the polling
+// helpers (Eventually, and Consistently for what must not happen).
 //
 // It is a normal package so that tests of several packages can share it, but it is meant to be
 // imported only by _test.go files, never by production code.
@@ -133,18 +133,7 @@ func NewEngine(t testing.TB, now func() time.Time, policies ...*v1alpha1.RateLim
 // and a long one (an API server, a cluster) is not hammered.
 func Eventually[C func() bool | func() error](t testing.TB, timeout time.Duration, what string, condition C) {
 	t.Helper()
-	var check func() error
-	switch c := any(condition).(type) {
-	case func() bool:
-		check = func() error {
-			if c() {
-				return nil
-			}
-			return errNotYet
-		}
-	case func() error:
-		check = c
-	}
+	check := asCheck(condition)
 	deadline := time.Now().Add(timeout)
 	for interval := 5 * time.Millisecond; ; interval = min(2*interval, 200*time.Millisecond) {
 		err := check()
@@ -159,6 +148,44 @@ func Eventually[C func() bool | func() error](t testing.TB, timeout time.Duratio
 		}
 		time.Sleep(interval)
 	}
+}
+
+// Consistently calls condition repeatedly for duration, and fails t, naming what stopped
+// holding and the condition's error, the first time the condition does not hold (false, or a
+// non-nil error). It is how a test shows that something does not happen: the last call is made
+// once duration has passed. It polls as Eventually does, every few milliseconds at first and
+// backing off to 200ms.
+func Consistently[C func() bool | func() error](t testing.TB, duration time.Duration, what string, condition C) {
+	t.Helper()
+	check := asCheck(condition)
+	deadline := time.Now().Add(duration)
+	for interval := 5 * time.Millisecond; ; interval = min(2*interval, 200*time.Millisecond) {
+		if err := check(); err != nil {
+			if errors.Is(err, errNotYet) {
+				t.Fatalf("%s: did not hold for %v", what, duration)
+			}
+			t.Fatalf("%s: did not hold for %v: %v", what, duration, err)
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return
+		}
+		time.Sleep(min(interval, left))
+	}
+}
+
+// asCheck returns condition as a function returning nil when it holds: a boolean condition that
+// does not hold returns errNotYet.
+func asCheck[C func() bool | func() error](condition C) func() error {
+	if c, ok := any(condition).(func() bool); ok {
+		return func() error {
+			if c() {
+				return nil
+			}
+			return errNotYet
+		}
+	}
+	return any(condition).(func() error)
 }
 
 // errNotYet is the error of a boolean condition that does not hold.

@@ -40,16 +40,22 @@ func (f *fatalRecorder) Fatalf(format string, args ...any) {
 	runtime.Goexit()
 }
 
-// failing runs Eventually on a recorder and returns the message it failed with.
-func failing[C func() bool | func() error](condition C) string {
+// fatalMessage runs helper on a recorder, in a goroutine of its own as Fatalf ends it, and
+// returns the message the recorder was failed with ("" if none).
+func fatalMessage(helper func(testing.TB)) string {
 	f := &fatalRecorder{}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		Eventually(f, 20*time.Millisecond, "the thing", condition)
+		helper(f)
 	}()
 	<-done
 	return f.msg
+}
+
+// failing runs Eventually on a recorder and returns the message it failed with.
+func failing[C func() bool | func() error](condition C) string {
+	return fatalMessage(func(t testing.TB) { Eventually(t, 20*time.Millisecond, "the thing", condition) })
 }
 
 func TestEventuallyFailsNamingWhatAndTheLastError(t *testing.T) {
@@ -60,5 +66,46 @@ func TestEventuallyFailsNamingWhatAndTheLastError(t *testing.T) {
 	got := failing(func() error { n++; return fmt.Errorf("attempt %d", n) })
 	if want := fmt.Sprintf("the thing: not within 20ms: attempt %d", n); got != want || n < 2 {
 		t.Errorf("error: failed with %q after %d attempts, want %q after several", got, n, want)
+	}
+}
+
+func TestConsistentlyHoldsForTheWholeDuration(t *testing.T) {
+	const duration = 50 * time.Millisecond
+	calls := 0
+	start := time.Now()
+	Consistently(t, duration, "bool", func() bool { calls++; return true })
+	if elapsed := time.Since(start); elapsed < duration || calls < 2 {
+		t.Errorf("bool condition called %d times in %v, want several over at least %v", calls, elapsed, duration)
+	}
+	calls = 0
+	start = time.Now()
+	Consistently(t, duration, "error", func() error { calls++; return nil })
+	if elapsed := time.Since(start); elapsed < duration || calls < 2 {
+		t.Errorf("error condition called %d times in %v, want several over at least %v", calls, elapsed, duration)
+	}
+}
+
+func TestConsistentlyFailsTheFirstTimeTheConditionDoesNotHold(t *testing.T) {
+	// For a minute: the helper must fail at the third call, not at the end of the minute.
+	calls := 0
+	got := fatalMessage(func(t testing.TB) {
+		Consistently(t, time.Minute, "the thing", func() error {
+			calls++
+			if calls == 3 {
+				return fmt.Errorf("attempt %d", calls)
+			}
+			return nil
+		})
+	})
+	if want := "the thing: did not hold for 1m0s: attempt 3"; got != want || calls != 3 {
+		t.Errorf("error: failed with %q after %d calls, want %q after 3", got, calls, want)
+	}
+
+	calls = 0
+	got = fatalMessage(func(t testing.TB) {
+		Consistently(t, time.Minute, "the thing", func() bool { calls++; return calls < 3 })
+	})
+	if want := "the thing: did not hold for 1m0s"; got != want || calls != 3 {
+		t.Errorf("bool: failed with %q after %d calls, want %q after 3", got, calls, want)
 	}
 }

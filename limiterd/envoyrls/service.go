@@ -123,8 +123,13 @@
 //
 // # Envoy configuration
 //
-// limiterd serves this on --grpc-addr (plaintext HTTP/2). To limit each client address under
-// the policy edge/per-ip, whose spec.envoy.descriptorKey is remote_address:
+// limiterd serves this on --grpc-addr in plaintext HTTP/2, or over TLS (1.2 or later) when
+// --tls-cert-file and --tls-key-file are set: the decisions API's certificate and key, reloaded
+// when the files change. --tls-client-ca-file adds mutual TLS: a client without a certificate
+// signed by one of its CAs fails the handshake. With TLS, Envoy's cluster needs a TLS transport
+// socket (an UpstreamTlsContext, holding Envoy's client certificate under mutual TLS). To limit
+// each client address under the policy edge/per-ip, whose spec.envoy.descriptorKey is
+// remote_address:
 //
 //	http_filters:
 //	- name: envoy.filters.http.ratelimit

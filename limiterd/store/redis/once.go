@@ -43,10 +43,10 @@ var stackOnceScript = rueidis.NewLuaScript(stackOnceSource)
 // limit's name has no '#').
 func refundSuffix(id [16]byte) string { return "#refund:" + hex.EncodeToString(id[:]) }
 
-// RefundOnce implements limiter.Store: one script call checks the refund's record
-// (RefundKey), refunds every limit (a single limit as the stack of its one limit, named
-// limiter.DefaultLimitName, whose state is the single limit's) and writes the record with an
-// expiry at once.Until (plus the expiry slack), atomically. With ServerClock the refund is made
+// RefundOnce implements limiter.Store: one script call checks the refund's record (the
+// client's key and refundSuffix), refunds every limit (a single limit as the stack of its one
+// limit, named limiter.DefaultLimitName, whose state is the single limit's) and writes the
+// record with an expiry at once.Until (plus the expiry slack), atomically. With ServerClock the refund is made
 // at the server's time. An Unlimited strategy has nothing to refund and keeps no record.
 func (s *Store) RefundOnce(ctx context.Context, req limiter.Request, now time.Time, once limiter.Once) (limiter.Decision, error) {
 	st, out := req.Stack, req.Limits
