@@ -727,7 +727,7 @@ func (b *bound) chargedTier(storedKey string, tag reservation.Tag) *policy.Tier 
 func (e *Engine) tierTag(policyID v1alpha1.PolicyID, t *policy.Tier, epoch uint64) reservation.Tag {
 	var b strings.Builder
 	fmt.Fprintf(&b, "tier\x00%s\x00%s\x00%d", policyID, t.Name, epoch)
-	for i := range t.Limits() {
+	for i := range t.NumLimits() {
 		name := ""
 		if t.Stack != nil {
 			name = t.Stack.Name(i)
@@ -771,7 +771,7 @@ func (e *Engine) reserve(b *bound, r *Result, key string, now time.Time, cost in
 func refundable(t *policy.Tier, cost int64, at, now time.Time) int64 {
 	elapsed := max(now.Sub(at), 0)
 	left := cost
-	for i := range t.Limits() {
+	for i := range t.NumLimits() {
 		tb, ok := t.Limit(i).(*limiter.TokenBucket)
 		if !ok {
 			return 0
@@ -798,7 +798,7 @@ func refundable(t *policy.Tier, cost int64, at, now time.Time) int64 {
 // refundable is 0. It is 0 for a tier with a limit that is no token bucket (see refundable).
 func refundWindow(t *policy.Tier, cost int64) time.Duration {
 	window := time.Duration(-1)
-	for i := range t.Limits() {
+	for i := range t.NumLimits() {
 		tb, ok := t.Limit(i).(*limiter.TokenBucket)
 		if !ok {
 			return 0

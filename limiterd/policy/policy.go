@@ -40,8 +40,8 @@ type Tier struct {
 // Unlimited.
 func (t *Tier) Limited() bool { return t.Stack != nil || t.Limiter.Limit() > 0 }
 
-// Limits returns the number of the tier's limits: a stack's, else 1.
-func (t *Tier) Limits() int {
+// NumLimits returns the number of the tier's limits: a stack's, else 1.
+func (t *Tier) NumLimits() int {
 	if t.Stack != nil {
 		return t.Stack.Len()
 	}
@@ -74,7 +74,7 @@ func (t *Tier) AppendRateLimitPolicy(b []byte) []byte {
 	if !t.Limited() {
 		return b
 	}
-	for i := range t.Limits() {
+	for i := range t.NumLimits() {
 		if i > 0 {
 			b = append(b, ", "...)
 		}

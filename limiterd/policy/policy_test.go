@@ -146,7 +146,7 @@ func TestCompileStackedTier(t *testing.T) {
 		t.Fatal(err)
 	}
 	paid := p.Tiers[4]
-	if paid.Limiter != nil || paid.Stack == nil || paid.Limits() != 2 || !paid.Limited() {
+	if paid.Limiter != nil || paid.Stack == nil || paid.NumLimits() != 2 || !paid.Limited() {
 		t.Fatalf("paid: limiter %v, stack %v: want a stack of 2", paid.Limiter, paid.Stack)
 	}
 	burst, ok := paid.Limit(0).(*limiter.TokenBucket)
@@ -163,8 +163,8 @@ func TestCompileStackedTier(t *testing.T) {
 		t.Fatalf("equal limits are not one interned strategy, or dryRun is lost")
 	}
 	free := p.Tiers[0]
-	if free.Limits() != 1 || free.Limit(0) != free.Limiter || free.HeaderName(0) != "free" || !free.Limited() {
-		t.Fatalf("a tier of one limit: %d limits, header name %q", free.Limits(), free.HeaderName(0))
+	if free.NumLimits() != 1 || free.Limit(0) != free.Limiter || free.HeaderName(0) != "free" || !free.Limited() {
+		t.Fatalf("a tier of one limit: %d limits, header name %q", free.NumLimits(), free.HeaderName(0))
 	}
 	if p.Tiers[2].Limited() {
 		t.Fatalf("an Unlimited tier says it has a quota")
