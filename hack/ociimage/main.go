@@ -1,5 +1,5 @@
 // Command ociimage builds a container image from a Dockerfile's FROM scratch final stage without
-// a container daemon (internal/ociimage) and writes it as an archive for `ctr images import` and
+// a container daemon (hack/internal/ociimage) and writes it as an archive for `ctr images import` and
 // `docker load`. `make images` runs it; it prints the image's manifest digest.
 //
 //	ociimage -dockerfile Dockerfile.limiterd -ref ghcr.io/limiterd/limiterd:0.1.0 \
@@ -17,7 +17,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/limiterd/limiterd/internal/ociimage"
+	"github.com/limiterd/limiterd/hack/internal/ociimage"
 )
 
 type pairs map[string]string

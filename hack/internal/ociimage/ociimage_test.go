@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/limiterd/limiterd/internal/ociimage"
+	"github.com/limiterd/limiterd/hack/internal/ociimage"
 )
 
 const dockerfile = `# syntax=docker/dockerfile:1
@@ -234,7 +234,7 @@ func TestBuildRefusals(t *testing.T) {
 // binaries): they are FROM scratch with only what hack/ociimage supports, run as 65532, and carry
 // the OCI labels.
 func TestRepositoryDockerfiles(t *testing.T) {
-	root, err := filepath.Abs("../..")
+	root, err := filepath.Abs("../../..") // the module root, from hack/internal/ociimage
 	if err != nil {
 		t.Fatal(err)
 	}
