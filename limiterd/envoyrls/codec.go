@@ -96,16 +96,19 @@ func (Codec) Unmarshal(data mem.BufferSlice, v any) error {
 }
 
 // ServerOptions returns the options of a grpc.Server of the service: Codec, MaxRequestBytes
-// as the largest message it receives and sends, and MaxCallsInFlight as the most calls it
-// holds at once. grpc-go refuses a larger request with ResourceExhausted as soon as it has
-// read the message's length, before its bytes; a call past MaxCallsInFlight is refused with
-// ResourceExhausted from its headers, before its message is read. Each call returns options
-// of a count of their own: give them to one server.
+// as the largest message it receives and sends, MaxHeaderBytes as the most headers of a call,
+// and MaxCallsInFlight (MaxWatches for health Watch streams) as the most calls it holds at
+// once. grpc-go refuses a larger request with ResourceExhausted as soon as it has read the
+// message's length, before its bytes, and larger headers as it reads them; a call past
+// MaxCallsInFlight is refused with ResourceExhausted from its headers, before its message is
+// read. Each call returns options of a count of their own: give them to one server.
 func ServerOptions() []grpc.ServerOption {
-	calls := newInFlight(MaxCallsInFlight)
+	limits := newCallLimits()
 	return []grpc.ServerOption{
-		grpc.InTapHandle(calls.tap),
-		grpc.ChainUnaryInterceptor(calls.intercept),
+		grpc.InTapHandle(limits.tap),
+		grpc.ChainUnaryInterceptor(interceptUnary),
+		grpc.ChainStreamInterceptor(interceptStream),
+		grpc.MaxHeaderListSize(MaxHeaderBytes),
 		grpc.ForceServerCodecV2(Codec{}),
 		grpc.MaxRecvMsgSize(MaxRequestBytes),
 		grpc.MaxSendMsgSize(MaxRequestBytes),

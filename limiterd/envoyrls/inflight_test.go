@@ -15,6 +15,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/limiterd/limiterd/api/v1alpha1"
@@ -290,5 +293,77 @@ func TestCallsThatNeverReachTheServiceReleaseTheirSlots(t *testing.T) {
 	resp, err := shouldRateLimitRaw(t.Context(), conn, wireRequest("default/api", wireDescriptor("client", "a")))
 	if err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
 		t.Fatalf("a decision after %d calls that ended early: %v, %v", MaxCallsInFlight+10, resp, err)
+	}
+}
+
+// serveHeldWithHealth serves h and grpc-go's health service with ServerOptions on a loopback
+// port, as limiterd does, and returns a connection to it.
+func serveHeldWithHealth(t *testing.T, h heldRLS) *grpc.ClientConn {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(ServerOptions()...)
+	rlsv3.RegisterRateLimitServiceServer(srv, h)
+	healthpb.RegisterHealthServer(srv, health.NewServer())
+	go func() { _ = srv.Serve(ln) }()
+	conn, err := grpc.NewClient("passthrough:///"+ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = conn.Close()
+		srv.Stop()
+	})
+	return conn
+}
+
+// TestWatchesAreCountedApart: health Watch streams, which last as long as their clients want,
+// are bounded too (before, they were not counted at all: 800 watches of 60 KB requests held
+// 513 MiB), and apart from the rate-limit calls, whose places they cannot take.
+func TestWatchesAreCountedApart(t *testing.T) {
+	h := heldRLS{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	close(h.release)
+	conn := serveHeldWithHealth(t, h)
+	hc := healthpb.NewHealthClient(conn)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	for i := range MaxWatches {
+		st, err := hc.Watch(ctx, &healthpb.HealthCheckRequest{})
+		if err != nil {
+			t.Fatalf("watch %d: %v", i, err)
+		}
+		if _, err := st.Recv(); err != nil {
+			t.Fatalf("watch %d: %v", i, err)
+		}
+	}
+	st, err := hc.Watch(ctx, &healthpb.HealthCheckRequest{})
+	if err == nil {
+		_, err = st.Recv()
+	}
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("watch %d: %v, want ResourceExhausted", MaxWatches+1, err)
+	}
+	if _, err := shouldRateLimitRaw(t.Context(), conn, wireRequest("default/api", wireDescriptor("client", "a"))); err != nil {
+		t.Errorf("a rate-limit call while %d watches are open: %v", MaxWatches, err)
+	}
+	<-h.entered
+}
+
+// TestCallHeadersAreBounded: a call's headers are at most MaxHeaderBytes; before, grpc-go's
+// default let each call hold 16 MiB of them.
+func TestCallHeadersAreBounded(t *testing.T) {
+	h := heldRLS{entered: make(chan struct{}, 2), release: make(chan struct{})}
+	close(h.release)
+	conn := serveHeldWithHealth(t, h)
+	req := wireRequest("default/api", wireDescriptor("client", "a"))
+	big := metadata.AppendToOutgoingContext(t.Context(), "x-pad", strings.Repeat("x", 2*MaxHeaderBytes))
+	if _, err := shouldRateLimitRaw(big, conn, req); err == nil {
+		t.Errorf("a call with %d bytes of headers was served", 2*MaxHeaderBytes)
+	}
+	small := metadata.AppendToOutgoingContext(t.Context(), "x-pad", strings.Repeat("x", 1<<10))
+	if _, err := shouldRateLimitRaw(small, conn, req); err != nil {
+		t.Errorf("a call with 1 KiB of headers: %v", err)
 	}
 }
