@@ -620,7 +620,9 @@ func (e *Engine) Peek(ctx context.Context, policyID v1alpha1.PolicyID, key strin
 // limiter.RateLimiter.Refund: clamped so that the allowance never exceeds its limit; on a
 // stacked tier every limit gets them back, each clamped to its own limit). A reservation
 // refunds once: the store keeps a record of it (limiter.Store.RefundOnce) until it expires,
-// when the units it charged no longer count anyway (Reservation explains when).
+// when the units it charged no longer count anyway (Reservation explains when), and
+// limiter.RefundRecordGrace more, for replicas' clock skew and a refund's own delay (a refund
+// delayed longer than that since it read the clock is refused as ErrReservationExpired).
 //
 // Refund fails, refunding nothing, with ErrInvalidReservation (malformed, or signed under
 // another key: forged or altered), ErrReservationExpired, ErrRefundsDisabled (the policy does
@@ -681,6 +683,8 @@ func (e *Engine) Refund(ctx context.Context, token string, amount int64) (Result
 		return Result{}, ErrRefunded
 	case errors.Is(err, limiter.ErrTooManyRefunds):
 		return Result{}, ErrTooManyRefunds
+	case errors.Is(err, limiter.ErrRefundTooLate):
+		return Result{}, fmt.Errorf("%w: %w", ErrReservationExpired, err)
 	case err != nil:
 		b.obs.StoreError()
 		return Result{}, fmt.Errorf("%w: %w", ErrRefundUncertain, err)

@@ -195,7 +195,7 @@ type Memory struct {
 	// shards is allocated by the first decision (about 32 KB), so that a policy that never
 	// decides, or whose tiers are all Unlimited, costs a few hundred bytes.
 	shards atomic.Pointer[[memoryShards]memoryShard]
-	// refunds records the refunds made by RefundOnce until they expire.
+	// refunds records the refunds made by RefundOnce until they expire (and the grace).
 	refunds refundRecords
 }
 
@@ -700,7 +700,7 @@ func (m *Memory) evict(sh *memoryShard, now time.Time, onlyFresh bool) (sampled 
 }
 
 // Sweep drops the states that have decayed back to fresh at now, so that idle clients cost no
-// memory, and the records of refunds whose until has passed (RefundOnce). It visits every
+// memory, and the records of refunds whose until and RefundRecordGrace have passed (RefundOnce). It visits every
 // client, one shard at a time, off the decision path: call it
 // periodically from one goroutine. A decision waits at most for one shard's sweep.
 func (m *Memory) Sweep(now time.Time) {

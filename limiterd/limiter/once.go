@@ -11,8 +11,8 @@ import (
 type Once struct {
 	// ID names the refund: a reservation's ID, unique among every refund of the store.
 	ID [16]byte
-	// Until is when the record of the refund may be forgotten: the instant after which nothing
-	// would accept the refund any more (the reservation's until).
+	// Until is the instant after which nothing would accept the refund any more (the
+	// reservation's until); its record is forgotten RefundRecordGrace later.
 	Until time.Time
 }
 
@@ -23,24 +23,52 @@ var (
 	// ErrTooManyRefunds: the store keeps MaxRefundRecords records of refunds that have not
 	// expired, and keeps no more.
 	ErrTooManyRefunds = errors.New("too many refunds in their validity: try again later")
+	// ErrRefundTooLate: the refund's now is more than RefundRecordGrace older than the newest now
+	// the store's records have seen (a refund delayed that long since it read its clock): its
+	// record may have been dropped, so the store cannot tell whether it was made; as for an
+	// expired reservation, nothing is refunded.
+	ErrRefundTooLate = errors.New("refund too late: its instant is older than the refund records keep")
 )
+
+// RefundRecordGrace is how long a store keeps the record of a refund past its Once.Until (a
+// Memory store; the Redis store's record key expires that much later too). Whether a
+// reservation is still valid is judged on a clock read before the record is checked, and
+// maybe on another replica than the one whose refund wrote the record: without the grace, a
+// record expiring exactly at Until lets the same reservation refund a second time through a
+// replica whose clock is behind the first's, or through a refund delayed (preempted, queued)
+// between its clock read and its check of the record while a later clock dropped the record.
+// The grace tolerates the sum of the clock skew between replicas and the time a refund may take
+// from its clock read to its record: replicas synchronized by NTP are within milliseconds of
+// each other and a store round trip is bounded by the Redis store's timeout (50 ms by default),
+// so 10 s is over a hundred times what either needs, and a host whose clock is off by more
+// than that is already broken for rate limiting. What it costs: every record lives 10 s longer,
+// so a policy refunding R reservations a second keeps about 10*R more records (Memory: 80
+// bytes each, against MaxRefundRecords, which the grace alone fills at about 26,000 refunds a
+// second; Redis: one more small key each). A Memory store also refuses a refund whose now is
+// more than the grace older than the newest now its records have seen (ErrRefundTooLate), so
+// that a refund delayed longer still never misses a record that was dropped.
+const RefundRecordGrace = 10 * time.Second
 
 // MaxRefundRecords bounds the refund records a Memory store keeps (about 80 bytes each with
 // their share of the tables: 20 MiB at most a store, so a policy). A record lives until its
-// refund's Until; a refund that would need one more record, once expired records are dropped,
-// fails with ErrTooManyRefunds and refunds nothing: a store never forgets a record early, which
-// would let a refund apply twice. Whoever can have decisions admitted can fill them, one record
+// refund's Until and RefundRecordGrace more (so the cap is reached sooner: the grace alone
+// holds 10 s of refunds); a refund that would need one more record, once expired records are
+// dropped, fails with ErrTooManyRefunds and refunds nothing: a store never forgets a record
+// early, which would let a refund apply twice. Whoever can have decisions admitted can fill them, one record
 // per admitted and refunded decision, so past the cap refunds fail closed: a refused refund
 // costs O(1), and nobody gets more than the policy gives.
 const MaxRefundRecords = 1 << 18
 
-// refundRecords are the IDs of a Memory store's refunds until their until: a set for lookups
-// and a min-heap on until, so that dropping the expired records costs O(log n) each and nothing
-// when none has expired.
+// refundRecords are the IDs of a Memory store's refunds until their until and RefundRecordGrace
+// more: a set for lookups and a min-heap on until, so that dropping the expired records costs
+// O(log n) each and nothing when none has expired.
 type refundRecords struct {
 	mu     sync.Mutex
 	ids    map[[16]byte]struct{}
 	expiry []refundRecord // a min-heap on until
+	// newest is the latest now that add or sweep has seen (Unix ns): every record dropped had
+	// its until+grace at or before it.
+	newest int64
 }
 
 // refundRecord is one record: a refund's ID and its until (Unix ns).
@@ -49,11 +77,16 @@ type refundRecord struct {
 	id    [16]byte
 }
 
-// add records id until until, unless it is recorded already (ErrRefunded) or the records are
-// full (ErrTooManyRefunds) at now.
+// add records id until until (and the grace), unless it is recorded already (ErrRefunded), the
+// records are full (ErrTooManyRefunds) at now, or now is more than the grace older than the
+// newest now seen (ErrRefundTooLate): a record dropped had until+grace <= newest, and a refund
+// judged valid at now has now < until, so one that is not too late still finds its record.
 func (r *refundRecords) add(id [16]byte, until, now time.Time) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if now.UnixNano() < r.newest-int64(RefundRecordGrace) {
+		return ErrRefundTooLate
+	}
 	r.dropExpiredLocked(now.UnixNano())
 	if _, ok := r.ids[id]; ok {
 		return ErrRefunded
@@ -69,16 +102,18 @@ func (r *refundRecords) add(id [16]byte, until, now time.Time) error {
 	return nil
 }
 
-// sweep drops the records whose until has passed at now.
+// sweep drops the records whose until and grace have passed at now.
 func (r *refundRecords) sweep(now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.dropExpiredLocked(now.UnixNano())
 }
 
-// dropExpiredLocked pops the records whose until is at or before now (Unix ns).
+// dropExpiredLocked pops the records whose until+RefundRecordGrace is at or before now (Unix
+// ns), and makes now the newest now seen if it is.
 func (r *refundRecords) dropExpiredLocked(now int64) {
-	for len(r.expiry) > 0 && r.expiry[0].until <= now {
+	r.newest = max(r.newest, now)
+	for len(r.expiry) > 0 && r.expiry[0].until <= now-int64(RefundRecordGrace) {
 		delete(r.ids, r.pop().id)
 	}
 	if len(r.expiry) == 0 && r.ids != nil {
@@ -133,9 +168,11 @@ func (r *refundRecords) len() int {
 	return len(r.ids)
 }
 
-// RefundOnce implements Store: the record of once.ID is kept in process memory (at most
-// MaxRefundRecords; Sweep drops expired ones), then the refund is made as Refund or RefundStack
-// make it. It never fails otherwise.
+// RefundOnce implements Store: the record of once.ID is kept in process memory until once.Until
+// and RefundRecordGrace more (at most MaxRefundRecords; Sweep drops expired ones), then the
+// refund is made as Refund or RefundStack make it. It also fails with ErrRefundTooLate, refunding
+// nothing, when now is more than RefundRecordGrace older than the newest now the records have
+// seen (RefundOnce's and Sweep's). It never fails otherwise.
 func (m *Memory) RefundOnce(ctx context.Context, req Request, now time.Time, once Once) (Decision, error) {
 	if err := m.refunds.add(once.ID, once.Until, now); err != nil {
 		return Decision{}, err

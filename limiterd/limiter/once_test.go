@@ -15,39 +15,63 @@ func recordID(n uint64) [16]byte {
 }
 
 // TestRefundRecordsMatchAModel checks the records against a plain map over random adds and
-// sweeps: an ID is refused as refunded exactly while its until has not passed, and the records
-// kept are exactly the unexpired ones.
+// sweeps, some at instants behind the newest (a refund delayed since it read the clock): an ID
+// is refused as refunded exactly while its until and RefundRecordGrace have not passed at the
+// newest instant seen, an add more than the grace behind it is refused as too late, and the
+// records kept are exactly the unexpired ones.
 func TestRefundRecordsMatchAModel(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	var r refundRecords
 	model := map[[16]byte]int64{}
-	now := time.Unix(1_700_000_000, 0)
+	var newest int64
+	base := time.Unix(1_700_000_000, 0)
+	late := 0
+	prune := func() {
+		for id, u := range model {
+			if u+int64(RefundRecordGrace) <= newest {
+				delete(model, id)
+			}
+		}
+	}
 	for step := range 20_000 {
-		now = now.Add(time.Duration(rng.IntN(50)) * time.Millisecond)
+		base = base.Add(time.Duration(rng.IntN(50)) * time.Millisecond)
+		now := base
+		if rng.IntN(20) == 0 {
+			now = base.Add(-time.Duration(rng.Int64N(int64(RefundRecordGrace + 2*time.Second))))
+		}
 		if rng.IntN(100) == 0 {
-			r.sweep(now)
+			r.sweep(base)
+			newest = max(newest, base.UnixNano())
+			prune()
 		}
 		id := recordID(uint64(rng.IntN(2_000)))
 		until := now.Add(time.Duration(1+rng.IntN(5_000)) * time.Millisecond)
 		err := r.add(id, until, now)
-		if u, ok := model[id]; ok && u > now.UnixNano() {
-			if !errors.Is(err, ErrRefunded) {
-				t.Fatalf("step %d: add of a recorded ID: %v, want ErrRefunded", step, err)
+		if now.UnixNano() < newest-int64(RefundRecordGrace) {
+			if !errors.Is(err, ErrRefundTooLate) {
+				t.Fatalf("step %d: add %v behind the newest instant: %v, want ErrRefundTooLate", step, time.Duration(newest-now.UnixNano()), err)
 			}
+			late++
 		} else {
-			if err != nil {
-				t.Fatalf("step %d: add of a new ID: %v", step, err)
-			}
-			model[id] = until.UnixNano()
-		}
-		for id, u := range model {
-			if u <= now.UnixNano() {
-				delete(model, id)
+			newest = max(newest, now.UnixNano())
+			prune()
+			if _, ok := model[id]; ok {
+				if !errors.Is(err, ErrRefunded) {
+					t.Fatalf("step %d: add of a recorded ID: %v, want ErrRefunded", step, err)
+				}
+			} else {
+				if err != nil {
+					t.Fatalf("step %d: add of a new ID: %v", step, err)
+				}
+				model[id] = until.UnixNano()
 			}
 		}
 		if got := r.len(); got != len(model) {
 			t.Fatalf("step %d: %d records, want %d", step, got, len(model))
 		}
+	}
+	if late == 0 {
+		t.Fatal("no add was too late: the model test misses a case")
 	}
 }
 
@@ -58,7 +82,7 @@ func TestRefundRecordsRefuseAtTheCapCheaply(t *testing.T) {
 	var r refundRecords
 	now := time.Unix(1_700_000_000, 0)
 	for i := range MaxRefundRecords {
-		// The first record expires first; the rest an hour later.
+		// The first record expires first (with the grace); the rest an hour later.
 		until := now.Add(time.Hour)
 		if i == 0 {
 			until = now.Add(time.Second)
@@ -79,7 +103,10 @@ func TestRefundRecordsRefuseAtTheCapCheaply(t *testing.T) {
 	if allocs != 0 {
 		t.Errorf("a refusal at the cap allocates %v times", allocs)
 	}
-	later := now.Add(2 * time.Second)
+	if err := r.add(recordID(MaxRefundRecords), now.Add(time.Hour), now.Add(time.Second+RefundRecordGrace-time.Nanosecond)); !errors.Is(err, ErrTooManyRefunds) {
+		t.Fatalf("add before the first record's grace has passed: %v, want ErrTooManyRefunds", err)
+	}
+	later := now.Add(time.Second + RefundRecordGrace)
 	if err := r.add(recordID(MaxRefundRecords), later.Add(time.Hour), later); err != nil {
 		t.Fatalf("add once a record expired: %v", err)
 	}

@@ -35,9 +35,10 @@ type Store interface {
 	// or by every limit of req.Stack as RefundStack does (writing to req.Limits), unless a
 	// refund of once.ID was made before: then it returns ErrRefunded and refunds nothing. The
 	// check, the record of once.ID and the refund are one atomic step; the record is kept at
-	// least until once.Until. It may also fail with ErrTooManyRefunds (Memory) or a store
-	// error; an error other than a store's timeout means nothing was refunded (after a timeout
-	// the refund may have been made: a retry of the same once.ID is safe).
+	// least until once.Until and RefundRecordGrace more. It may also fail with
+	// ErrTooManyRefunds or ErrRefundTooLate (Memory) or a store error; an error other than a
+	// store's timeout means nothing was refunded (after a timeout the refund may have been
+	// made: a retry of the same once.ID is safe).
 	RefundOnce(ctx context.Context, req Request, now time.Time, once Once) (Decision, error)
 	// Reset forgets the client's state: that of single-limit tiers, and that of the named
 	// limits of stacked tiers. Its next request is decided as its first.

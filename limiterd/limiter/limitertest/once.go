@@ -13,8 +13,9 @@ import (
 
 // RunRefundOnce checks Store.RefundOnce on stores from newStore: for a token bucket, a sliding
 // window and a stack of both, a refund applies once per ID (a repeat answers ErrRefunded and
-// refunds nothing), other IDs still refund, a token bucket whose state other parameters wrote
-// is converted and refunded once, and concurrent refunds of one ID refund exactly once.
+// refunds nothing, also past its Until within limiter.RefundRecordGrace), other IDs still
+// refund, a token bucket whose state other parameters wrote is converted and refunded once,
+// and concurrent refunds of one ID refund exactly once.
 func RunRefundOnce(t *testing.T, newStore func(t *testing.T) limiter.Store) {
 	tb := must(limiter.NewTokenBucket(5, 1, time.Hour))
 	sw := must(limiter.NewSlidingWindow(5, time.Hour))
@@ -96,6 +97,13 @@ func RunRefundOnce(t *testing.T, newStore func(t *testing.T) limiter.Store) {
 			}
 			if d := decide("b", 0); d.Remaining != 1 {
 				t.Fatalf("after concurrent refunds: %d remaining, want 1", d.Remaining)
+			}
+
+			// The record outlives its Until by the grace (replicas' clock skew, a refund's
+			// delay): a repeat judged valid on a clock behind is still refused. (Last: a
+			// Memory store refuses refunds far behind this instant as too late.)
+			if _, err := store.RefundOnce(ctx, req("a", 2), until.Add(limiter.RefundRecordGrace/2), limiter.Once{ID: id, Until: until}); !errors.Is(err, limiter.ErrRefunded) {
+				t.Fatalf("the same refund past its until, within the grace: %v, want ErrRefunded", err)
 			}
 		})
 	}

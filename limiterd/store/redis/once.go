@@ -46,8 +46,9 @@ func refundSuffix(id [16]byte) string { return "#refund:" + hex.EncodeToString(i
 // RefundOnce implements limiter.Store: one script call checks the refund's record (the
 // client's key and refundSuffix), refunds every limit (a single limit as the stack of its one
 // limit, named limiter.DefaultLimitName, whose state is the single limit's) and writes the
-// record with an expiry at once.Until (plus the expiry slack), atomically. With ServerClock the refund is made
-// at the server's time. An Unlimited strategy has nothing to refund and keeps no record.
+// record with an expiry at once.Until plus limiter.RefundRecordGrace (and the expiry slack),
+// atomically. With ServerClock the refund is made at the server's time. An Unlimited strategy
+// has nothing to refund and keeps no record.
 func (s *Store) RefundOnce(ctx context.Context, req limiter.Request, now time.Time, once limiter.Once) (limiter.Decision, error) {
 	st, out := req.Stack, req.Limits
 	if st == nil {
@@ -60,7 +61,9 @@ func (s *Store) RefundOnce(ctx context.Context, req limiter.Request, now time.Ti
 		}
 		out = make([]limiter.Decision, 1)
 	}
-	ttl := strconv.FormatInt(max(1, ceilMS(once.Until.Sub(now))+ceilMS(s.c.opts.ExpirySlack)), 10)
+	// The grace covers the clock skew between this replica and one that judges the reservation
+	// valid later, and a refund's delay (limiter.RefundRecordGrace).
+	ttl := strconv.FormatInt(max(1, ceilMS(once.Until.Sub(now)+limiter.RefundRecordGrace)+ceilMS(s.c.opts.ExpirySlack)), 10)
 	spent := false // a record found is Redis answering: no failure for the breaker
 	d, err := s.throughBreaker(ctx, req.Key, func(ctx context.Context) (limiter.Decision, error) {
 		cn, err := s.c.get()
