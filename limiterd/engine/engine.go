@@ -628,10 +628,10 @@ func (e *Engine) Peek(ctx context.Context, policyID v1alpha1.PolicyID, key strin
 // another key: forged or altered), ErrReservationExpired, ErrRefundsDisabled (the policy does
 // not enable refunds, or the engine has no shared key: Options.RefundsUnavailable),
 // ErrUnknownPolicy, ErrReservationStale (the client's tier, or its limits, are not those that
-// charged),
-// ErrInvalidAmount (over the reservation's cost), ErrRefunded (refunded before: a retry of a
-// refund that succeeded) and ErrTooManyRefunds (the store's refund records are full). A store failure is ErrRefundUncertain whatever the failure mode: the
-// store may have made the refund (a timeout) or not; retrying is safe, since a reservation
+// charged), ErrInvalidAmount (over the reservation's cost), ErrRefunded (refunded before: a
+// retry of a refund that succeeded) and ErrTooManyRefunds (the store's refund records are
+// full). A store failure is ErrRefundUncertain whatever the failure mode: the store may have
+// made the refund (a timeout) or not; retrying is safe, since a reservation
 // refunds at most once. A refund is not recorded by the Observer, and decides nothing on a
 // failure mode's fallback.
 func (e *Engine) Refund(ctx context.Context, token string, amount int64) (Result, error) {
