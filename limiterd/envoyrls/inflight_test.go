@@ -40,8 +40,9 @@ func (h heldRLS) ShouldRateLimit(_ context.Context, req *rlsv3.RateLimitRequest)
 	return &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}, nil
 }
 
-// serveHeld serves h with ServerOptions on a loopback TCP port and returns conns connections
-// to it, all closed when the test ends (release is closed first).
+// serveHeld serves h, and grpc-go's health service as limiterd does, with ServerOptions on a
+// loopback TCP port and returns conns connections to it, all closed when the test ends
+// (release is closed first).
 func serveHeld(t *testing.T, h heldRLS, conns int) []*grpc.ClientConn {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -50,6 +51,7 @@ func serveHeld(t *testing.T, h heldRLS, conns int) []*grpc.ClientConn {
 	}
 	srv := grpc.NewServer(ServerOptions()...)
 	rlsv3.RegisterRateLimitServiceServer(srv, h)
+	healthpb.RegisterHealthServer(srv, health.NewServer())
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	cs := make([]*grpc.ClientConn, conns)
@@ -296,36 +298,13 @@ func TestCallsThatNeverReachTheServiceReleaseTheirSlots(t *testing.T) {
 	}
 }
 
-// serveHeldWithHealth serves h and grpc-go's health service with ServerOptions on a loopback
-// port, as limiterd does, and returns a connection to it.
-func serveHeldWithHealth(t *testing.T, h heldRLS) *grpc.ClientConn {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer(ServerOptions()...)
-	rlsv3.RegisterRateLimitServiceServer(srv, h)
-	healthpb.RegisterHealthServer(srv, health.NewServer())
-	go func() { _ = srv.Serve(ln) }()
-	conn, err := grpc.NewClient("passthrough:///"+ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = conn.Close()
-		srv.Stop()
-	})
-	return conn
-}
-
 // TestWatchesAreCountedApart: health Watch streams, which last as long as their clients want,
 // are bounded too (before, they were not counted at all: 800 watches of 60 KB requests held
 // 513 MiB), and apart from the rate-limit calls, whose places they cannot take.
 func TestWatchesAreCountedApart(t *testing.T) {
 	h := heldRLS{entered: make(chan struct{}, 1), release: make(chan struct{})}
 	close(h.release)
-	conn := serveHeldWithHealth(t, h)
+	conn := serveHeld(t, h, 1)[0]
 	hc := healthpb.NewHealthClient(conn)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
@@ -356,7 +335,7 @@ func TestWatchesAreCountedApart(t *testing.T) {
 func TestCallHeadersAreBounded(t *testing.T) {
 	h := heldRLS{entered: make(chan struct{}, 2), release: make(chan struct{})}
 	close(h.release)
-	conn := serveHeldWithHealth(t, h)
+	conn := serveHeld(t, h, 1)[0]
 	req := wireRequest("default/api", wireDescriptor("client", "a"))
 	big := metadata.AppendToOutgoingContext(t.Context(), "x-pad", strings.Repeat("x", 2*MaxHeaderBytes))
 	if _, err := shouldRateLimitRaw(big, conn, req); err == nil {

@@ -25,18 +25,7 @@ import (
 // nothing.
 func TestRefundOverHTTPTwoReplicas(t *testing.T) {
 	c := newClient(t, testOptions(shared(t).Addr()))
-	src := &v1alpha1.RateLimitPolicy{ObjectMeta: metav1.ObjectMeta{Name: strings.ToLower(t.Name()), Namespace: "default"},
-		Spec: v1alpha1.RateLimitPolicySpec{DefaultTier: "standard", Refunds: v1alpha1.RefundsEnabled, Tiers: []v1alpha1.Tier{{
-			Name: "standard", Algorithm: v1alpha1.AlgorithmTokenBucket,
-			TokenBucket: &v1alpha1.TokenBucket{Capacity: 3, RefillRate: 1, RefillPeriod: &metav1.Duration{Duration: time.Hour}}}}}}
-	p, err := policy.Compile(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	set, err := policy.NewSet(p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, set := refundPolicy(t, 3, 1, time.Hour)
 	key := []byte(strings.Repeat("k", reservation.MinKeyBytes))
 	replica := func(key []byte) *httptest.Server {
 		signer, err := reservation.NewSigner(key)
@@ -107,4 +96,23 @@ func TestRefundOverHTTPTwoReplicas(t *testing.T) {
 	if r := remaining("alice"); r != 2 {
 		t.Fatalf("after retries: %v remaining, want 2", r)
 	}
+}
+
+// refundPolicy returns a policy named after the test, of one token-bucket tier of capacity
+// refilled by rate every period, with refunds enabled, and the set of it alone.
+func refundPolicy(t *testing.T, capacity, rate int64, period time.Duration) (*policy.Policy, *policy.Set) {
+	t.Helper()
+	src := &v1alpha1.RateLimitPolicy{ObjectMeta: metav1.ObjectMeta{Name: strings.ToLower(t.Name()), Namespace: "default"},
+		Spec: v1alpha1.RateLimitPolicySpec{DefaultTier: "standard", Refunds: v1alpha1.RefundsEnabled, Tiers: []v1alpha1.Tier{{
+			Name: "standard", Algorithm: v1alpha1.AlgorithmTokenBucket,
+			TokenBucket: &v1alpha1.TokenBucket{Capacity: capacity, RefillRate: rate, RefillPeriod: &metav1.Duration{Duration: period}}}}}}
+	p, err := policy.Compile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := policy.NewSet(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, set
 }

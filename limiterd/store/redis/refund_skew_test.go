@@ -7,12 +7,9 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/limiterd/limiterd/api/v1alpha1"
 	"github.com/limiterd/limiterd/limiterd/engine"
 	"github.com/limiterd/limiterd/limiterd/limiter"
-	"github.com/limiterd/limiterd/limiterd/policy"
 	"github.com/limiterd/limiterd/limiterd/reservation"
 )
 
@@ -27,19 +24,7 @@ func TestRefundOnceTwoReplicasClockSkew(t *testing.T) {
 	opts := testOptions(shared(t).Addr())
 	opts.Clock, opts.ExpirySlack = ServerClock, 0
 	c := newClient(t, opts)
-	// A unit refills in 10 ms: a reservation of 100 units is valid for 1 s.
-	src := &v1alpha1.RateLimitPolicy{ObjectMeta: metav1.ObjectMeta{Name: strings.ToLower(t.Name()), Namespace: "default"},
-		Spec: v1alpha1.RateLimitPolicySpec{DefaultTier: "standard", Refunds: v1alpha1.RefundsEnabled, Tiers: []v1alpha1.Tier{{
-			Name: "standard", Algorithm: v1alpha1.AlgorithmTokenBucket,
-			TokenBucket: &v1alpha1.TokenBucket{Capacity: 200, RefillRate: 100, RefillPeriod: &metav1.Duration{Duration: time.Second}}}}}}
-	p, err := policy.Compile(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	set, err := policy.NewSet(p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, set := refundPolicy(t, 200, 100, time.Second) // a unit refills in 10 ms: a reservation of 100 units is valid for 1 s
 	signer, err := reservation.NewSigner([]byte(strings.Repeat("k", reservation.MinKeyBytes)))
 	if err != nil {
 		t.Fatal(err)
