@@ -255,7 +255,10 @@ func TestDecideWhileSwapping(t *testing.T) {
 	e := engine.New(engine.Options{Clock: fixedClock()})
 	a := compile(t, "a", nil)
 	b := compile(t, "a", func(s *v1alpha1.RateLimitPolicySpec) { s.Tiers[2] = tokenBucket("vip", 1) })
-	e.Swap(set(t, a))
+	// Both sets are built here, on the test goroutine: set fails with t.Fatal, which must not be
+	// called from the swapper (it would end that goroutine, not the test).
+	sets := [2]*policy.Set{set(t, b), set(t, a)}
+	e.Swap(sets[1])
 	stop := make(chan struct{})
 	swapperDone := make(chan struct{})
 	go func() {
@@ -266,11 +269,7 @@ func TestDecideWhileSwapping(t *testing.T) {
 				return
 			default:
 			}
-			if i%2 == 0 {
-				e.Swap(set(t, b))
-			} else {
-				e.Swap(set(t, a))
-			}
+			e.Swap(sets[i%2])
 		}
 	}()
 	var (

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -131,12 +132,15 @@ func TestRefundIsBound(t *testing.T) {
 		t.Fatalf("a policy without refunds answered a reservation %q", r)
 	}
 	// A forgery: mallory's reservation with its key bytes rewritten to alice's would need the
-	// signature; flipping any character breaks it.
-	forged := []byte(mallory)
-	forged[len(forged)/2] ^= 1
-	if forged[len(forged)/2] == '-' || forged[len(forged)/2] == '_' {
-		forged[len(forged)/2] = 'A'
+	// signature; flipping any bit breaks it. The bit is one of the decoded bytes, re-encoded, so
+	// the forgery is always well-formed base64url (flipping a bit of the text can leave the
+	// alphabet, which is malformed, a 400, not a forgery).
+	raw, err := base64.RawURLEncoding.DecodeString(mallory)
+	if err != nil {
+		t.Fatalf("mallory's reservation %q: %v", mallory, err)
 	}
+	raw[len(raw)/2] ^= 1
+	forged := base64.RawURLEncoding.EncodeToString(raw)
 	for _, tc := range []struct {
 		name, body string
 		status     int
@@ -145,7 +149,7 @@ func TestRefundIsBound(t *testing.T) {
 	}{
 		{"no reservation: refill by key", `{"policy":"default/api","key":"mallory","amount":1000000000}`, 400, "mallory", "default/api"},
 		{"no reservation", `{"cost":3}`, 400, "mallory", "default/api"},
-		{"forged", `{"reservation":"` + string(forged) + `"}`, 403, "mallory", "default/api"},
+		{"forged", `{"reservation":"` + forged + `"}`, 403, "mallory", "default/api"},
 		{"garbage", `{"reservation":"eyJrZXkiOiJtYWxsb3J5In0"}`, 400, "mallory", "default/api"},
 		{"past its cost", `{"reservation":"` + mallory + `","cost":4}`, 400, "mallory", "default/api"},
 		{"policy without refunds", `{"policy":"default/plain","key":"mallory","amount":3}`, 400, "mallory", "default/plain"},
