@@ -3,15 +3,21 @@ package main
 import (
 	"errors"
 	"flag"
+	"fmt"
 	"log"
 	"net/http"
 	"time"
+
+	"github.com/limiterd/limiterd/limiterd/server"
 )
 
 // Defaults of the HTTP servers' timeouts.
 const (
 	defaultReadTimeout = 10 * time.Second
 	defaultIdleTimeout = 2 * time.Minute
+	// defaultMaxInflightBodyBytes bounds the request bodies the decisions API holds at once:
+	// 32 batches of the largest size, an eighth of the chart's 512 Mi memory limit.
+	defaultMaxInflightBodyBytes = 64 << 20
 )
 
 // httpConfig is what the HTTP server flags say: how long a client may hold a connection
@@ -19,6 +25,9 @@ const (
 type httpConfig struct {
 	readTimeout time.Duration
 	idleTimeout time.Duration
+	// maxInflightBodyBytes bounds the bytes of request bodies held at once
+	// (server.WithBodyBudget).
+	maxInflightBodyBytes byteSize
 }
 
 // register adds the HTTP server flags to fs.
@@ -27,6 +36,11 @@ func (c *httpConfig) register(fs *flag.FlagSet) {
 		"most time a client may take to send a whole request, headers and body, on the decisions and admin APIs, and to complete a new connection's TLS and HTTP/2 handshake on gRPC; past it the connection is closed")
 	fs.DurationVar(&c.idleTimeout, "idle-timeout", defaultIdleTimeout,
 		"how long a keep-alive connection may wait for its next request on the decisions and admin APIs, and a gRPC connection with no call in flight, before it is closed")
+	c.maxInflightBodyBytes = defaultMaxInflightBodyBytes
+	fs.Var(&c.maxInflightBodyBytes, "max-inflight-body-bytes",
+		"most `bytes` of request bodies the decisions API reads and holds at once, over all requests (suffixes Ki, Mi, Gi; at least 2Mi, "+
+			"a whole batch): a POST takes its Content-Length (or, chunked, its path's body limit) before its body is read, "+
+			"and is answered 503 with Retry-After when too few are free")
 }
 
 // check validates the HTTP server flags after parsing.
@@ -36,6 +50,8 @@ func (c *httpConfig) check() error {
 		return errors.New("--read-timeout must be positive")
 	case c.idleTimeout <= 0:
 		return errors.New("--idle-timeout must be positive")
+	case c.maxInflightBodyBytes < server.MaxBatchBodyBytes:
+		return fmt.Errorf("--max-inflight-body-bytes must be at least %d (2Mi, a whole batch's body)", server.MaxBatchBodyBytes)
 	}
 	return nil
 }

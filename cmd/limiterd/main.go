@@ -298,7 +298,7 @@ func serve(ctx context.Context, cfg config, stderr io.Writer, h hooks) error {
 	if err != nil {
 		return err
 	}
-	var decisionsOpts []server.DecisionsOption
+	decisionsOpts := []server.DecisionsOption{server.WithBodyBudget(int64(cfg.http.maxInflightBodyBytes))}
 	if cfg.legacyHeaders {
 		decisionsOpts = append(decisionsOpts, server.WithLegacyHeaders())
 	}

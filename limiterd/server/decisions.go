@@ -82,7 +82,8 @@
 // DecodeAllowRequest and DecodeAllowQuery: unknown fields and parameters are rejected so that a
 // typo never goes unnoticed) and for an omitted policy while several are loaded, 404 for an
 // unknown policy or path, 405 for another method, 413 for a body over 64 KiB, 503 before any
-// policy is loaded.
+// policy is loaded, and 503 with Retry-After when the server holds too many request bodies
+// (WithBodyBudget).
 //
 // # Browsers
 //
@@ -168,6 +169,8 @@ type Decisions struct {
 	// hosts holds the names WithAllowedHosts admits besides IP literals and localhost, in lower
 	// case without a trailing dot; nil admits every Host.
 	hosts map[string]struct{}
+	// bodies bounds the bytes of request bodies held at once (WithBodyBudget); nil: no bound.
+	bodies *bodyBudget
 }
 
 // DecisionsOption configures the decisions API.
@@ -392,8 +395,13 @@ func (h *Decisions) allow(w http.ResponseWriter, r *http.Request) {
 	case http.MethodPost:
 		buf := buffers.Get().(*buffer)
 		defer buffers.Put(buf)
-		var status int
-		if buf.b, status, err = readBody(w, r, buf.b[:0]); err != nil {
+		var (
+			status int
+			taken  int64
+		)
+		buf.b, taken, status, err = h.readBody(w, r, buf.b[:0])
+		defer h.bodies.give(taken)
+		if err != nil {
 			writeError(w, status, err.Error())
 			return
 		}
@@ -418,9 +426,10 @@ func (h *Decisions) allow(w http.ResponseWriter, r *http.Request) {
 	writeDecision(w, &res)
 }
 
-// readBody reads a request body of at most MaxBodyBytes into buf.
-func readBody(w http.ResponseWriter, r *http.Request, buf []byte) ([]byte, int, error) {
-	return readBodyUpTo(w, r, buf, MaxBodyBytes, errBodyTooLarge)
+// readBody reads a request body of at most MaxBodyBytes into buf, within the budget of bodies
+// (readBodyInBudget): the bytes taken are to be given back once the request is answered.
+func (h *Decisions) readBody(w http.ResponseWriter, r *http.Request, buf []byte) ([]byte, int64, int, error) {
+	return h.readBodyInBudget(w, r, buf, MaxBodyBytes, errBodyTooLarge)
 }
 
 // readBodyUpTo reads a request body of at most limit bytes into buf; tooLarge is the error of
