@@ -3,15 +3,30 @@ package main
 import (
 	"errors"
 	"flag"
+	"fmt"
 	"log"
+	"net"
 	"net/http"
 	"time"
+
+	"golang.org/x/net/netutil"
+
+	"github.com/limiterd/limiterd/limiterd/server"
 )
 
 // Defaults of the HTTP servers' timeouts.
 const (
 	defaultReadTimeout = 10 * time.Second
 	defaultIdleTimeout = 2 * time.Minute
+	// defaultMaxInflightBodyBytes bounds the request bodies the decisions API holds at once:
+	// 32 batches of the largest size, an eighth of the chart's 512 Mi memory limit.
+	defaultMaxInflightBodyBytes = 64 << 20
+	// defaultMaxHTTPConnections bounds each HTTP listener's connections, as gRPC's.
+	defaultMaxHTTPConnections = 1024
+	// maxHeaderBytes bounds a request's header on the decisions and admin APIs, as gRPC's
+	// (envoyrls.MaxHeaderBytes): room for a GET of a long key and a bearer token, where
+	// net/http's default of 1 MiB let each of --max-connections connections hold that much.
+	maxHeaderBytes = 16 << 10
 )
 
 // httpConfig is what the HTTP server flags say: how long a client may hold a connection
@@ -19,6 +34,11 @@ const (
 type httpConfig struct {
 	readTimeout time.Duration
 	idleTimeout time.Duration
+	// maxInflightBodyBytes bounds the bytes of request bodies held at once
+	// (server.WithBodyBudget).
+	maxInflightBodyBytes byteSize
+	// maxConnections bounds each HTTP listener's open connections.
+	maxConnections int
 }
 
 // register adds the HTTP server flags to fs.
@@ -27,6 +47,13 @@ func (c *httpConfig) register(fs *flag.FlagSet) {
 		"most time a client may take to send a whole request, headers and body, on the decisions and admin APIs, and to complete a new connection's TLS and HTTP/2 handshake on gRPC; past it the connection is closed")
 	fs.DurationVar(&c.idleTimeout, "idle-timeout", defaultIdleTimeout,
 		"how long a keep-alive connection may wait for its next request on the decisions and admin APIs, and a gRPC connection with no call in flight, before it is closed")
+	c.maxInflightBodyBytes = defaultMaxInflightBodyBytes
+	fs.Var(&c.maxInflightBodyBytes, "max-inflight-body-bytes",
+		"most `bytes` of request bodies the decisions API reads and holds at once, over all requests (suffixes Ki, Mi, Gi; at least 2Mi, "+
+			"a whole batch): a POST takes its Content-Length (or, chunked, its path's body limit) before its body is read, "+
+			"and is answered 503 with Retry-After when too few are free")
+	fs.IntVar(&c.maxConnections, "max-connections", defaultMaxHTTPConnections,
+		"most open connections of each of the decisions and admin APIs; past it a new connection waits in the listen backlog until one closes")
 }
 
 // check validates the HTTP server flags after parsing.
@@ -36,6 +63,10 @@ func (c *httpConfig) check() error {
 		return errors.New("--read-timeout must be positive")
 	case c.idleTimeout <= 0:
 		return errors.New("--idle-timeout must be positive")
+	case c.maxInflightBodyBytes < server.MaxBatchBodyBytes:
+		return fmt.Errorf("--max-inflight-body-bytes must be at least %d (2Mi, a whole batch's body)", server.MaxBatchBodyBytes)
+	case c.maxConnections <= 0:
+		return errors.New("--max-connections must be positive")
 	}
 	return nil
 }
@@ -43,13 +74,21 @@ func (c *httpConfig) check() error {
 // server returns an HTTP server of h with the configured timeouts. A request must arrive whole
 // (headers and body) within the read timeout of its first byte, so a client that stops sending
 // mid-request, or trickles its body, loses its connection then and never holds up a shutdown
-// past it. Answers are small and written at once, so there is no write timeout.
+// past it; a header may hold at most maxHeaderBytes. Answers are small and written at once, so
+// there is no write timeout.
 func (c httpConfig) server(h http.Handler, errorLog *log.Logger) *http.Server {
 	return &http.Server{
 		Handler:           h,
+		MaxHeaderBytes:    maxHeaderBytes,
 		ReadHeaderTimeout: c.readTimeout,
 		ReadTimeout:       c.readTimeout,
 		IdleTimeout:       c.idleTimeout,
 		ErrorLog:          errorLog,
 	}
+}
+
+// limit returns ln accepting at most the configured number of open connections; past it,
+// Accept waits until one closes, and new connections wait in the kernel's listen backlog.
+func (c httpConfig) limit(ln net.Listener) net.Listener {
+	return netutil.LimitListener(ln, c.maxConnections)
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -109,4 +110,125 @@ func closedWithin(t *testing.T, c net.Conn, since time.Time, bound time.Duration
 		t.Fatalf("connection closed after %v, bound %v", took.Round(time.Millisecond), bound)
 	}
 	t.Logf("closed after %v (bound %v)", took.Round(time.Millisecond), bound)
+}
+
+// TestSlowBodiesCannotStarveOthers sends batch bodies of 1 MiB that stop before their last byte,
+// more than --max-inflight-body-bytes holds, as issue 34's attacker did: a well-behaved client
+// is still answered at once, 200 or 503 with Retry-After, never left hanging, and is served
+// again once the slow clients go.
+func TestSlowBodiesCannotStarveOthers(t *testing.T) {
+	path := policyFile(t, t.TempDir(), tokenBucketPolicy)
+	d := start(t, hooks{}, "--policy-file", path, "--max-inflight-body-bytes", "2Mi")
+	addr := strings.TrimPrefix(d.decisions, "http://")
+	const slowClients, size = 6, 1 << 20
+	head := "POST /v1/allow:batch HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n" +
+		"Content-Length: " + strconv.Itoa(size) + "\r\n\r\n"
+	body := strings.Repeat(" ", size-1)
+	var conns []net.Conn
+	for range slowClients {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+		// Writes to a client refused (and closed) block or fail: neither matters.
+		go func() { _, _ = io.WriteString(c, head+body) }()
+	}
+	closeSlow := func() {
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	}
+	defer closeSlow()
+
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	post := func() (*http.Response, time.Duration) {
+		t.Helper()
+		begin := time.Now()
+		res, err := client.Post(d.decisions+"/v1/allow", "application/json", strings.NewReader(`{"key":"svc-probe"}`))
+		if err != nil {
+			t.Fatalf("a well-behaved POST was not answered: %v", err)
+		}
+		_ = res.Body.Close()
+		return res, time.Since(begin)
+	}
+	// Once two slow bodies hold the budget, a POST is refused, at once.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		res, took := post()
+		if took > time.Second {
+			t.Errorf("a well-behaved POST took %v", took)
+		}
+		if res.StatusCode == http.StatusServiceUnavailable {
+			if got := res.Header.Get("Retry-After"); got != "1" {
+				t.Errorf("503 with Retry-After %q, want 1", got)
+			}
+			break
+		}
+		if res.StatusCode != http.StatusOK {
+			t.Fatalf("a well-behaved POST: %d", res.StatusCode)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the slow bodies never spent the budget")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// GETs read no body: served whatever the budget.
+	res, err := client.Get(d.decisions + "/v1/allow?key=svc-probe")
+	if err != nil || res.StatusCode != http.StatusOK {
+		t.Fatalf("GET while the budget is spent: %v %v", res, err)
+	}
+	_ = res.Body.Close()
+
+	closeSlow()
+	for deadline = time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if res, _ := post(); res.StatusCode == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("POSTs still refused after the slow clients left")
+		}
+	}
+}
+
+// TestConnectionsAreBounded checks --max-connections: connections past it wait until one
+// closes, and a header past 64 KiB is refused.
+func TestConnectionsAreBounded(t *testing.T) {
+	path := policyFile(t, t.TempDir(), tokenBucketPolicy)
+	d := start(t, hooks{}, "--policy-file", path, "--max-connections", "2")
+	addr := strings.TrimPrefix(d.decisions, "http://")
+	var held []net.Conn
+	for range 2 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		held = append(held, c)
+	}
+	get := func(timeout time.Duration, header string) (*http.Response, error) {
+		client := &http.Client{Timeout: timeout, Transport: &http.Transport{DisableKeepAlives: true}}
+		req, err := http.NewRequest(http.MethodGet, d.decisions+"/v1/allow?key=svc-probe", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if header != "" {
+			req.Header.Set("X-Big", header)
+		}
+		res, err := client.Do(req)
+		if err == nil {
+			_ = res.Body.Close()
+		}
+		return res, err
+	}
+	if res, err := get(500*time.Millisecond, ""); err == nil {
+		t.Fatalf("a third connection was served (%d) while two were held", res.StatusCode)
+	}
+	_ = held[0].Close()
+	if res, err := get(5*time.Second, ""); err != nil || res.StatusCode != http.StatusOK {
+		t.Fatalf("after a held connection closed: %v %v", res, err)
+	}
+	if res, err := get(5*time.Second, strings.Repeat("a", 100<<10)); err != nil || res.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		t.Fatalf("a 100 KiB header: %v %v, want 431", res, err)
+	}
 }

@@ -298,7 +298,7 @@ func serve(ctx context.Context, cfg config, stderr io.Writer, h hooks) error {
 	if err != nil {
 		return err
 	}
-	var decisionsOpts []server.DecisionsOption
+	decisionsOpts := []server.DecisionsOption{server.WithBodyBudget(int64(cfg.http.maxInflightBodyBytes))}
 	if cfg.legacyHeaders {
 		decisionsOpts = append(decisionsOpts, server.WithLegacyHeaders())
 	}
@@ -336,7 +336,7 @@ func serve(ctx context.Context, cfg config, stderr io.Writer, h hooks) error {
 		cfg.http.server(d.closeWhenDraining(decisions), errorLog),
 		cfg.http.server(d.closeWhenDraining(admin), errorLog),
 	}
-	listeners := []net.Listener{decisionsLn, adminLn}
+	listeners := []net.Listener{cfg.http.limit(decisionsLn), cfg.http.limit(adminLn)}
 
 	bgCtx, stopBackground := context.WithCancel(context.Background())
 	defer stopBackground()

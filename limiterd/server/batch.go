@@ -46,9 +46,12 @@ func (h *Decisions) batch(w http.ResponseWriter, r *http.Request) {
 	defer sc.release()
 	var (
 		status int
+		taken  int64
 		err    error
 	)
-	if sc.body, status, err = readBodyUpTo(w, r, sc.body[:0], MaxBatchBodyBytes, errBatchTooLarge); err != nil {
+	sc.body, taken, status, err = h.readBodyInBudget(w, r, sc.body[:0], MaxBatchBodyBytes, errBatchTooLarge)
+	defer h.bodies.give(taken)
+	if err != nil {
 		writeError(w, status, err.Error())
 		return
 	}

@@ -82,7 +82,8 @@
 // DecodeAllowRequest and DecodeAllowQuery: unknown fields and parameters are rejected so that a
 // typo never goes unnoticed) and for an omitted policy while several are loaded, 404 for an
 // unknown policy or path, 405 for another method, 413 for a body over 64 KiB, 503 before any
-// policy is loaded.
+// policy is loaded, and 503 with Retry-After when the server holds too many request bodies
+// (WithBodyBudget).
 //
 // # Browsers
 //
@@ -132,7 +133,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -169,6 +169,8 @@ type Decisions struct {
 	// hosts holds the names WithAllowedHosts admits besides IP literals and localhost, in lower
 	// case without a trailing dot; nil admits every Host.
 	hosts map[string]struct{}
+	// bodies bounds the bytes of request bodies held at once (WithBodyBudget); nil: no bound.
+	bodies *bodyBudget
 }
 
 // DecisionsOption configures the decisions API.
@@ -393,8 +395,13 @@ func (h *Decisions) allow(w http.ResponseWriter, r *http.Request) {
 	case http.MethodPost:
 		buf := buffers.Get().(*buffer)
 		defer buffers.Put(buf)
-		var status int
-		if buf.b, status, err = readBody(w, r, buf.b[:0]); err != nil {
+		var (
+			status int
+			taken  int64
+		)
+		buf.b, taken, status, err = h.readBody(w, r, buf.b[:0])
+		defer h.bodies.give(taken)
+		if err != nil {
 			writeError(w, status, err.Error())
 			return
 		}
@@ -419,36 +426,78 @@ func (h *Decisions) allow(w http.ResponseWriter, r *http.Request) {
 	writeDecision(w, &res)
 }
 
-// readBody reads a request body of at most MaxBodyBytes into buf.
-func readBody(w http.ResponseWriter, r *http.Request, buf []byte) ([]byte, int, error) {
-	return readBodyUpTo(w, r, buf, MaxBodyBytes, errBodyTooLarge)
+// readBody reads a request body of at most MaxBodyBytes into buf, within the budget of bodies
+// (readBodyInBudget): the bytes taken are to be given back once the request is answered.
+func (h *Decisions) readBody(w http.ResponseWriter, r *http.Request, buf []byte) ([]byte, int64, int, error) {
+	return h.readBodyInBudget(w, r, buf, MaxBodyBytes, errBodyTooLarge)
 }
 
 // readBodyUpTo reads a request body of at most limit bytes into buf; tooLarge is the error of
-// a larger one.
+// a larger one. buf never grows past what the body may hold: a body of declared length
+// (Content-Length) is read into a buffer of that length, allocated once, and may not exceed it
+// (http.MaxBytesReader stops it there, whatever the client sends); one of unknown length
+// (chunked) grows by doubling from 1 KiB, each step capped at limit. A pooled buf with room
+// enough is used as it is.
 func readBodyUpTo(w http.ResponseWriter, r *http.Request, buf []byte, limit int64, tooLarge error) ([]byte, int, error) {
 	if r.ContentLength > limit {
 		return buf, http.StatusRequestEntityTooLarge, tooLarge
 	}
-	body := http.MaxBytesReader(w, r.Body, limit)
+	most := bodyBytes(r, limit)
+	body := http.MaxBytesReader(w, r.Body, most)
+	if r.ContentLength >= 0 {
+		buf = growTo(buf, int(most))
+	}
 	for {
 		if len(buf) == cap(buf) {
-			buf = slices.Grow(buf, max(cap(buf), 1024))
+			if int64(len(buf)) >= most {
+				// Full: one more read to see the body's end. The reader is at its limit, so
+				// it reads nothing into probe, only EOF or the error of a larger body.
+				var probe [1]byte
+				for {
+					if _, err := body.Read(probe[:]); err != nil {
+						return endOfBody(buf, err)
+					}
+				}
+			}
+			buf = growTo(buf, int(min(int64(max(2*cap(buf), 1024)), most)))
 		}
 		n, err := body.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
-		if err == nil {
-			continue
+		if err != nil {
+			return endOfBody(buf, err)
 		}
-		var tooLarge *http.MaxBytesError
-		switch {
-		case errors.Is(err, io.EOF):
-			return buf, 0, nil
-		case errors.As(err, &tooLarge):
-			return buf, http.StatusRequestEntityTooLarge, tooLarge
-		default:
-			return buf, http.StatusBadRequest, errRequest("cannot read the body: " + err.Error())
-		}
+	}
+}
+
+// bodyBytes returns the most bytes r's body may hold under limit: its declared length, or limit
+// when it declares none (chunked).
+func bodyBytes(r *http.Request, limit int64) int64 {
+	if r.ContentLength >= 0 {
+		return min(r.ContentLength, limit)
+	}
+	return limit
+}
+
+// growTo returns buf with a capacity of at least n, allocating exactly n when it has less.
+func growTo(buf []byte, n int) []byte {
+	if cap(buf) >= n {
+		return buf
+	}
+	grown := make([]byte, len(buf), n)
+	copy(grown, buf)
+	return grown
+}
+
+// endOfBody answers the error that ended the read of a body into buf: none at its end.
+func endOfBody(buf []byte, err error) ([]byte, int, error) {
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.Is(err, io.EOF):
+		return buf, 0, nil
+	case errors.As(err, &tooLarge):
+		return buf, http.StatusRequestEntityTooLarge, tooLarge
+	default:
+		return buf, http.StatusBadRequest, errRequest("cannot read the body: " + err.Error())
 	}
 }
 

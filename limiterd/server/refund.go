@@ -100,10 +100,13 @@ func (h *Decisions) refund(w http.ResponseWriter, r *http.Request) {
 	buf := buffers.Get().(*buffer)
 	defer buffers.Put(buf)
 	var (
+		taken  int64
 		status int
 		err    error
 	)
-	if buf.b, status, err = readBody(w, r, buf.b[:0]); err != nil {
+	buf.b, taken, status, err = h.readBody(w, r, buf.b[:0])
+	defer h.bodies.give(taken)
+	if err != nil {
 		writeError(w, status, err.Error())
 		return
 	}
