@@ -12,6 +12,12 @@
 // AllowBatch asks for up to MaxBatchItems decisions in one call (POST /v1/allow:batch), which
 // costs limiterd far less than one call each: for workers that decide for many clients at once.
 //
+// A client key is any non-empty string of valid UTF-8. The Client refuses a key that is not
+// (ErrKeyNotUTF8) before sending anything, rather than let JSON turn its invalid bytes into
+// U+FFFD, which would make distinct keys share one budget. To key by binary data (a digest, an
+// identifier in raw bytes), encode it first, e.g. "device:"+hex.EncodeToString(sum[:]) or
+// base64.RawURLEncoding.EncodeToString(b): each value then has a key of its own.
+//
 // The package depends on the standard library only.
 package client
 
