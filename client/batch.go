@@ -25,9 +25,10 @@ type BatchItem struct {
 	Cost int64
 }
 
-// Result is limiterd's answer to one item of a batch: its Decision, or Err, an *Error with the
-// status a single call would have answered (400 for an invalid item, 404 for an unknown policy),
-// when the item was not decided and consumed nothing. A batch answer has no header fields, so
+// Result is limiterd's answer to one item of a batch: its Decision, or Err when the item was not
+// decided and consumed nothing: an *Error with the status a single call would have answered (400
+// for an invalid item, 404 for an unknown policy), or an error wrapping ErrKeyNotUTF8 for a key
+// the Client refused without sending it, as AllowN does. A batch answer has no header fields, so
 // Decision's RateLimitPolicy and RateLimit are "".
 type Result struct {
 	Decision
@@ -49,20 +50,33 @@ type batchResult struct {
 // AllowBatch asks for the decisions of up to MaxBatchItems items in one call, which costs
 // limiterd far less than one call each. It returns one Result per item, in the order of items:
 // limiterd decides them in that order, so that items on one client key are decided as
-// successive AllowN calls would be, and a bad item fails alone (Result.Err). It returns an
-// *Error, and no result, when limiterd refuses the whole batch (413 for more than
-// MaxBatchItems items, 503 before any policy is loaded), and another error when limiterd could
-// not be asked or answered something that is no batch answer. No items: no call.
+// successive AllowN calls would be, and a bad item fails alone (Result.Err). An item whose key
+// is not valid UTF-8 is not sent: its Result.Err wraps ErrKeyNotUTF8, and the other items are
+// decided as if it were not there (as limiterd skips an invalid item). It returns an *Error,
+// and no result, when limiterd refuses the whole batch (413 for more than MaxBatchItems items
+// sent, 503 before any policy is loaded), and another error when limiterd could not be asked
+// or answered something that is no batch answer. No items to send: no call.
 func (c *Client) AllowBatch(ctx context.Context, items []BatchItem) ([]Result, error) {
 	if len(items) == 0 {
 		return nil, nil
 	}
-	req := batchRequest{Items: make([]allowRequest, len(items))}
+	out := make([]Result, len(items))
+	// sent are the indexes in items of the items sent, in order: all but refused keys.
+	sent := make([]int, 0, len(items))
+	req := batchRequest{Items: make([]allowRequest, 0, len(items))}
 	for i, it := range items {
-		req.Items[i] = allowRequest(it)
-		if it.Policy == "" {
-			req.Items[i].Policy = c.policy
+		if err := checkKey(it.Key); err != nil {
+			out[i].Err = fmt.Errorf("item %d: %w", i, err)
+			continue
 		}
+		if it.Policy == "" {
+			it.Policy = c.policy
+		}
+		req.Items = append(req.Items, allowRequest(it))
+		sent = append(sent, i)
+	}
+	if len(sent) == 0 {
+		return out, nil
 	}
 	body, err := json.Marshal(req)
 	if err != nil { // unreachable: strings and integers always marshal
@@ -81,11 +95,11 @@ func (c *Client) AllowBatch(ctx context.Context, items []BatchItem) ([]Result, e
 	if err := json.Unmarshal(ans.data, &answer); err != nil {
 		return nil, fmt.Errorf("decode limiterd's batch answer: %w", err)
 	}
-	if len(answer.Results) != len(items) {
-		return nil, fmt.Errorf("limiterd answered %d results for %d items", len(answer.Results), len(items))
+	if len(answer.Results) != len(sent) {
+		return nil, fmt.Errorf("limiterd answered %d results for %d items", len(answer.Results), len(sent))
 	}
-	out := make([]Result, len(items))
-	for i, r := range answer.Results {
+	for j, r := range answer.Results {
+		i := sent[j]
 		if r.Error != nil {
 			if r.Status < 400 || r.Status > 599 {
 				return nil, fmt.Errorf("limiterd's result %d is an error with status %d", i, r.Status)

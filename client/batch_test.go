@@ -24,6 +24,7 @@ func TestAllowBatchMatchesAllowN(t *testing.T) {
 		{Key: "alice", Cost: 1}, {Key: "alice", Cost: 0}, {Key: "alice", Cost: 1}, {Key: "alice", Cost: 1},
 		{Key: "svc:billing", Cost: 50}, {Policy: "shop/other", Key: "alice", Cost: 1},
 		{Policy: "default/missing", Key: "alice", Cost: 1}, {Key: "", Cost: 1}, {Key: "bob", Cost: -1}, {Key: "bob", Cost: 3},
+		{Key: "carol\xff", Cost: 1}, {Key: "carol\xfe", Cost: 1}, {Key: "carol\uFFFD", Cost: 2},
 	}
 	results, err := batched.AllowBatch(context.Background(), items)
 	if err != nil {
@@ -45,6 +46,10 @@ func TestAllowBatchMatchesAllowN(t *testing.T) {
 		got := results[i]
 		var we, ge *client.Error
 		switch {
+		case errors.Is(werr, client.ErrKeyNotUTF8): // refused by the client, not sent
+			if !errors.Is(got.Err, client.ErrKeyNotUTF8) {
+				t.Errorf("item %d %+v: result %+v %v, single call %v", i, it, got.Decision, got.Err, werr)
+			}
 		case werr != nil && !errors.As(werr, &we):
 			t.Fatalf("item %d: single call failed: %v", i, werr)
 		case werr != nil:

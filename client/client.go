@@ -12,6 +12,12 @@
 // AllowBatch asks for up to MaxBatchItems decisions in one call (POST /v1/allow:batch), which
 // costs limiterd far less than one call each: for workers that decide for many clients at once.
 //
+// A client key is any non-empty string of valid UTF-8. The Client refuses a key that is not
+// (ErrKeyNotUTF8) before sending anything, rather than let JSON turn its invalid bytes into
+// U+FFFD, which would make distinct keys share one budget. To key by binary data (a digest, an
+// identifier in raw bytes), encode it first, e.g. "device:"+hex.EncodeToString(sum[:]) or
+// base64.RawURLEncoding.EncodeToString(b): each value then has a key of its own.
+//
 // The package depends on the standard library only.
 package client
 
@@ -28,6 +34,7 @@ import (
 	"net/url"
 	"strconv"
 	"time"
+	"unicode/utf8"
 )
 
 // DefaultTimeout bounds a call when WithTimeout is not given.
@@ -119,6 +126,29 @@ func Unavailable(err error) bool {
 	return errors.As(err, &u)
 }
 
+// ErrKeyNotUTF8 is the error, wrapped, of a client key that is not valid UTF-8: the Client
+// refuses it before asking limiterd (a batch refuses that item alone, in its Result.Err), and
+// nothing is decided or consumed. JSON has no way to carry such a key (it would arrive with each
+// invalid byte replaced by U+FFFD, so that distinct keys shared one budget), and limiterd
+// refuses one. It is not Unavailable: it fails the same way every time, and a caller must not
+// admit the request on it. Derive a key from binary data with an encoding that is UTF-8, such as
+// hex.EncodeToString or base64.RawURLEncoding.EncodeToString.
+var ErrKeyNotUTF8 = errors.New("client key is not valid UTF-8")
+
+// checkKey returns an error wrapping ErrKeyNotUTF8 when key is not valid UTF-8. The error says
+// where the key goes wrong but not what it holds: a key may be a secret (an API key).
+func checkKey(key string) error {
+	for i := 0; i < len(key); {
+		r, size := utf8.DecodeRuneInString(key[i:])
+		if r == utf8.RuneError && size <= 1 {
+			return fmt.Errorf("%w: byte %d of %d is not part of a UTF-8 sequence (encode binary keys as hex or base64)",
+				ErrKeyNotUTF8, i, len(key))
+		}
+		i += size
+	}
+	return nil
+}
+
 // unavailableError is an error of the transport: no answer was had.
 type unavailableError struct{ err error }
 
@@ -201,7 +231,8 @@ func newTransport() *http.Transport {
 	}
 }
 
-// Allow asks whether the client key may make one request.
+// Allow asks whether the client key may make one request: AllowN with cost 1. A key is any
+// non-empty string of UTF-8 (see ErrKeyNotUTF8).
 func (c *Client) Allow(ctx context.Context, key string) (Decision, error) {
 	return c.AllowN(ctx, key, 1)
 }
@@ -245,11 +276,15 @@ func (c *Client) Peek(ctx context.Context, key string) (Decision, error) {
 }
 
 // AllowN asks whether the client key may spend cost units; a cost of 0 peeks (see Peek). It
-// returns an *Error when limiterd answers with an error status (the request was not decided and
-// consumed nothing), and another error when limiterd could not be asked or answered something
-// that is not a decision; Unavailable tells the failures of limiterd's availability from the
+// returns an error wrapping ErrKeyNotUTF8, without asking limiterd, for a key that is not valid
+// UTF-8; an *Error when limiterd answers with an error status (the request was not decided and
+// consumed nothing); and another error when limiterd could not be asked or answered something
+// that is not a decision. Unavailable tells the failures of limiterd's availability from the
 // others.
 func (c *Client) AllowN(ctx context.Context, key string, cost int64) (Decision, error) {
+	if err := checkKey(key); err != nil {
+		return Decision{}, err
+	}
 	body, err := json.Marshal(allowRequest{Policy: c.policy, Key: key, Cost: cost})
 	if err != nil { // unreachable: strings and integers always marshal
 		return Decision{}, fmt.Errorf("encode decision request: %w", err)

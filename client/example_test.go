@@ -2,6 +2,8 @@ package client_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log"
@@ -119,4 +121,26 @@ func ExampleClient_AllowBatch() {
 	// rejected, retry after 1s
 	// allowed, 0 of 2 left
 	// not decided: limiterd answered 404 Not Found: unknown policy "default/typo"
+}
+
+// A key is UTF-8: the client refuses raw bytes, such as a digest, before asking limiterd.
+// Encode binary data first (hex or base64), which gives each value its own key.
+func ExampleErrKeyNotUTF8() {
+	limiterd := exampleLimiterd()
+	defer limiterd.Close()
+
+	c, err := client.New(limiterd.URL, client.WithPolicy("default/api"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	digest := sha256.Sum256([]byte("device-serial-4711"))
+	_, err = c.Allow(context.Background(), string(digest[:]))
+	fmt.Println(errors.Is(err, client.ErrKeyNotUTF8), client.Unavailable(err))
+
+	d, err := c.Allow(context.Background(), "device:"+hex.EncodeToString(digest[:]))
+	fmt.Println(d.Allowed, err)
+	// Output:
+	// true false
+	// true <nil>
 }

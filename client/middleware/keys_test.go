@@ -2,12 +2,14 @@ package middleware_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
 
+	"github.com/limiterd/limiterd/client"
 	"github.com/limiterd/limiterd/client/middleware"
 )
 
@@ -144,5 +146,42 @@ func TestKeysCarryTheirSource(t *testing.T) {
 			}()
 			middleware.Source(bad, subject)
 		}()
+	}
+}
+
+// The issue's measurement, through the middleware: a key function of the application's own
+// that returns raw bytes (u\xff, u\xfe, u\x80 shared one budget of 2, so 2 of 3 passed). The
+// client refuses such a key, and the middleware answers 503 whatever FailOpen says: the
+// request never passes unlimited, and nothing is charged to the key limiterd would have read.
+func TestKeyNotUTF8FailsClosed(t *testing.T) {
+	c := startLimiterd(t, apiPolicy)
+	raw := func(r *http.Request) (string, bool) { v := r.Header.Get("X-Raw"); return v, v != "" }
+	for _, open := range []bool{true, false} {
+		a := &app{}
+		var hooked []error
+		h := middleware.New(c, middleware.KeyBy(raw), middleware.FailOpen(open),
+			middleware.OnError(func(_ *http.Request, err error) { hooked = append(hooked, err) }))(a)
+		for _, key := range []string{"u\xff", "u\xfe", "u\x80"} {
+			w := get(h, "192.0.2.1:1", "X-Raw", key)
+			if w.Code != http.StatusServiceUnavailable || w.Body.String() != `{"error":"rate limiter unavailable"}`+"\n" {
+				t.Errorf("FailOpen(%t), key %q: %d %q, want 503", open, key, w.Code, w.Body)
+			}
+		}
+		if a.count() != 0 {
+			t.Errorf("FailOpen(%t): %d of 3 requests passed, want none", open, a.count())
+		}
+		if len(hooked) != 3 {
+			t.Fatalf("FailOpen(%t): the hook was told %d errors, want 3", open, len(hooked))
+		}
+		for _, err := range hooked {
+			if !errors.Is(err, client.ErrKeyNotUTF8) {
+				t.Errorf("FailOpen(%t): the hook was told %v, want client.ErrKeyNotUTF8", open, err)
+			}
+		}
+	}
+	// Nothing reached limiterd: the key all three would have become still has its budget.
+	h := middleware.New(c, middleware.KeyBy(raw))(&app{})
+	if got := passed(t, h, 3, func(r *http.Request) { r.Header.Set("X-Raw", "u\uFFFD") }); got != 2 {
+		t.Errorf("X-Raw %q: %d of 3 passed, want its own 2", "u\uFFFD", got)
 	}
 }

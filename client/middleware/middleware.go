@@ -42,9 +42,10 @@
 // reached, does not answer in time, or answers a 5xx status), the OnError hook is told and the
 // request proceeds (FailOpen(true), the default) or is answered 503
 // {"error":"rate limiter unavailable"} (FailOpen(false)). Any other error — a 4xx answer (a
-// malformed request, an unknown policy) or an answer that is not a decision — is told to
-// OnError and always answered 503 {"error":"rate limiter unavailable"}: what a request carries
-// must never make it pass unlimited. A request whose own context is done before limiterd
+// malformed request, an unknown policy), an answer that is not a decision, or a key the client
+// refuses (client.ErrKeyNotUTF8: a KeyFunc of your own returned bytes that are not UTF-8) — is
+// told to OnError and always answered 503 {"error":"rate limiter unavailable"}: what a request
+// carries must never make it pass unlimited. A request whose own context is done before limiterd
 // answered is dropped without an answer.
 package middleware
 
@@ -62,7 +63,11 @@ import (
 	"github.com/limiterd/limiterd/client"
 )
 
-// KeyFunc returns the rate-limit key of a request, and false when the request has none.
+// KeyFunc returns the rate-limit key of a request, and false when the request has none. A key
+// must be valid UTF-8: the client refuses any other (client.ErrKeyNotUTF8), and the request is
+// answered 503. The key functions of this package escape what is not; a KeyFunc of your own
+// that keys by binary data (a digest, raw bytes) encodes it first, e.g. with
+// hex.EncodeToString or base64.RawURLEncoding.EncodeToString, or wraps it with Source.
 type KeyFunc func(r *http.Request) (key string, ok bool)
 
 // Option configures the middleware.
