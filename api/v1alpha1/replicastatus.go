@@ -100,6 +100,14 @@ func PolicyDigest(id PolicyID) PolicyID {
 	return PolicyID(base64.RawURLEncoding.EncodeToString(sum[:16]))
 }
 
+// isPolicyDigest reports whether key has the shape of a PolicyDigest: 16 bytes in unpadded
+// base64url. A key of any other shape could be a policy ID, or "format", once the record is
+// encoded again in the format keyed by ID.
+func isPolicyDigest(key PolicyID) bool {
+	b, err := base64.RawURLEncoding.DecodeString(string(key))
+	return err == nil && len(b) == 16
+}
+
 // compactRecord is the compact format of a record: entries keyed by PolicyDigest, with short
 // field names, and a ConfigMap reduced to its namespace (a replica reads a policy only from
 // the ConfigMap named ConfigMapName of its ID). Its size does not depend on the policies'
@@ -221,7 +229,7 @@ func decodeCompact(s string) (ReplicaRecord, error) {
 		if e.State != ReplicaServing && e.State != ReplicaRejected {
 			return nil, fmt.Errorf("decode replica status: policy digest %s: unknown state %q", digest, e.State)
 		}
-		if strings.Contains(string(digest), "/") {
+		if !isPolicyDigest(digest) {
 			return nil, fmt.Errorf("decode replica status: %q is no policy digest", digest)
 		}
 		r[digest] = ReplicaPolicyStatus{Generation: e.Generation, State: e.State, DryRunRejected: e.DryRunRejected,

@@ -163,7 +163,8 @@ func TestReplicaRecordScalesToLongNames(t *testing.T) {
 		t.Errorf("a small record encodes as %s, %v; want the format keyed by ID", s, err)
 	}
 	for _, s := range []string{`{"format":3,"policies":{}}`, `{"format":2,"policies":{"a/b":{"g":1,"s":"serving"}}}`,
-		`{"format":2,"policies":{"x":{"g":1,"s":"maybe"}}}`, `{"format":"2"}`} {
+		`{"format":2,"policies":{"x":{"g":1,"s":"maybe"}}}`, `{"format":"2"}`,
+		`{"format":2,"policies":{"format":{"g":1,"s":"serving"}}}`, `{"format":2,"policies":{"AAAAAAAAAAAAAAAAAAAAA":{"g":1,"s":"serving"}}}`} {
 		if _, err := DecodeReplicaRecord(s); err == nil {
 			t.Errorf("Decode(%s) accepted", s)
 		}

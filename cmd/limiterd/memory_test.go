@@ -2,8 +2,11 @@ package main
 
 import (
 	"log/slog"
+	"math/big"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
 )
 
@@ -22,16 +25,59 @@ func TestParseSize(t *testing.T) {
 	}
 }
 
+// FuzzParseSize checks parseSize against a model of its grammar written apart from it (a
+// regular expression, the suffixes' factors as powers, big integers for the bound of 2^62
+// bytes): the same inputs are accepted, with the same values; and what it accepts reformats
+// (String) to a size that parses to the same value.
 func FuzzParseSize(f *testing.F) {
-	for _, s := range []string{"auto", "0", "64Mi", "1k", "-1", "9223372036854775807", "4611686018427387904Ki"} {
+	for _, s := range []string{"auto", "0", "007", "64Mi", "1k", "-1", "+1", "1Ki", "1Gi", "1Ti", "1M", "1G", "1T", "1KiB", "1i",
+		"9223372036854775807", "4611686018427387904Ki", "4611686018427387904", "4611686018427387905",
+		"4194304Ti", "4194305Ti", "4611686T", "4611687T", "1_000", "0x10"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
 		n, err := parseSize(s)
-		if err == nil && n < 0 && n != autoSize {
-			t.Fatalf("parseSize(%q) = %d", s, n)
+		want, ok := modelSize(s)
+		switch {
+		case ok != (err == nil):
+			t.Fatalf("parseSize(%q) = %d, %v; the model says accepted: %t", s, n, err, ok)
+		case !ok:
+			return
+		case n != want:
+			t.Fatalf("parseSize(%q) = %d, want %d", s, n, want)
+		}
+		again, err := parseSize(n.String())
+		if err != nil || again != n {
+			t.Fatalf("parseSize(%q) = %d; its String %q parses to %d, %v", s, n, n.String(), again, err)
 		}
 	})
+}
+
+// sizeGrammar is the grammar of a size other than auto: decimal digits, then an optional suffix.
+var sizeGrammar = regexp.MustCompile(`^([0-9]+)(Ki|Mi|Gi|Ti|k|M|G|T)?$`)
+
+// modelSize is the size s stands for, and whether it is one: auto (-1), or digits times the
+// suffix's factor (binary: 2^10 to 2^40; decimal: 10^3 to 10^12), at most 2^62 bytes.
+func modelSize(s string) (byteSize, bool) {
+	if s == "auto" {
+		return autoSize, true
+	}
+	m := sizeGrammar.FindStringSubmatch(s)
+	if m == nil {
+		return 0, false
+	}
+	v, _ := new(big.Int).SetString(m[1], 10)
+	if m[2] != "" {
+		base, exp := int64(2), int64(10*(1+strings.Index("KMGT", m[2][:1])))
+		if !strings.HasSuffix(m[2], "i") {
+			base, exp = 10, int64(3*(1+strings.Index("kMGT", m[2])))
+		}
+		v.Mul(v, new(big.Int).Exp(big.NewInt(base), big.NewInt(exp), nil))
+	}
+	if v.Cmp(new(big.Int).Lsh(big.NewInt(1), 62)) > 0 {
+		return 0, false
+	}
+	return byteSize(v.Int64()), true
 }
 
 func TestCgroupMemoryLimit(t *testing.T) {
