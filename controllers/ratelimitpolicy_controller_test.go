@@ -478,6 +478,53 @@ func TestInvalidPolicyKeepsLastGoodConfigMap(t *testing.T) {
 	})
 }
 
+// TestUnknownTimeZoneKeepsLastGoodConfigMap: the API server admits a quota's time zone of the
+// right form that names no zone (the CRD's rules cannot look zones up, see Quota.TimeZone). The
+// operator refuses it as invalid, naming the field, and keeps the last good ConfigMap, so that
+// limiterd goes on serving the policy's last good version; a fixed zone renders again.
+func TestUnknownTimeZoneKeepsLastGoodConfigMap(t *testing.T) {
+	t.Parallel()
+	env := testenv.Shared(t)
+	ctx := t.Context()
+	ns := env.Namespace(t)
+	cmNS, _ := startOperator(t, env, ns)
+
+	p := newPolicy(ns, "quota-zone")
+	p.Spec.Tiers[0] = limiterdv1alpha1.Tier{Name: "free", Algorithm: limiterdv1alpha1.AlgorithmQuota,
+		Quota: &limiterdv1alpha1.Quota{Limit: 1000, Period: limiterdv1alpha1.CalendarPeriodMonth}}
+	if err := env.Client.Create(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	p = waitReady(t, env.Client, client.ObjectKeyFromObject(p), 1, ReasonRendered)
+	if got := p.Spec.Tiers[0].Quota.TimeZone; got != limiterdv1alpha1.DefaultTimeZone {
+		t.Errorf("the API server defaulted timeZone to %q, want %q", got, limiterdv1alpha1.DefaultTimeZone)
+	}
+	good := getConfigMap(t, env.Client, cmNS, p)
+	checkConfigMap(t, good, p)
+
+	p.Spec.Tiers[0].Quota.TimeZone = "Europe/Atlantis"
+	if err := env.Client.Update(ctx, p); err != nil {
+		t.Fatalf("the API server refused a well-formed zone name: %v", err)
+	}
+	p = waitReady(t, env.Client, client.ObjectKeyFromObject(p), 2, ReasonInvalid)
+	checkNotReady(t, p, `spec.tiers[0].quota.timeZone: Invalid value: "Europe/Atlantis": unknown time zone`)
+	if cm := getConfigMap(t, env.Client, cmNS, p); cm.ResourceVersion != good.ResourceVersion {
+		t.Errorf("ConfigMap rewritten (generation %s) for a policy of an unknown zone, want the last good one kept",
+			cm.Data[limiterdv1alpha1.ConfigMapGenerationKey])
+	}
+	e := waitEvent(t, env.Client, p, corev1.EventTypeWarning, ReasonInvalid)
+	if !strings.Contains(e.Note, "spec.tiers[0].quota.timeZone") {
+		t.Errorf("event note %q does not name the time zone", e.Note)
+	}
+
+	p.Spec.Tiers[0].Quota.TimeZone = "America/Argentina/Buenos_Aires"
+	if err := env.Client.Update(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	p = waitReady(t, env.Client, client.ObjectKeyFromObject(p), 3, ReasonRendered)
+	checkConfigMap(t, getConfigMap(t, env.Client, cmNS, p), p)
+}
+
 // loosenCRD replaces the RateLimitPolicy CRD's spec schema by one that accepts anything, until t
 // ends; then it restores the CRD and waits until the API server validates again.
 func loosenCRD(t *testing.T, env *testenv.Env) {

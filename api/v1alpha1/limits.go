@@ -20,6 +20,8 @@ const (
 	MaxCapacity = limiter.MaxCapacity
 	// MaxWindowLimit bounds a sliding window's limit (at least 1).
 	MaxWindowLimit = limiter.MaxWindowLimit
+	// MaxQuotaLimit bounds a quota's limit (at least 1).
+	MaxQuotaLimit = limiter.MaxQuotaLimit
 	// MinPeriod is the shortest refillPeriod or window.
 	MinPeriod = limiter.MinPeriod
 	// MaxPeriod is the longest refillPeriod or window.
@@ -52,6 +54,10 @@ const (
 	// MaxDurationLength is the longest duration string the CRD accepts ("1s", "250ms").
 	// A decoded duration has lost its text, so Validate cannot check this bound.
 	MaxDurationLength = 64
+	// MaxTimeZoneLength is the longest quota timeZone, in bytes (ASCII): the longest name of
+	// the tz database has 32 ("America/Argentina/ComodRivadavia"). It bounds what a caller can
+	// make the operator and limiterd look up.
+	MaxTimeZoneLength = 64
 
 	// MaxBatchItems is the most items of one batch of decisions (POST /v1/allow:batch).
 	MaxBatchItems = 1000
@@ -59,6 +65,9 @@ const (
 
 // DefaultRefillPeriod is the refillPeriod of a token bucket that sets none.
 const DefaultRefillPeriod = time.Second
+
+// DefaultTimeZone is the timeZone of a quota that sets none: periods start at midnight UTC.
+const DefaultTimeZone = "UTC"
 
 // DefaultLimitName is the name of the limit of a tier's single-limit form (Tier.Algorithm): a
 // limit of a stacked tier (Tier.Limits) of this name shares its clients' usage with it. It is the

@@ -22,6 +22,8 @@ func TestLimitValues(t *testing.T) {
 	}{
 		{"MaxCapacity", MaxCapacity, 1_000_000_000},
 		{"MaxWindowLimit", MaxWindowLimit, 100_000},
+		{"MaxQuotaLimit", MaxQuotaLimit, 1_000_000_000},
+		{"MaxTimeZoneLength", MaxTimeZoneLength, 64},
 		{"MinPeriod", int64(MinPeriod), int64(time.Millisecond)},
 		{"MaxPeriod", int64(MaxPeriod), int64(24 * time.Hour)},
 		{"MaxRefillWindow", int64(MaxRefillWindow), int64(366 * 24 * time.Hour)},
@@ -142,6 +144,12 @@ func TestCRDMatchesLimits(t *testing.T) {
 		{"limit refillRate maximum", limit.prop("tokenBucket", "refillRate").num("maximum"), MaxCapacity},
 		{"limit limit minimum", limit.prop("slidingWindow", "limit").num("minimum"), 1},
 		{"limit limit maximum", limit.prop("slidingWindow", "limit").num("maximum"), MaxWindowLimit},
+		{"quota limit minimum", tier.prop("quota", "limit").num("minimum"), 1},
+		{"quota limit maximum", tier.prop("quota", "limit").num("maximum"), MaxQuotaLimit},
+		{"limit quota limit minimum", limit.prop("quota", "limit").num("minimum"), 1},
+		{"limit quota limit maximum", limit.prop("quota", "limit").num("maximum"), MaxQuotaLimit},
+		{"quota timeZone maxLength", tier.prop("quota", "timeZone").num("maxLength"), MaxTimeZoneLength},
+		{"limit quota timeZone maxLength", limit.prop("quota", "timeZone").num("maxLength"), MaxTimeZoneLength},
 		{"limit refillPeriod maxLength", limit.prop("tokenBucket", "refillPeriod").num("maxLength"), MaxDurationLength},
 		{"limit window maxLength", limit.prop("slidingWindow", "window").num("maxLength"), MaxDurationLength},
 		{"defaultTier maxLength", spec.prop("defaultTier").num("maxLength"), MaxNameLength},
@@ -264,6 +272,28 @@ func TestCRDMatchesLimits(t *testing.T) {
 	for _, n := range []schemaNode{tier, limit} {
 		if got := n.prop("tokenBucket", "refillPeriod")["default"]; got != DefaultRefillPeriod.String() {
 			t.Errorf("CRD refillPeriod default %v, want %v", got, DefaultRefillPeriod)
+		}
+		if got := n.prop("quota", "timeZone")["default"]; got != DefaultTimeZone {
+			t.Errorf("CRD timeZone default %v, want %v", got, DefaultTimeZone)
+		}
+		if got := fmt.Sprint(n.prop("quota", "period")["enum"]); got != fmt.Sprint(supportedPeriods) {
+			t.Errorf("CRD quota period enum %v, want %v", got, supportedPeriods)
+		}
+		zone := n.prop("quota", "timeZone")
+		if got := zone.validations(); len(got) != 1 || got[0].rule != "self != 'Local'" || got[0].message != ErrTimeZoneLocal.Error() {
+			t.Errorf("CRD timeZone rules %+v, want one refusing Local with the message %q", got, ErrTimeZoneLocal)
+		}
+		pattern, _ := zone["pattern"].(string)
+		re, err := regexp.Compile(pattern)
+		if err != nil {
+			t.Errorf("CRD timeZone pattern %q: %v", pattern, err)
+			continue
+		}
+		for name := range timeZoneNames() {
+			if re.MatchString(name) != timeZoneForm(name) {
+				t.Errorf("CRD timeZone pattern %q and timeZoneForm disagree on %q", pattern, name)
+				break
+			}
 		}
 	}
 	if got := spec.prop("failureMode")["default"]; got != string(DefaultFailureMode) {

@@ -21,7 +21,7 @@ import (
 //     the total is exceeded.
 
 // Algorithm names how a tier decides. It is configuration: changing it needs no code change.
-// +kubebuilder:validation:Enum=TokenBucket;SlidingWindow;Unlimited
+// +kubebuilder:validation:Enum=TokenBucket;SlidingWindow;Quota;Unlimited
 type Algorithm string
 
 const (
@@ -29,6 +29,9 @@ const (
 	AlgorithmTokenBucket Algorithm = "TokenBucket"
 	// AlgorithmSlidingWindow admits at most a limit of requests in any interval of one window.
 	AlgorithmSlidingWindow Algorithm = "SlidingWindow"
+	// AlgorithmQuota admits at most a limit of requests per calendar day, week, month or year
+	// of a time zone, and gives the whole allowance back when the next one starts.
+	AlgorithmQuota Algorithm = "Quota"
 	// AlgorithmUnlimited admits every request and keeps no state.
 	AlgorithmUnlimited Algorithm = "Unlimited"
 )
@@ -119,13 +122,74 @@ type SlidingWindow struct {
 	Window metav1.Duration `json:"window"`
 }
 
+// CalendarPeriod is the calendar unit a quota counts over.
+// +kubebuilder:validation:Enum=Day;Week;Month;Year
+type CalendarPeriod string
+
+const (
+	// CalendarPeriodDay is a day, from one local midnight to the next.
+	CalendarPeriodDay CalendarPeriod = "Day"
+	// CalendarPeriodWeek is an ISO 8601 week, from Monday's local midnight to the next Monday's.
+	CalendarPeriodWeek CalendarPeriod = "Week"
+	// CalendarPeriodMonth is a calendar month, from the local midnight that starts its 1st to
+	// the next month's.
+	CalendarPeriodMonth CalendarPeriod = "Month"
+	// CalendarPeriodYear is a calendar year, from the local midnight that starts January 1st to
+	// the next year's.
+	CalendarPeriodYear CalendarPeriod = "Year"
+)
+
+// Quota configures a calendar quota: at most limit requests (counted by cost) are admitted per
+// calendar period (day, week, month or year) of a time zone, and the whole allowance comes back
+// at once when the next period starts ("100000 a month, reset on the 1st"). Unlike a sliding
+// window of 30 days, a client's state is two integers whatever the limit. When a tier's quota
+// changes (limit, period or time zone), each client's count, at most the new limit, carries into
+// the new current period until the earlier of the old and the new period's ends.
+type Quota struct {
+	// limit is the most requests (counted by cost) admitted in one period; between 1 and
+	// 1000000000.
+	// +required
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000000000
+	Limit int64 `json:"limit"`
+
+	// period is the calendar period the limit counts over, in timeZone: Day (from one local
+	// midnight to the next, so 23 or 25 hours across a daylight saving change), Week (an ISO
+	// 8601 week, from Monday's midnight), Month (from the midnight that starts the 1st) or Year
+	// (from the midnight that starts January 1st). Where a change of the zone's offset skips
+	// midnight, the period starts when the clock resumes (at 01:00, say). The answers'
+	// RateLimit-Policy field gives as the window (w) the longest the period lasts: 86400 s for a
+	// Day, 604800 for a Week, 2678400 (31 days) for a Month, 31622400 (366 days) for a Year;
+	// RateLimit's t and Retry-After count to the end of the current period.
+	// +required
+	Period CalendarPeriod `json:"period"`
+
+	// timeZone is the name in the IANA time zone database (tzdata) of the zone whose local
+	// midnights start the periods, such as "Europe/Berlin", "America/New_York" or "Etc/GMT-3";
+	// default "UTC". At most 64 characters: '/'-separated parts of ASCII letters, digits, '_',
+	// '-' and '+', each starting with a letter; "Local" (a host's own zone) is refused. The API
+	// server checks only this form, since its rules cannot look a zone up: the operator and
+	// limiterd look the name up in their copy of the database (the system's, else the one built
+	// into them) and keep a policy whose zone they do not know out of service, reporting it (the
+	// policy's Ready condition, reason Invalid; or Enforced, reason RejectedByReplica), while the
+	// policy's last good version keeps serving.
+	// +optional
+	// +kubebuilder:default="UTC"
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[A-Za-z][A-Za-z0-9_+-]*(/[A-Za-z][A-Za-z0-9_+-]*)*$`
+	// +kubebuilder:validation:XValidation:rule="self != 'Local'",message="must name a zone of the tz database, not Local (a host's own zone)"
+	TimeZone string `json:"timeZone,omitempty"`
+}
+
 // Limit is one limit of a stacked tier (Tier.limits): a name, an algorithm and its parameters,
 // shaped like the single-limit fields of a tier.
-// +kubebuilder:validation:XValidation:rule="self.algorithm != 'Unlimited'",message="a limit of a stack is TokenBucket or SlidingWindow: Unlimited would never reject",fieldPath=".algorithm"
+// +kubebuilder:validation:XValidation:rule="self.algorithm != 'Unlimited'",message="a limit of a stack is TokenBucket, SlidingWindow or Quota: Unlimited would never reject",fieldPath=".algorithm"
 // +kubebuilder:validation:XValidation:rule="self.algorithm != 'TokenBucket' || has(self.tokenBucket)",message="tokenBucket is required when algorithm is TokenBucket",fieldPath=".tokenBucket"
 // +kubebuilder:validation:XValidation:rule="self.algorithm == 'TokenBucket' || !has(self.tokenBucket)",message="tokenBucket must be set only when algorithm is TokenBucket",fieldPath=".tokenBucket"
 // +kubebuilder:validation:XValidation:rule="self.algorithm != 'SlidingWindow' || has(self.slidingWindow)",message="slidingWindow is required when algorithm is SlidingWindow",fieldPath=".slidingWindow"
 // +kubebuilder:validation:XValidation:rule="self.algorithm == 'SlidingWindow' || !has(self.slidingWindow)",message="slidingWindow must be set only when algorithm is SlidingWindow",fieldPath=".slidingWindow"
+// +kubebuilder:validation:XValidation:rule="self.algorithm != 'Quota' || has(self.quota)",message="quota is required when algorithm is Quota",fieldPath=".quota"
+// +kubebuilder:validation:XValidation:rule="self.algorithm == 'Quota' || !has(self.quota)",message="quota must be set only when algorithm is Quota",fieldPath=".quota"
 type Limit struct {
 	// name identifies the limit within its tier: a DNS label (lower-case letters, digits and
 	// '-', at most 63 characters), unique among the tier's limits. A client's usage is kept per
@@ -140,8 +204,8 @@ type Limit struct {
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	Name string `json:"name"`
 
-	// algorithm is how the limit decides: TokenBucket or SlidingWindow. Exactly the block
-	// matching it must be set (tokenBucket or slidingWindow).
+	// algorithm is how the limit decides: TokenBucket, SlidingWindow or Quota. Exactly the block
+	// matching it must be set (tokenBucket, slidingWindow or quota).
 	// +required
 	Algorithm Algorithm `json:"algorithm"`
 
@@ -152,6 +216,13 @@ type Limit struct {
 	// slidingWindow holds the parameters of a SlidingWindow limit.
 	// +optional
 	SlidingWindow *SlidingWindow `json:"slidingWindow,omitempty"`
+
+	// quota holds the parameters of a Quota limit: at most limit requests (counted by cost) per
+	// calendar day, week, month or year of timeZone, the whole allowance coming back when the
+	// next period starts. A change of its parameters keeps each client's count, at most the new
+	// limit, until the earlier of the old and the new period's ends.
+	// +optional
+	Quota *Quota `json:"quota,omitempty"`
 }
 
 // Tier is a named way of deciding, shared by every client resolved to it: one limit (algorithm
@@ -162,6 +233,8 @@ type Limit struct {
 // +kubebuilder:validation:XValidation:rule="(has(self.algorithm) && self.algorithm == 'TokenBucket') || !has(self.tokenBucket)",message="tokenBucket must be set only when algorithm is TokenBucket",fieldPath=".tokenBucket"
 // +kubebuilder:validation:XValidation:rule="!has(self.algorithm) || self.algorithm != 'SlidingWindow' || has(self.slidingWindow)",message="slidingWindow is required when algorithm is SlidingWindow",fieldPath=".slidingWindow"
 // +kubebuilder:validation:XValidation:rule="(has(self.algorithm) && self.algorithm == 'SlidingWindow') || !has(self.slidingWindow)",message="slidingWindow must be set only when algorithm is SlidingWindow",fieldPath=".slidingWindow"
+// +kubebuilder:validation:XValidation:rule="!has(self.algorithm) || self.algorithm != 'Quota' || has(self.quota)",message="quota is required when algorithm is Quota",fieldPath=".quota"
+// +kubebuilder:validation:XValidation:rule="(has(self.algorithm) && self.algorithm == 'Quota') || !has(self.quota)",message="quota must be set only when algorithm is Quota",fieldPath=".quota"
 type Tier struct {
 	// name identifies the tier within the policy: a DNS label (lower-case letters, digits and
 	// '-', at most 63 characters), unique among the tiers.
@@ -171,9 +244,9 @@ type Tier struct {
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	Name string `json:"name"`
 
-	// algorithm is how a tier of one limit decides: TokenBucket, SlidingWindow or Unlimited.
-	// Exactly the block matching it must be set (tokenBucket or slidingWindow; none for
-	// Unlimited). A tier sets either algorithm or limits.
+	// algorithm is how a tier of one limit decides: TokenBucket, SlidingWindow, Quota or
+	// Unlimited. Exactly the block matching it must be set (tokenBucket, slidingWindow or quota;
+	// none for Unlimited). A tier sets either algorithm or limits.
 	// +optional
 	Algorithm Algorithm `json:"algorithm,omitempty"`
 
@@ -185,8 +258,15 @@ type Tier struct {
 	// +optional
 	SlidingWindow *SlidingWindow `json:"slidingWindow,omitempty"`
 
+	// quota holds the parameters of a Quota tier: at most limit requests (counted by cost) per
+	// calendar day, week, month or year of timeZone, the whole allowance coming back when the
+	// next period starts. A change of its parameters keeps each client's count, at most the new
+	// limit, until the earlier of the old and the new period's ends.
+	// +optional
+	Quota *Quota `json:"quota,omitempty"`
+
 	// limits stacks 1 to 4 limits, each with its own name, algorithm and parameters, instead of
-	// algorithm: for example a token bucket for bursts and a sliding window of 10000 a day. A
+	// algorithm: for example a token bucket for bursts and a quota of 100000 a month. A
 	// request is admitted only if every limit admits it, and then consumes its cost from each;
 	// a request that any limit rejects consumes nothing from any. The answer's RateLimit field
 	// reports the limit closest to exhaustion, RateLimit-Policy lists every limit, and the wait
@@ -258,6 +338,7 @@ type Override struct {
 // +kubebuilder:validation:XValidation:rule="!has(self.overrides) || self.overrides.map(o, o.?clientPrefixes.orValue([])).flatten().size() <= 512",message="all overrides together may list at most 512 clientPrefixes",fieldPath=".overrides"
 // +kubebuilder:validation:XValidation:rule="!has(self.overrides) || self.overrides.map(o, o.?clients.orValue([])).flatten().size() > 512 || self.overrides.map(o, o.?clients.orValue([])).flatten().distinct().size() == self.overrides.map(o, o.?clients.orValue([])).flatten().size()",message="a client appears in more than one override",fieldPath=".overrides"
 // +kubebuilder:validation:XValidation:rule="self.?refunds.orValue('Disabled') != 'Enabled' || !self.tiers.exists(t, has(t.slidingWindow) || (has(t.limits) && t.limits.exists(l, has(l.slidingWindow))))",message="refunds cannot be Enabled with a SlidingWindow tier or limit: a refund could not remove the charge from the window's log, which would free its units twice",fieldPath=".refunds"
+// +kubebuilder:validation:XValidation:rule="self.?refunds.orValue('Disabled') != 'Enabled' || !self.tiers.exists(t, has(t.quota) || (has(t.limits) && t.limits.exists(l, has(l.quota))))",message="refunds cannot be Enabled with a Quota tier or limit: refunds of a quota's charges are not supported yet",fieldPath=".refunds"
 // +kubebuilder:validation:XValidation:rule="!has(self.overrides) || self.overrides.map(o, o.?clientPrefixes.orValue([])).flatten().size() > 512 || self.overrides.map(o, o.?clientPrefixes.orValue([])).flatten().distinct().size() == self.overrides.map(o, o.?clientPrefixes.orValue([])).flatten().size()",message="a client prefix appears in more than one override",fieldPath=".overrides"
 type RateLimitPolicySpec struct {
 	// tiers are the ways of deciding that this policy offers; 1 to 64, with unique names.
@@ -304,8 +385,9 @@ type RateLimitPolicySpec struct {
 	// return at most the units that request charged and that have not refilled since (a refund
 	// never lets a client exceed a limit; for a stack the fewest over its limits), until they
 	// all have: cost*refillPeriod/refillRate after the request, for a stack the shortest over
-	// its limits. Enabled is refused for a policy with a SlidingWindow tier or limit: a refund
-	// could not remove the charge from the window's log. Default Disabled.
+	// its limits. Enabled is refused for a policy with a SlidingWindow tier or limit (a refund
+	// could not remove the charge from the window's log) or a Quota tier or limit (not supported
+	// yet). Default Disabled.
 	// +optional
 	// +kubebuilder:default=Disabled
 	Refunds Refunds `json:"refunds,omitempty"`

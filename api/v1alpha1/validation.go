@@ -13,8 +13,9 @@ import (
 )
 
 var (
-	supportedAlgorithms   = []Algorithm{AlgorithmTokenBucket, AlgorithmSlidingWindow, AlgorithmUnlimited}
-	stackedAlgorithms     = []Algorithm{AlgorithmTokenBucket, AlgorithmSlidingWindow} // a limit of a stack
+	supportedAlgorithms   = []Algorithm{AlgorithmTokenBucket, AlgorithmSlidingWindow, AlgorithmQuota, AlgorithmUnlimited}
+	stackedAlgorithms     = []Algorithm{AlgorithmTokenBucket, AlgorithmSlidingWindow, AlgorithmQuota} // a limit of a stack
+	supportedPeriods      = []CalendarPeriod{CalendarPeriodDay, CalendarPeriodWeek, CalendarPeriodMonth, CalendarPeriodYear}
 	supportedFailureModes = []FailureMode{FailureModeOpen, FailureModeClosed, FailureModeLocal}
 	supportedTierNames    = []TierNames{TierNamesShown, TierNamesHidden}
 	supportedRefunds      = []Refunds{RefundsDisabled, RefundsEnabled}
@@ -27,15 +28,19 @@ var (
 // "spec.tiers[1].tokenBucket.capacity: Invalid value: 0: must be between 1 and 1000000000".
 //
 // Unset optional fields count as their defaults (see Default): a token bucket without
-// refillPeriod refills per DefaultRefillPeriod, an empty failureMode is DefaultFailureMode, an
-// empty tierNames DefaultTierNames.
+// refillPeriod refills per DefaultRefillPeriod, a quota without timeZone counts in
+// DefaultTimeZone, an empty failureMode is DefaultFailureMode, an empty tierNames
+// DefaultTierNames.
 // Validate does not modify p.
 //
 // The CRD's schema and CEL rules enforce the same rules; the error of the API server names the
 // same field, except for rules that CEL checks on an enclosing object (a key in two overrides,
 // an override's unknown tier: spec.overrides; a duplicate tier name: spec.tiers[i]; a duplicate
 // limit name: spec.tiers[i].limits[j]). Only the CRD limits the text of a duration
-// (MaxDurationLength), which a decoded duration has lost.
+// (MaxDurationLength), which a decoded duration has lost. Only Validate looks a quota's
+// timeZone up in the tz database (LoadTimeZone): the CRD checks its form alone, so the API
+// server admits a well-formed name of no zone, which Validate, and so the operator and
+// limiterd, refuse.
 func Validate(p *RateLimitPolicy) error {
 	if p == nil {
 		return errors.New("RateLimitPolicy is nil")
@@ -117,9 +122,13 @@ func validateSpec(s *RateLimitPolicySpec, path *field.Path) field.ErrorList {
 	if s.Refunds != "" && !oneOf(s.Refunds, supportedRefunds) {
 		errs = append(errs, field.NotSupported(path.Child("refunds"), s.Refunds, supportedRefunds))
 	}
-	if s.Refunds == RefundsEnabled && slidingWindows(s.Tiers) {
+	if s.Refunds == RefundsEnabled && usesAlgorithm(s.Tiers, AlgorithmSlidingWindow) {
 		errs = append(errs, field.Invalid(path.Child("refunds"), s.Refunds,
 			"refunds cannot be Enabled with a SlidingWindow tier or limit: a refund could not remove the charge from the window's log, which would free its units twice"))
+	}
+	if s.Refunds == RefundsEnabled && usesAlgorithm(s.Tiers, AlgorithmQuota) {
+		errs = append(errs, field.Invalid(path.Child("refunds"), s.Refunds,
+			"refunds cannot be Enabled with a Quota tier or limit: refunds of a quota's charges are not supported yet"))
 	}
 	if s.Envoy != nil {
 		errs = append(errs, validateEnvoy(s.Envoy, path.Child("envoy"))...)
@@ -127,14 +136,14 @@ func validateSpec(s *RateLimitPolicySpec, path *field.Path) field.ErrorList {
 	return errs
 }
 
-// slidingWindows says whether a tier of tiers, or a limit of a stacked tier, is a sliding window.
-func slidingWindows(tiers []Tier) bool {
+// usesAlgorithm says whether a tier of tiers, or a limit of a stacked tier, has algorithm a.
+func usesAlgorithm(tiers []Tier, a Algorithm) bool {
 	for i := range tiers {
-		if tiers[i].Algorithm == AlgorithmSlidingWindow {
+		if tiers[i].Algorithm == a {
 			return true
 		}
 		for j := range tiers[i].Limits {
-			if tiers[i].Limits[j].Algorithm == AlgorithmSlidingWindow {
+			if tiers[i].Limits[j].Algorithm == a {
 				return true
 			}
 		}
@@ -227,7 +236,7 @@ func validateTier(t *Tier, path *field.Path) field.ErrorList {
 	if t.Algorithm == "" {
 		errs = append(errs, field.Required(path.Child("algorithm"), "a tier needs algorithm (one limit) or limits (a stack)"))
 	}
-	return append(errs, validateAlgorithm(t.Algorithm, t.TokenBucket, t.SlidingWindow, supportedAlgorithms, path)...)
+	return append(errs, validateAlgorithm(t.Algorithm, blocks{t.TokenBucket, t.SlidingWindow, t.Quota}, supportedAlgorithms, path)...)
 }
 
 // validateName checks a tier's or a limit's name: a DNS label.
@@ -255,6 +264,9 @@ func validateStack(t *Tier, path *field.Path) field.ErrorList {
 	if t.SlidingWindow != nil {
 		errs = append(errs, field.Forbidden(path.Child("slidingWindow"), "slidingWindow must be set only when algorithm is SlidingWindow"))
 	}
+	if t.Quota != nil {
+		errs = append(errs, field.Forbidden(path.Child("quota"), "quota must be set only when algorithm is Quota"))
+	}
 	switch {
 	case len(t.Limits) == 0:
 		errs = append(errs, field.Required(limitsPath, fmt.Sprintf("a stack has 1 to %d limits", MaxLimits)))
@@ -271,44 +283,61 @@ func validateStack(t *Tier, path *field.Path) field.ErrorList {
 		}
 		names[l.Name] = true
 		if l.Algorithm == "" {
-			errs = append(errs, field.Required(p.Child("algorithm"), "one of TokenBucket, SlidingWindow"))
+			errs = append(errs, field.Required(p.Child("algorithm"), "one of TokenBucket, SlidingWindow, Quota"))
 		}
-		errs = append(errs, validateAlgorithm(l.Algorithm, l.TokenBucket, l.SlidingWindow, stackedAlgorithms, p)...)
+		errs = append(errs, validateAlgorithm(l.Algorithm, blocks{l.TokenBucket, l.SlidingWindow, l.Quota}, stackedAlgorithms, p)...)
 	}
 	return errs
+}
+
+// blocks are the parameter blocks beside an algorithm, of a tier or of a stacked tier's limit.
+type blocks struct {
+	tokenBucket   *TokenBucket
+	slidingWindow *SlidingWindow
+	quota         *Quota
 }
 
 // validateAlgorithm checks an algorithm against supported, and the parameter blocks beside it
 // (at path): exactly the one it needs, each valid. A missing algorithm ("") is the caller's to
 // report; the blocks are then only checked for their own bounds.
-func validateAlgorithm(a Algorithm, tb *TokenBucket, sw *SlidingWindow, supported []Algorithm, path *field.Path) field.ErrorList {
+func validateAlgorithm(a Algorithm, b blocks, supported []Algorithm, path *field.Path) field.ErrorList {
 	var errs field.ErrorList
-	tbPath, swPath := path.Child("tokenBucket"), path.Child("slidingWindow")
+	tbPath, swPath, qPath := path.Child("tokenBucket"), path.Child("slidingWindow"), path.Child("quota")
 	switch {
 	case a == "":
 	case !oneOf(a, supported):
 		errs = append(errs, field.NotSupported(path.Child("algorithm"), a, supported))
 	case a == AlgorithmTokenBucket:
-		if tb == nil {
+		if b.tokenBucket == nil {
 			errs = append(errs, field.Required(tbPath, "tokenBucket is required when algorithm is TokenBucket"))
 		}
 	case a == AlgorithmSlidingWindow:
-		if sw == nil {
+		if b.slidingWindow == nil {
 			errs = append(errs, field.Required(swPath, "slidingWindow is required when algorithm is SlidingWindow"))
+		}
+	case a == AlgorithmQuota:
+		if b.quota == nil {
+			errs = append(errs, field.Required(qPath, "quota is required when algorithm is Quota"))
 		}
 	case a == AlgorithmUnlimited:
 	}
-	if tb != nil && a != AlgorithmTokenBucket && a != "" {
+	if b.tokenBucket != nil && a != AlgorithmTokenBucket && a != "" {
 		errs = append(errs, field.Forbidden(tbPath, "tokenBucket must be set only when algorithm is TokenBucket"))
 	}
-	if sw != nil && a != AlgorithmSlidingWindow && a != "" {
+	if b.slidingWindow != nil && a != AlgorithmSlidingWindow && a != "" {
 		errs = append(errs, field.Forbidden(swPath, "slidingWindow must be set only when algorithm is SlidingWindow"))
 	}
-	if tb != nil {
-		errs = append(errs, validateTokenBucket(tb, tbPath)...)
+	if b.quota != nil && a != AlgorithmQuota && a != "" {
+		errs = append(errs, field.Forbidden(qPath, "quota must be set only when algorithm is Quota"))
 	}
-	if sw != nil {
-		errs = append(errs, validateSlidingWindow(sw, swPath)...)
+	if b.tokenBucket != nil {
+		errs = append(errs, validateTokenBucket(b.tokenBucket, tbPath)...)
+	}
+	if b.slidingWindow != nil {
+		errs = append(errs, validateSlidingWindow(b.slidingWindow, swPath)...)
+	}
+	if b.quota != nil {
+		errs = append(errs, validateQuota(b.quota, qPath)...)
 	}
 	return errs
 }
@@ -356,6 +385,27 @@ func fullRefill(capacity, refillRate int64, period time.Duration) (time.Duration
 func validateSlidingWindow(sw *SlidingWindow, path *field.Path) field.ErrorList {
 	errs := validateRange(sw.Limit, MaxWindowLimit, path.Child("limit"))
 	return append(errs, validatePeriod(sw.Window.Duration, path.Child("window"))...)
+}
+
+// validateQuota checks a quota's limit, its period and its time zone, which it looks up in the
+// tz database (LoadTimeZone); an empty timeZone is DefaultTimeZone.
+func validateQuota(q *Quota, path *field.Path) field.ErrorList {
+	errs := validateRange(q.Limit, MaxQuotaLimit, path.Child("limit"))
+	switch p := path.Child("period"); {
+	case q.Period == "":
+		errs = append(errs, field.Required(p, "one of Day, Week, Month, Year"))
+	case !oneOf(q.Period, supportedPeriods):
+		errs = append(errs, field.NotSupported(p, q.Period, supportedPeriods))
+	}
+	switch p := path.Child("timeZone"); {
+	case len(q.TimeZone) > MaxTimeZoneLength:
+		errs = append(errs, field.TooLong(p, q.TimeZone, MaxTimeZoneLength))
+	default:
+		if _, err := LoadTimeZone(q.TimeZone); err != nil {
+			errs = append(errs, field.Invalid(p, q.TimeZone, err.Error()))
+		}
+	}
+	return errs
 }
 
 func validateRange(v, maxValue int64, path *field.Path) field.ErrorList {

@@ -182,6 +182,68 @@ func TestValidateCases(t *testing.T) {
 			p.Spec.Tiers[1] = stackedTier()
 			p.Spec.Tiers[1].Limits[0].TokenBucket.RefillPeriod = nil
 		}, nil},
+		{"a quota tier", func(p *RateLimitPolicy) { p.Spec.Tiers[1] = quotaTier() }, nil},
+		{"a quota without timeZone counts in UTC", func(p *RateLimitPolicy) {
+			p.Spec.Tiers[1] = quotaTier()
+			p.Spec.Tiers[1].Quota.TimeZone = ""
+		}, nil},
+		{"a quota limit of a stack", func(p *RateLimitPolicy) {
+			p.Spec.Tiers[1] = stackedTier()
+			p.Spec.Tiers[1].Limits[1] = Limit{Name: "monthly", Algorithm: AlgorithmQuota,
+				Quota: &Quota{Limit: 100000, Period: CalendarPeriodMonth, TimeZone: "America/New_York"}}
+		}, nil},
+		{"a quota's every problem is listed", func(p *RateLimitPolicy) {
+			p.Spec.Tiers[1] = quotaTier()
+			p.Spec.Tiers[1].Quota = &Quota{Limit: MaxQuotaLimit + 1, Period: "Fortnight", TimeZone: "Mars/Olympus_Mons"}
+		}, []string{"spec.tiers[1].quota.limit", "spec.tiers[1].quota.period", "spec.tiers[1].quota.timeZone"}},
+		{"a quota without period", func(p *RateLimitPolicy) {
+			p.Spec.Tiers[1] = quotaTier()
+			p.Spec.Tiers[1].Quota.Period = ""
+		}, []string{"spec.tiers[1].quota.period"}},
+		{"a quota in the host's zone", func(p *RateLimitPolicy) {
+			p.Spec.Tiers[1] = quotaTier()
+			p.Spec.Tiers[1].Quota.TimeZone = "Local"
+		}, []string{"spec.tiers[1].quota.timeZone"}},
+		{"a quota's zone too long", func(p *RateLimitPolicy) {
+			p.Spec.Tiers[1] = quotaTier()
+			p.Spec.Tiers[1].Quota.TimeZone = strings.Repeat("A", MaxTimeZoneLength+1)
+		}, []string{"spec.tiers[1].quota.timeZone"}},
+		{"a quota's zone a path", func(p *RateLimitPolicy) {
+			p.Spec.Tiers[1] = quotaTier()
+			p.Spec.Tiers[1].Quota.TimeZone = "/etc/localtime"
+		}, []string{"spec.tiers[1].quota.timeZone"}},
+		{"a quota tier without quota", func(p *RateLimitPolicy) {
+			p.Spec.Tiers[1] = Tier{Name: "pro", Algorithm: AlgorithmQuota}
+		}, []string{"spec.tiers[1].quota"}},
+		{"quota beside another algorithm", func(p *RateLimitPolicy) {
+			p.Spec.Tiers[0].Quota = quotaTier().Quota
+		}, []string{"spec.tiers[0].quota"}},
+		{"quota on a stacked tier", func(p *RateLimitPolicy) {
+			p.Spec.Tiers[1] = stackedTier()
+			p.Spec.Tiers[1].Quota = quotaTier().Quota
+		}, []string{"spec.tiers[1].quota"}},
+		{"a quota limit of a stack without quota, and an unknown zone", func(p *RateLimitPolicy) {
+			p.Spec.Tiers[1] = stackedTier()
+			p.Spec.Tiers[1].Limits[0] = Limit{Name: "daily", Algorithm: AlgorithmQuota}
+			p.Spec.Tiers[1].Limits[1] = Limit{Name: "monthly", Algorithm: AlgorithmQuota,
+				Quota: &Quota{Limit: 10, Period: CalendarPeriodMonth, TimeZone: "Europe/Atlantis"}}
+		}, []string{"spec.tiers[1].limits[0].quota", "spec.tiers[1].limits[1].quota.timeZone"}},
+		{"refunds with a quota tier", func(p *RateLimitPolicy) {
+			p.Spec.Refunds = RefundsEnabled
+			p.Spec.Tiers[1] = quotaTier()
+		}, []string{"spec.refunds"}},
+		{"refunds with a quota limit of a stack", func(p *RateLimitPolicy) {
+			p.Spec.Refunds = RefundsEnabled
+			p.Spec.Tiers[1] = Tier{Name: "pro", Limits: []Limit{
+				{Name: "burst", Algorithm: AlgorithmTokenBucket, TokenBucket: &TokenBucket{Capacity: 10, RefillRate: 10}},
+				{Name: "monthly", Algorithm: AlgorithmQuota, Quota: &Quota{Limit: 1000, Period: CalendarPeriodMonth}},
+			}}
+		}, []string{"spec.refunds"}},
+		{"refunds with a quota and a sliding window: both said", func(p *RateLimitPolicy) {
+			p.Spec.Refunds = RefundsEnabled
+			p.Spec.Tiers[0] = quotaTier()
+			p.Spec.Tiers[0].Name = "free"
+		}, []string{"spec.refunds", "spec.refunds"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -228,6 +290,12 @@ func TestValidateCases(t *testing.T) {
 	if err := Validate(nil); err == nil {
 		t.Error("Validate(nil) = nil, want an error")
 	}
+}
+
+// quotaTier returns a valid quota tier named pro: 1000 a day in Europe/Berlin.
+func quotaTier() Tier {
+	return Tier{Name: "pro", Algorithm: AlgorithmQuota,
+		Quota: &Quota{Limit: 1000, Period: CalendarPeriodDay, TimeZone: "Europe/Berlin"}}
 }
 
 // stackedTier returns a valid stacked tier named pro: a token bucket and a sliding window.
@@ -302,7 +370,19 @@ func TestDefault(t *testing.T) {
 	if got := p.Spec.Tiers[1].Limits[0].TokenBucket.RefillPeriod; got == nil || got.Duration != time.Second {
 		t.Errorf("a limit's refillPeriod = %v, want 1s", got)
 	}
+	// A quota's timeZone, of a tier and of a stacked tier's limit, becomes UTC.
+	p.Spec.Tiers = append(p.Spec.Tiers, quotaTier())
+	p.Spec.Tiers[2].Quota.TimeZone = ""
+	p.Spec.Tiers[1].Limits[1] = Limit{Name: "monthly", Algorithm: AlgorithmQuota, Quota: &Quota{Limit: 10, Period: CalendarPeriodMonth}}
+	p.Default()
+	if got := p.Spec.Tiers[2].Quota.TimeZone; got != DefaultTimeZone {
+		t.Errorf("timeZone = %q, want %q", got, DefaultTimeZone)
+	}
+	if got := p.Spec.Tiers[1].Limits[1].Quota.TimeZone; got != DefaultTimeZone {
+		t.Errorf("a limit's timeZone = %q, want %q", got, DefaultTimeZone)
+	}
 	// Set values stay, and Default is idempotent.
+	p.Spec.Tiers[2].Quota.TimeZone = "Asia/Tokyo"
 	p.Spec.Tiers[0].TokenBucket.RefillPeriod.Duration = time.Minute
 	p.Spec.FailureMode = FailureModeClosed
 	want := p.DeepCopy()

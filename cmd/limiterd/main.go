@@ -30,6 +30,10 @@ import (
 	"syscall"
 	"time"
 
+	// Quotas count in the time zones of the tz database: embedded, so that the scratch image,
+	// which has no /usr/share/zoneinfo, knows every zone (about 400 KB).
+	_ "time/tzdata"
+
 	"github.com/limiterd/limiterd/limiterd/adminauth"
 	"github.com/limiterd/limiterd/limiterd/engine"
 	"github.com/limiterd/limiterd/limiterd/limiter"
@@ -230,7 +234,7 @@ func newDaemon(cfg config, log *slog.Logger) (*daemon, error) {
 		log:      log,
 		metrics:  m,
 		engine:   e,
-		pipeline: source.NewPipeline(tally.Track(e), source.PipelineOptions{Logger: log, Observer: m}),
+		pipeline: source.NewPipeline(tally.Track(e), source.PipelineOptions{Logger: log, Observer: m, Check: st.check}),
 		draining: make(chan struct{}),
 	}
 	d.readiness = append(d.readiness, server.ReadinessCheck{Name: "shutdown", Check: d.shuttingDown})

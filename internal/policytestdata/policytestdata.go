@@ -26,6 +26,11 @@ type File struct {
 	// APIServerField is the path the API server's error names: Field, unless the file says
 	// otherwise ("# apiserver-field: ...") because the rule is CEL on an enclosing object.
 	APIServerField string
+	// APIServerAccepts, for an invalid file, says why the API server admits it
+	// ("# apiserver-accepts: ..."): a rule that the CRD cannot express (a time zone's lookup in
+	// the tz database), which only the Go validator, and so the operator and limiterd, enforce.
+	// Empty: the API server must reject it.
+	APIServerAccepts string
 }
 
 // Load returns the files of dir (a testdata/valid or testdata/invalid directory), sorted by
@@ -57,12 +62,18 @@ func Load(t testing.TB, dir string) []File {
 			if v, ok := strings.CutPrefix(sc.Text(), "# apiserver-field:"); ok {
 				f.APIServerField = strings.TrimSpace(v)
 			}
+			if v, ok := strings.CutPrefix(sc.Text(), "# apiserver-accepts:"); ok {
+				f.APIServerAccepts = strings.TrimSpace(v)
+			}
 		}
 		if err := sc.Err(); err != nil {
 			t.Fatalf("%s: %v", path, err)
 		}
 		if filepath.Base(dir) == "invalid" && f.Field == "" {
 			t.Fatalf("%s has no '# field: <path>' line", path)
+		}
+		if f.APIServerAccepts != "" && f.Field == "" {
+			t.Fatalf("%s: an '# apiserver-accepts:' line is for invalid files only", path)
 		}
 		if f.APIServerField == "" {
 			f.APIServerField = f.Field

@@ -58,6 +58,16 @@ func SlidingWindowTier(name string, limit int64, window time.Duration) v1alpha1.
 	}
 }
 
+// QuotaTier returns a calendar quota tier allowing limit requests per period of the time zone
+// ("" for the default, UTC).
+func QuotaTier(name string, limit int64, period v1alpha1.CalendarPeriod, zone string) v1alpha1.Tier {
+	return v1alpha1.Tier{
+		Name:      name,
+		Algorithm: v1alpha1.AlgorithmQuota,
+		Quota:     &v1alpha1.Quota{Limit: limit, Period: period, TimeZone: zone},
+	}
+}
+
 // StackedTier returns a tier of the given limits, decided all or nothing.
 func StackedTier(name string, limits ...v1alpha1.Limit) v1alpha1.Tier {
 	return v1alpha1.Tier{Name: name, Limits: limits}
@@ -75,6 +85,13 @@ func TokenBucketLimit(name string, capacity, rate int64, period time.Duration) v
 func SlidingWindowLimit(name string, limit int64, window time.Duration) v1alpha1.Limit {
 	t := SlidingWindowTier(name, limit, window)
 	return v1alpha1.Limit{Name: name, Algorithm: t.Algorithm, SlidingWindow: t.SlidingWindow}
+}
+
+// QuotaLimit returns a limit of a stacked tier: a calendar quota allowing limit requests per
+// period of the time zone ("" for the default, UTC).
+func QuotaLimit(name string, limit int64, period v1alpha1.CalendarPeriod, zone string) v1alpha1.Limit {
+	t := QuotaTier(name, limit, period, zone)
+	return v1alpha1.Limit{Name: name, Algorithm: t.Algorithm, Quota: t.Quota}
 }
 
 // UnlimitedTier returns a tier that never limits.

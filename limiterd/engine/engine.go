@@ -365,7 +365,7 @@ func (s *snapshot) find(policyID v1alpha1.PolicyID) (*bound, error) {
 // Observer: it is no request the policy admitted or rejected.
 //
 // On a stacked tier the request is admitted only if every limit admits it, and then charged to
-// each; a rejected one charges none (limiter.Store.DecideStack). Result.Limits holds each limit's
+// each; a rejected one charges none (limiter.Store.Decide). Result.Limits holds each limit's
 // decision. When the store fails, Closed rejects and Open admits by every limit, and Local
 // decides the stack on its fallback.
 func (e *Engine) Decide(ctx context.Context, policyID v1alpha1.PolicyID, key string, cost int64) (Result, error) {
@@ -380,9 +380,7 @@ func (e *Engine) Decide(ctx context.Context, policyID v1alpha1.PolicyID, key str
 	tier := b.policy.Resolve(key)
 	key = ClientKey(key)
 	r := Result{Policy: b.policy, Tier: tier}
-	if tier.Stack != nil {
-		r.Limits = make([]limiter.Decision, tier.Stack.Len())
-	}
+	r.Limits = limitDecisions(tier)
 	r.Decision, r.StoreError = decideOn(ctx, b.store, key, tier, start, cost, r.Limits)
 	if r.StoreError != nil {
 		r.Decision = e.degraded(ctx, b, key, tier, start, cost, r.Limits)
@@ -414,10 +412,9 @@ type BatchResult struct {
 // writes the answer to items[i] to out[i]; len(out) must be len(items). Each answer is what
 // Decide would answer for the item, called for every item in turn: items on one client key are
 // decided in order, each on the state the previous one left, and a bad item fails alone; an
-// item of cost 0 is a peek, as for Decide. The
-// items of each policy go to its store in one call when the store is a limiter.BatchStore (one
-// pass over process memory, one round trip per Redis node), so that a batch costs less than
-// its items one by one. Each decision is observed as Decide observes it, with the batch's
+// item of cost 0 is a peek, as for Decide. The items of each policy go to its store in one call
+// (limiter.Store.DecideBatch: one pass over process memory, one round trip per Redis node), so
+// that a batch costs less than its items one by one. Each decision is observed as Decide observes it, with the batch's
 // time divided by its items as its duration. It returns ErrNotReady, and decides nothing,
 // before the first Swap.
 func (e *Engine) DecideBatch(ctx context.Context, items []BatchItem, out []BatchResult) error {
@@ -456,8 +453,8 @@ func (e *Engine) DecideBatch(ctx context.Context, items []BatchItem, out []Batch
 			continue
 		}
 		out[i].Policy, out[i].Tier = b.policy, b.policy.Resolve(it.Key)
-		if st := out[i].Tier.Stack; st != nil {
-			stacked += st.Len()
+		if out[i].Tier.Stacked {
+			stacked += out[i].Tier.NumLimits()
 		}
 		if last < 0 || groups[last].b != b {
 			last = slices.IndexFunc(groups, func(g group) bool { return g.b == b })
@@ -476,8 +473,8 @@ func (e *Engine) DecideBatch(ctx context.Context, items []BatchItem, out []Batch
 	if stacked > 0 {
 		limits := make([]limiter.Decision, stacked)
 		for i := range out {
-			if t := out[i].Tier; t != nil && t.Stack != nil {
-				n := t.Stack.Len()
+			if t := out[i].Tier; t != nil && t.Stacked {
+				n := t.NumLimits()
 				out[i].Limits, limits = limits[:n:n], limits[n:]
 			}
 		}
@@ -487,23 +484,22 @@ func (e *Engine) DecideBatch(ctx context.Context, items []BatchItem, out []Batch
 		answers []limiter.Answer
 	)
 	for _, g := range groups {
-		bs, ok := g.b.store.(limiter.BatchStore)
-		if !ok {
-			for _, i := range g.items {
-				r := &out[i]
-				r.Decision, r.StoreError = decideOn(ctx, g.b.store, key(i), r.Tier, start, items[i].Cost, r.Limits)
-			}
-			continue
-		}
 		reqs, answers = slices.Grow(reqs[:0], len(g.items)), answers[:0]
 		for _, i := range g.items {
-			reqs = append(reqs, limiter.Request{Key: key(i), Limiter: out[i].Tier.Limiter, Cost: items[i].Cost,
-				Stack: out[i].Tier.Stack, Limits: out[i].Limits})
+			if out[i].Tier.Stack == nil {
+				out[i].Decision = unlimited
+				continue
+			}
+			reqs = append(reqs, limiter.Request{Key: key(i), Stack: out[i].Tier.Stack, Cost: items[i].Cost, Limits: out[i].Limits})
 		}
 		answers = slices.Grow(answers, len(reqs))[:len(reqs)]
-		bs.DecideBatch(ctx, reqs, start, answers)
-		for j, i := range g.items {
-			out[i].Decision, out[i].StoreError = answers[j].Decision, answers[j].Err
+		g.b.store.DecideBatch(ctx, reqs, start, answers)
+		j := 0
+		for _, i := range g.items {
+			if out[i].Tier.Stack != nil {
+				out[i].Decision, out[i].StoreError = answers[j].Decision, answers[j].Err
+				j++
+			}
 		}
 	}
 	decided := 0 // peeks are not observed
@@ -552,16 +548,25 @@ func outcome(r *Result) Outcome {
 	}
 }
 
-// decideOn asks st for tier's decision on cost units for key (cost 0: a peek); limits receives a
-// stacked tier's decision of each limit.
-func decideOn(ctx context.Context, st limiter.Store, key string, tier *policy.Tier, now time.Time, cost int64, limits []limiter.Decision) (limiter.Decision, error) {
-	switch {
-	case tier.Stack != nil:
-		return st.DecideStack(ctx, key, tier.Stack, now, cost, limits)
-	case cost == 0:
-		return st.Peek(ctx, key, tier.Limiter, now)
+// unlimited is the decision of an Unlimited tier, which has no limits and no state.
+var unlimited = limiter.Decision{Allowed: true}
+
+// limitDecisions returns the array that receives the decisions of a stacked tier's limits (nil
+// for any other tier: its one limit's decision is the answer).
+func limitDecisions(tier *policy.Tier) []limiter.Decision {
+	if !tier.Stacked {
+		return nil
 	}
-	return st.Decide(ctx, key, tier.Limiter, now, cost)
+	return make([]limiter.Decision, tier.NumLimits())
+}
+
+// decideOn asks st for tier's decision on cost units for key (cost 0: a peek); limits, unless
+// nil, receives the decision of each limit.
+func decideOn(ctx context.Context, st limiter.Store, key string, tier *policy.Tier, now time.Time, cost int64, limits []limiter.Decision) (limiter.Decision, error) {
+	if tier.Stack == nil {
+		return unlimited, nil
+	}
+	return st.Decide(ctx, key, tier.Stack, now, cost, limits)
 }
 
 // degraded decides by the policy's failure mode after its store failed (cost 0: peeks). For a
@@ -580,11 +585,14 @@ func (e *Engine) degraded(ctx context.Context, b *bound, key string, tier *polic
 		}
 		return limiter.Decision{Allowed: true, Limit: limit, Remaining: limit} // Open admits
 	}
-	if tier.Stack == nil {
-		return answer(tier.Limiter.Limit())
+	switch {
+	case tier.Stack == nil:
+		return unlimited
+	case limits == nil:
+		return answer(tier.Limit(0).Limit())
 	}
 	for i := range limits {
-		limits[i] = answer(tier.Stack.Limiter(i).Limit())
+		limits[i] = answer(tier.Limit(i).Limit())
 	}
 	d, _ := limiter.Combine(limits)
 	return d
@@ -601,9 +609,7 @@ func (e *Engine) Peek(ctx context.Context, policyID v1alpha1.PolicyID, key strin
 	tier := b.policy.Resolve(key)
 	key = ClientKey(key)
 	r := Result{Policy: b.policy, Tier: tier}
-	if tier.Stack != nil {
-		r.Limits = make([]limiter.Decision, tier.Stack.Len())
-	}
+	r.Limits = limitDecisions(tier)
 	r.Decision, err = decideOn(ctx, b.store, key, tier, e.opts.Clock(), 0, r.Limits)
 	if err != nil {
 		return Result{}, fmt.Errorf("read client state: %w", err)
@@ -619,7 +625,7 @@ func (e *Engine) Peek(ctx context.Context, policyID v1alpha1.PolicyID, key strin
 // over its limits). The units come back by the strategy's Refund (see
 // limiter.RateLimiter.Refund: clamped so that the allowance never exceeds its limit; on a
 // stacked tier every limit gets them back, each clamped to its own limit). A reservation
-// refunds once: the store keeps a record of it (limiter.Store.RefundOnce) until it expires,
+// refunds once: the store keeps a record of it (limiter.Store.Refund) until it expires,
 // when the units it charged no longer count anyway (Reservation explains when), and
 // limiter.RefundRecordGrace more, for replicas' clock skew and a refund's own delay (a refund
 // delayed longer than that since it read the clock is refused as ErrReservationExpired).
@@ -673,11 +679,9 @@ func (e *Engine) Refund(ctx context.Context, token string, amount int64) (Result
 	}
 	amount = min(amount, left)
 	r := Result{Policy: b.policy, Tier: tier, Outcome: Allowed}
-	if tier.Stack != nil {
-		r.Limits = make([]limiter.Decision, tier.Stack.Len())
-	}
-	req := limiter.Request{Key: rsv.Key, Limiter: tier.Limiter, Cost: amount, Stack: tier.Stack, Limits: r.Limits}
-	r.Decision, err = b.store.RefundOnce(ctx, req, now, limiter.Once{ID: rsv.ID, Until: rsv.Until})
+	r.Limits = limitDecisions(tier)
+	req := limiter.Request{Key: rsv.Key, Stack: tier.Stack, Cost: amount, Limits: r.Limits}
+	r.Decision, err = b.store.Refund(ctx, req, now, limiter.Once{ID: rsv.ID, Until: rsv.Until})
 	switch {
 	case errors.Is(err, limiter.ErrRefunded):
 		return Result{}, ErrRefunded
@@ -732,8 +736,8 @@ func (e *Engine) tierTag(policyID v1alpha1.PolicyID, t *policy.Tier, epoch uint6
 	var b strings.Builder
 	fmt.Fprintf(&b, "tier\x00%s\x00%s\x00%d", policyID, t.Name, epoch)
 	for i := range t.NumLimits() {
-		name := ""
-		if t.Stack != nil {
+		name := "" // a tier of one limit, as the tags of earlier versions name it
+		if t.Stacked {
 			name = t.Stack.Name(i)
 		}
 		l := t.Limit(i)
@@ -773,6 +777,9 @@ func (e *Engine) reserve(b *bound, r *Result, key string, now time.Time, cost in
 // >= at first), so refunding k <= cost - (now-at)/T units gives exactly the state of the history
 // in which the charge was k units smaller (no clamping happened in it between at and now).
 func refundable(t *policy.Tier, cost int64, at, now time.Time) int64 {
+	if !t.Limited() {
+		return 0 // an Unlimited tier charged nothing
+	}
 	elapsed := max(now.Sub(at), 0)
 	left := cost
 	for i := range t.NumLimits() {

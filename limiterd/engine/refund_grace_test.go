@@ -16,7 +16,7 @@ import (
 	"github.com/limiterd/limiterd/limiterd/reservation"
 )
 
-// stallingStore is a memory store whose RefundOnce, once armed, waits before it goes on: a
+// stallingStore is a memory store whose Refund, once armed, waits before it goes on: a
 // refund preempted between the engine's clock read and the store's record.
 type stallingStore struct {
 	*limiter.Memory
@@ -25,12 +25,12 @@ type stallingStore struct {
 	release chan struct{}
 }
 
-func (s *stallingStore) RefundOnce(ctx context.Context, req limiter.Request, now time.Time, once limiter.Once) (limiter.Decision, error) {
+func (s *stallingStore) Refund(ctx context.Context, req limiter.Request, now time.Time, once limiter.Once) (limiter.Decision, error) {
 	if s.armed.CompareAndSwap(true, false) {
 		close(s.entered)
 		<-s.release
 	}
-	return s.Memory.RefundOnce(ctx, req, now, once)
+	return s.Memory.Refund(ctx, req, now, once)
 }
 
 // TestDelayedRefundAppliesOnce: a refund that read the clock while its reservation was valid,

@@ -199,7 +199,7 @@ func BenchmarkDecideReservation(b *testing.B) {
 // fullRecordsStore refuses every refund as a memory store whose refund records are full does.
 type fullRecordsStore struct{ limiter.Store }
 
-func (fullRecordsStore) RefundOnce(context.Context, limiter.Request, time.Time, limiter.Once) (limiter.Decision, error) {
+func (fullRecordsStore) Refund(context.Context, limiter.Request, time.Time, limiter.Once) (limiter.Decision, error) {
 	return limiter.Decision{}, limiter.ErrTooManyRefunds
 }
 

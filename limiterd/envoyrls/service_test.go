@@ -438,6 +438,11 @@ func TestCurrentLimitUnits(t *testing.T) {
 		{testsupport.TokenBucketTier("b", 1000, 1, 10*time.Minute), 1000, min, 10000},
 		{testsupport.TokenBucketTier("b", 1_000_000_000, 1_000_000_000, time.Second), 1_000_000_000, sec, 0},
 		{testsupport.TokenBucketTier("b", 366, 1, 24*time.Hour), 366, day, 366},
+		// A quota's window is the longest its period lasts, as in its RateLimit-Policy item.
+		{testsupport.QuotaTier("q", 1000, v1alpha1.CalendarPeriodDay, "Europe/Berlin"), 1000, day, 0},
+		{testsupport.QuotaTier("q", 1000, v1alpha1.CalendarPeriodWeek, ""), 1000, day, 7},
+		{testsupport.QuotaTier("q", 1000, v1alpha1.CalendarPeriodMonth, ""), 1000, day, 31},
+		{testsupport.QuotaTier("q", 1000, v1alpha1.CalendarPeriodYear, ""), 1000, day, 366},
 	} {
 		p, err := policy.Compile(newPolicy("default", "p", c.tier))
 		if err != nil {
@@ -446,7 +451,7 @@ func TestCurrentLimitUnits(t *testing.T) {
 		rl := fillCurrentLimit(&rlsv3.RateLimitResponse_RateLimit{}, p.Default, 0)
 		if rl.GetName() != c.tier.Name || rl.GetRequestsPerUnit() != c.perUnit || rl.GetUnit() != c.unit ||
 			(rl.GetUnitMultiplier() == nil) != (c.multiplier == 0) || rl.GetUnitMultiplier().GetValue() != c.multiplier {
-			t.Errorf("%v per %v: %v, want %d per %d %v", p.Default.Limiter.Limit(), p.Default.Limiter.Window(), rl, c.perUnit, c.multiplier, c.unit)
+			t.Errorf("%v per %v: %v, want %d per %d %v", p.Default.Limit(0).Limit(), p.Default.Limit(0).Window(), rl, c.perUnit, c.multiplier, c.unit)
 		}
 	}
 }

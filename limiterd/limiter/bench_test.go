@@ -37,12 +37,12 @@ func BenchmarkHotKey(b *testing.B) {
 		}
 	})
 	b.Run("limiterd/Memory.Decide(time.Now)", func(b *testing.B) {
-		tb := mustTB(b, 100, 500, time.Millisecond)
+		tb := limitertest.One(mustTB(b, 100, 500, time.Millisecond))
 		m := limiter.NewMemory(nil)
 		ctx := b.Context()
 		b.ReportAllocs()
 		for i := 0; i < b.N; i++ {
-			_, _ = m.Decide(ctx, "hot-client", tb, time.Now(), 1)
+			_, _ = m.Decide(ctx, "hot-client", tb, time.Now(), 1, nil)
 		}
 	})
 	b.Run("limiterd/TokenBucket.Decide", func(b *testing.B) {
@@ -56,14 +56,14 @@ func BenchmarkHotKey(b *testing.B) {
 		}
 	})
 	b.Run("limiterd/Memory.Decide", func(b *testing.B) {
-		tb := mustTB(b, 100, 500, time.Millisecond)
+		tb := limitertest.One(mustTB(b, 100, 500, time.Millisecond))
 		m := limiter.NewMemory(nil)
 		ctx := b.Context()
 		now := limitertest.T0
 		b.ReportAllocs()
 		for i := 0; i < b.N; i++ {
 			now = now.Add(time.Microsecond)
-			m.Decide(ctx, "hot-client", tb, now, 1)
+			m.Decide(ctx, "hot-client", tb, now, 1, nil)
 		}
 	})
 	// A stacked tier: a burst bucket and a window, decided all or nothing under one lock.
@@ -76,7 +76,7 @@ func BenchmarkHotKey(b *testing.B) {
 		b.ReportAllocs()
 		for i := 0; i < b.N; i++ {
 			now = now.Add(time.Microsecond)
-			m.DecideStack(ctx, "hot-client", st, now, 1, out)
+			m.Decide(ctx, "hot-client", st, now, 1, out)
 		}
 	})
 	b.Run("limiterd/SlidingWindow.Decide", func(b *testing.B) {
@@ -135,18 +135,18 @@ func BenchmarkManyClients(b *testing.B) {
 		runtime.KeepAlive(limiters)
 	})
 	b.Run("limiterd/Memory", func(b *testing.B) {
-		tb := mustTB(b, 100, 10, time.Second)
+		tb := limitertest.One(mustTB(b, 100, 10, time.Second))
 		before := heapInUse()
 		m := limiter.NewMemory(nil)
 		ctx := b.Context()
 		for _, k := range keys {
-			m.Decide(ctx, k, tb, now, 1)
+			m.Decide(ctx, k, tb, now, 1, nil)
 		}
 		after := heapInUse()
 		b.ReportAllocs()
 		b.ResetTimer()
 		for i := 0; i < b.N; i++ {
-			m.Decide(ctx, keys[i%manyClients], tb, now.Add(time.Duration(i)), 1)
+			m.Decide(ctx, keys[i%manyClients], tb, now.Add(time.Duration(i)), 1, nil)
 		}
 		b.StopTimer()
 		b.ReportMetric(float64(after-before)/manyClients, "heapB/client")
@@ -158,7 +158,7 @@ func BenchmarkManyClients(b *testing.B) {
 // see how decisions scale with GOMAXPROCS.
 func BenchmarkParallel(b *testing.B) {
 	keys := clientKeys(100_000)
-	tb := mustTB(b, 100, 10, time.Second)
+	tb := limitertest.One(mustTB(b, 100, 10, time.Second))
 	m := limiter.NewMemory(nil)
 	ctx := b.Context()
 	var worker atomic.Int64
@@ -170,7 +170,7 @@ func BenchmarkParallel(b *testing.B) {
 		for pb.Next() {
 			i++
 			now = now.Add(time.Microsecond)
-			m.Decide(ctx, keys[i%len(keys)], tb, now, 1)
+			m.Decide(ctx, keys[i%len(keys)], tb, now, 1, nil)
 		}
 	})
 }

@@ -16,6 +16,11 @@
 //     admitted. The state is a log of admitted instants (16 bytes an entry; requests admitted at
 //     the same nanosecond share an entry), so a client's memory is at most 16*limit bytes plus a
 //     64-byte header, and is released once its window is empty.
+//   - Quota: at most limit units per calendar period (day, ISO week, month, year) of a time
+//     zone; the count restarts at 0 when a period starts. A period starts at the first instant
+//     the zone's clock shows its first date: local midnight, or the end of a daylight saving
+//     gap that skips it. The state is the period's end and the count (no allocation); a
+//     period's end is computed when a request is first admitted in it.
 //   - Unlimited: admits everything and keeps no state.
 //
 // A cost above a strategy's capacity (limit) can never be admitted: it is rejected and consumes
@@ -42,8 +47,9 @@
 // client's allowance, exactly and clamped so that the allowance never exceeds its limit: a token
 // bucket's theoretical arrival time moves back by the refunded tokens' refill time, never before
 // now; a sliding window forgets its newest admitted units still inside the window first (units
-// that left the window cannot come back). A store applies a refund atomically with the client's
-// decisions. A refund is not idempotent: it refunds again each time it is called.
+// that left the window cannot come back); a quota's count goes down, never below 0 (units used
+// in a period that has ended cannot come back). A store applies a refund atomically with the
+// client's decisions. A refund is not idempotent: it refunds again each time it is called.
 //
 // # Parameter changes
 //
@@ -56,6 +62,17 @@
 //   - same strategy (parameters unchanged): the state is kept as it is;
 //   - same algorithm, new parameters: the usage carries over, clamped to the new limits (a token
 //     bucket keeps the tokens it had used, at most the new capacity; a sliding window keeps the
-//     admissions still inside the new window, at most the new limit, dropping the oldest);
+//     admissions still inside the new window, at most the new limit, dropping the oldest; a
+//     quota, see below);
 //   - another algorithm: the client starts fresh.
+//
+// A quota's count, at most the new limit, carries into the new parameters' current period
+// (the one holding now), and lasts until the earlier of the stored period's end and that
+// period's end: a change never extends the count past either, and a raised limit gives the
+// difference at once, while a lowered one can leave the client rejected until the period
+// ends. One exception: when the stored period started within the new current period (a day
+// changed into a month, a week into a year), every unit it counts was used in the new period
+// too, and the count lasts until the new period's end, rather than starting again at the
+// stored day's end in the middle of the month. A count whose period has ended is dropped.
+// A change of zone moves the boundaries; the same rule applies.
 package limiter

@@ -14,11 +14,13 @@ import (
 type Decision struct {
 	// Allowed reports whether the request was admitted.
 	Allowed bool
-	// Limit is the strategy's capacity (token bucket) or limit (sliding window); 0 for Unlimited.
+	// Limit is the strategy's capacity (token bucket) or limit (sliding window, quota); 0 for
+	// Unlimited.
 	Limit int64
 	// Remaining is how many more units the client could be admitted right now.
 	Remaining int64
-	// ResetAfter is how long until the client's state is fresh again (bucket full, window empty).
+	// ResetAfter is how long until the client's state is fresh again (bucket full, window empty,
+	// quota's period over).
 	ResetAfter time.Duration
 	// RetryAfter is, for a rejected request, how long until the same cost could be admitted.
 	// It is 0 for a cost the strategy can never admit, one above its capacity or limit: no wait
@@ -34,6 +36,7 @@ const (
 	AlgorithmUnlimited Algorithm = iota
 	AlgorithmTokenBucket
 	AlgorithmSlidingWindow
+	AlgorithmQuota
 )
 
 // String returns the algorithm's API name.
@@ -43,6 +46,8 @@ func (a Algorithm) String() string {
 		return "TokenBucket"
 	case AlgorithmSlidingWindow:
 		return "SlidingWindow"
+	case AlgorithmQuota:
+		return "Quota"
 	case AlgorithmUnlimited:
 		return "Unlimited"
 	}
@@ -53,9 +58,10 @@ func (a Algorithm) String() string {
 // for one client on the State a store keeps for that client. Implementations are safe for
 // concurrent use; a State is not, and the store serialises decisions on it.
 //
-// The set of strategies is closed (TokenBucket, SlidingWindow, Unlimited): a shared store such
-// as Redis runs each algorithm as a server-side script that must mirror the Go code exactly,
-// and the conformance table in package limitertest holds both to the same expectations.
+// The set of strategies is closed (TokenBucket, SlidingWindow, Quota, Unlimited): a shared
+// store such as Redis runs each algorithm as a server-side script that must mirror the Go code
+// exactly, and the conformance table in package limitertest holds both to the same
+// expectations.
 type RateLimiter interface {
 	// Decide admits cost units for the client whose state is s at instant now, or rejects
 	// them and leaves s as it was. cost must be at least 1.
@@ -65,7 +71,8 @@ type RateLimiter interface {
 	// Refund returns amount units to the client's allowance at instant now, clamped so that
 	// the allowance never exceeds its limit: a token bucket's theoretical arrival time moves
 	// back by amount tokens' refill time, never before now; a sliding window forgets the
-	// newest amount admitted units still in the window. It answers what Peek would after it.
+	// newest amount admitted units still in the window; a quota's count of its current period
+	// goes down by amount, never below 0. It answers what Peek would after it.
 	// amount must be at least 1.
 	Refund(s *State, now time.Time, amount int64) Decision
 	// Fresh reports whether s has decayed back to the state of a client never seen (bucket full,
@@ -76,7 +83,8 @@ type RateLimiter interface {
 	// Limit returns the capacity or limit (0 for Unlimited).
 	Limit() int64
 	// Window returns the interval the limit is expressed over, for the RateLimit-Policy header:
-	// the time a token bucket takes to refill completely, or a sliding window's window.
+	// the time a token bucket takes to refill completely, a sliding window's window, or the
+	// longest a quota's calendar period lasts (Quota.Window).
 	Window() time.Duration
 	// ID identifies the strategy for the life of the process: strategies built from equal
 	// parameters while one of them is in use are one value, with one ID; an ID is never reused.
@@ -96,7 +104,7 @@ type stamp struct {
 // ID implements RateLimiter.
 func (s *stamp) ID() uint64 { return s.id }
 
-func (*stamp) sealed()    {} // TokenBucket and SlidingWindow, which embed a stamp
+func (*stamp) sealed()    {} // TokenBucket, SlidingWindow and Quota, which embed a stamp
 func (unlimited) sealed() {}
 
 // State is one client's state under a strategy. The zero value is a client never seen.
@@ -104,8 +112,8 @@ func (unlimited) sealed() {}
 // therefore stays in use as long as the state does.
 type State struct {
 	stamp *stamp     // of the strategy that last wrote the state; nil: fresh
-	tat   int64      // token bucket: theoretical arrival time, Unix ns
-	frac  uint32     // token bucket: fraction of tat, in units of 1/refillRate ns
+	tat   int64      // Unix ns. token bucket: theoretical arrival time; quota: end of the period
+	frac  uint32     // token bucket: fraction of tat, in 1/refillRate ns; quota: units used
 	log   *windowLog // sliding window: admitted instants
 }
 
@@ -117,7 +125,7 @@ type State struct {
 // use, however many parameter sets were ever compiled (Strategies reports how many).
 var strategies struct {
 	sync.Mutex
-	byParams map[any]any // tokenBucketParams → weak.Pointer[TokenBucket]; slidingWindowParams → weak.Pointer[SlidingWindow]
+	byParams map[any]any // tokenBucketParams → weak.Pointer[TokenBucket]; slidingWindowParams → weak.Pointer[SlidingWindow]; quotaParams → weak.Pointer[Quota]
 	ids      atomic.Uint64
 }
 
@@ -184,15 +192,20 @@ func convert(rl RateLimiter, s *State, now int64) {
 			to.carryFrom(s, now)
 			return
 		}
+	case *Quota:
+		if from, ok := s.stamp.rl.(*Quota); ok {
+			to.carryFrom(from, s, now)
+			return
+		}
 	}
 	*s = State{}
 }
 
 // Bounds of the strategies' parameters: the ranges in which their exact integer arithmetic
-// holds (NewTokenBucket and NewSlidingWindow reject parameters outside them). They are the one
-// source of these bounds: the API (api/v1alpha1, limits.go) takes its own from them, so that
-// every valid policy compiles; the CRD's markers repeat them as literals, and the API's tests
-// check the generated CRD against them.
+// holds (NewTokenBucket, NewSlidingWindow and NewQuota reject parameters outside them). They
+// are the one source of these bounds: the API (api/v1alpha1, limits.go) takes its own from
+// them, so that every valid policy compiles; the CRD's markers repeat them as literals, and the
+// API's tests check the generated CRD against them.
 const (
 	// MaxCapacity bounds a token bucket's capacity and refillRate (both at least 1). A TAT's
 	// fraction, in units of 1/refillRate ns, is below the rate: the bound keeps it within the
@@ -204,6 +217,9 @@ const (
 	// 16-byte entry per distinct admitted instant inside it, at most limit entries, so the
 	// bound caps a client's state and the entries a decision or a peek may walk or copy.
 	MaxWindowLimit = 100_000
+	// MaxQuotaLimit bounds a quota's limit (at least 1). A quota's count, at most its limit,
+	// is kept in State's 32-bit fraction field (1e9 < 2^32).
+	MaxQuotaLimit = 1_000_000_000
 	// MinPeriod is the shortest refillPeriod or window. The arithmetic needs only a positive
 	// period (TokenBucket.tokens divides by it; under a window of 0 every admission would
 	// expire at once); one millisecond is the resolution of the durations limiterd answers

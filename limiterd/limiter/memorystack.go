@@ -1,7 +1,6 @@
 package limiter
 
 import (
-	"context"
 	"strings"
 	"time"
 	"unsafe"
@@ -78,31 +77,10 @@ func (u *windowUndo) restore(s *State) {
 	}
 }
 
-// DecideStack implements Store: every limit's state is read, decided and written, or restored,
-// under the shard lock of the client key. It never fails.
-func (m *Memory) DecideStack(_ context.Context, key string, st *Stack, now time.Time, cost int64, out []Decision) (Decision, error) {
-	o := opDecide
-	if cost == 0 {
-		o, cost = opPeek, 1
-	}
-	if m.applyStack(key, st, now, cost, o, out) && m.budget.over() {
-		m.budget.reclaim(m, now)
-	}
-	d, _ := Combine(out[:st.Len()])
-	return d, nil
-}
-
-// RefundStack implements Store: every limit that keeps state for the client refunds, each as
-// RateLimiter.Refund does, under the shard lock of the client key. It never fails.
-func (m *Memory) RefundStack(_ context.Context, key string, st *Stack, now time.Time, amount int64, out []Decision) (Decision, error) {
-	m.applyStack(key, st, now, amount, opRefund, out)
-	d, _ := Combine(out[:st.Len()])
-	return d, nil
-}
-
 // applyStack decides (all or nothing), peeks or refunds a stack for key; it reports whether the
-// store's bytes grew (new clients, grown logs).
-func (m *Memory) applyStack(key string, st *Stack, now time.Time, cost int64, o op, out []Decision) (added bool) {
+// store's bytes grew (new clients, grown logs). limits is zeroed working space for st.Len()
+// limits; out has room for st.Len() decisions.
+func (m *Memory) applyStack(key string, st *Stack, now time.Time, cost int64, o op, limits []stackLimit, out []Decision) (added bool) {
 	n := st.Len()
 	out = out[:n]
 	key = storedKey(key)
@@ -114,7 +92,6 @@ func (m *Memory) applyStack(key string, st *Stack, now time.Time, cost int64, o 
 		return false
 	}
 	var (
-		limits [MaxStack]stackLimit
 		// The limits' stack keys: views of scratch memory, cloned when inserted. They are kept
 		// apart from limits, whose fields are written through pointers, so that escape analysis
 		// keeps scratch on the stack.
@@ -136,7 +113,7 @@ func (m *Memory) applyStack(key string, st *Stack, now time.Time, cost int64, o 
 		}
 		l.h = sh.buckets.hash(keys[i])
 		switch rl.Algorithm() {
-		case AlgorithmTokenBucket:
+		case AlgorithmTokenBucket, AlgorithmQuota: // compact states, in the bucket table
 			if j, ok := sh.buckets.find(keys[i], l.h); ok {
 				l.s, l.slot, l.tracked = sh.unpack(sh.buckets.slots[j].state), j, true
 			} else if _, ok := sh.windows[keys[i]]; ok {
@@ -161,21 +138,15 @@ func (m *Memory) applyStack(key string, st *Stack, now time.Time, cost int64, o 
 	case opRefund:
 		for i, rl := range st.limits {
 			l := &limits[i]
-			switch rl := rl.(type) {
-			case *TokenBucket:
-				if !l.tracked {
-					out[i] = rl.Peek(&l.s, now) // nothing to refund
-					continue
-				}
+			switch {
+			case !l.tracked:
+				out[i] = peek(rl, &l.s, now) // nothing to refund
+			case l.w != nil:
+				out[i] = refund(rl, l.w, now, cost) // the log only shrinks: its capacity stays
+			default:
 				was, prev := l.s.stamp, sh.buckets.slots[l.slot].state.by
-				out[i] = rl.Refund(&l.s, now, cost)
+				out[i] = refund(rl, &l.s, now, cost)
 				sh.buckets.slots[l.slot].state = sh.pack(&l.s, was, prev)
-			case *SlidingWindow:
-				if !l.tracked {
-					out[i] = rl.Peek(&l.s, now)
-					continue
-				}
-				out[i] = rl.Refund(l.w, now, cost) // the log only shrinks: its capacity stays
 			}
 		}
 		return false
@@ -185,17 +156,21 @@ func (m *Memory) applyStack(key string, st *Stack, now time.Time, cost int64, o 
 	allowed := true
 	for i, rl := range st.limits {
 		l := &limits[i]
-		switch rl := rl.(type) { // concrete calls keep the states on the stack
-		case *TokenBucket:
-			l.next = l.s
-			out[i] = rl.Decide(&l.next, now, cost)
+		// Concrete calls for the two rates, which the compiler can inline.
+		switch rl := rl.(type) {
 		case *SlidingWindow:
 			if l.w != nil {
 				l.undo.save(l.w)
 				out[i] = rl.Decide(l.w, now, cost)
 			} else {
-				out[i] = rl.Decide(&l.s, now, cost)
+				out[i] = rl.Decide(&l.s, now, cost) // untracked: decided on a fresh state
 			}
+		case *TokenBucket:
+			l.next = l.s
+			out[i] = rl.Decide(&l.next, now, cost)
+		default:
+			l.next = l.s
+			out[i] = decide(rl, &l.next, now, cost)
 		}
 		allowed = allowed && out[i].Allowed
 	}
@@ -219,14 +194,18 @@ func (m *Memory) applyStack(key string, st *Stack, now time.Time, cost int64, o 
 		}
 		return false
 	}
-	// Every limit admitted: write each state. Slots are found again, since an insertion may grow
-	// the table and a removal shift its entries.
+	// Every limit admitted: write each state. Once the tables changed (an insertion may grow the
+	// bucket table, a removal or an eviction shift its entries), slots are found again.
+	changed := false
 	for i, rl := range st.limits {
 		l := &limits[i]
 		switch rl.Algorithm() {
-		case AlgorithmTokenBucket:
+		case AlgorithmTokenBucket, AlgorithmQuota:
 			if l.tracked {
-				j, _ := sh.buckets.find(keys[i], l.h)
+				j := l.slot
+				if changed {
+					j, _ = sh.buckets.find(keys[i], l.h)
+				}
 				slot := &sh.buckets.slots[j].state
 				*slot = sh.pack(&l.next, l.s.stamp, slot.by)
 				continue
@@ -249,6 +228,7 @@ func (m *Memory) applyStack(key string, st *Stack, now time.Time, cost int64, o 
 			added = m.keepWindow(sh, keys[i], s) || added
 		case AlgorithmUnlimited:
 		}
+		changed = true
 	}
 	return added
 }

@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// Once makes a refund apply at most once (see Store.RefundOnce).
+// Once makes a refund apply at most once (see Store.Refund).
 type Once struct {
 	// ID names the refund: a reservation's ID, unique among every refund of the store.
 	ID [16]byte
@@ -16,7 +16,7 @@ type Once struct {
 	Until time.Time
 }
 
-// Errors of RefundOnce; neither refunds anything.
+// Errors of Store.Refund; neither refunds anything.
 var (
 	// ErrRefunded: a refund of the same ID was made before.
 	ErrRefunded = errors.New("already refunded")
@@ -168,19 +168,19 @@ func (r *refundRecords) len() int {
 	return len(r.ids)
 }
 
-// RefundOnce implements Store: the record of once.ID is kept in process memory until once.Until
-// and RefundRecordGrace more (at most MaxRefundRecords; Sweep drops expired ones), then the
-// refund is made as Refund or RefundStack make it. It also fails with ErrRefundTooLate, refunding
-// nothing, when now is more than RefundRecordGrace older than the newest now the records have
-// seen (RefundOnce's and Sweep's). It never fails otherwise.
-func (m *Memory) RefundOnce(ctx context.Context, req Request, now time.Time, once Once) (Decision, error) {
+// Refund implements Store: the record of once.ID is kept in process memory until once.Until
+// and RefundRecordGrace more (at most MaxRefundRecords; Sweep drops expired ones), then every
+// limit that keeps state for the client refunds, each as RateLimiter.Refund does, under the
+// shard lock of the client key (a client the store does not track has nothing to refund). It
+// also fails with ErrRefundTooLate, refunding nothing, when now is more than RefundRecordGrace
+// older than the newest now the records have seen (Refund's and Sweep's). It never fails
+// otherwise.
+func (m *Memory) Refund(_ context.Context, req Request, now time.Time, once Once) (Decision, error) {
 	if err := m.refunds.add(once.ID, once.Until, now); err != nil {
 		return Decision{}, err
 	}
-	if req.Stack != nil {
-		return m.RefundStack(ctx, req.Key, req.Stack, now, req.Cost, req.Limits)
-	}
-	return m.Refund(ctx, req.Key, req.Limiter, now, req.Cost)
+	d, _ := m.applyAny(req.Key, req.Stack, now, req.Cost, opRefund, req.Limits)
+	return d, nil
 }
 
 // RefundRecords returns the number of refund records the store keeps (see MaxRefundRecords).

@@ -52,7 +52,7 @@ func TestByteBudgetBoundsRSSUnderALongKeyFlood(t *testing.T) {
 	defer debug.SetMemoryLimit(debug.SetMemoryLimit(containerLimit / 10 * 9))
 	budget := limiter.NewBudget(0, containerLimit/2)
 	m := limiter.NewMemory(budget)
-	tb := mustTB(t, 10, 1, time.Hour)
+	tb := limitertest.One(mustTB(t, 10, 1, time.Hour))
 	now := limitertest.T0
 	key := []byte(strings.Repeat("k", keyLen))
 	// The kernel's high-water mark (VmHWM) is the exact peak, which sampling VmRSS can miss
@@ -63,7 +63,7 @@ func TestByteBudgetBoundsRSSUnderALongKeyFlood(t *testing.T) {
 	}
 	for i := range keys {
 		copy(key, strconv.Itoa(i)) // a fresh string each time, as a request's key would be
-		m.Decide(t.Context(), string(key), tb, now, 1)
+		m.Decide(t.Context(), string(key), tb, now, 1, nil)
 		if budget.Bytes() > containerLimit/2+keyLen+64 {
 			t.Fatalf("after %d keys the budget holds %d bytes, bound %d", i+1, budget.Bytes(), containerLimit/2)
 		}

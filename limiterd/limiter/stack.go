@@ -35,8 +35,8 @@ type Stack struct {
 	limits []RateLimiter
 }
 
-// NewStack returns the stack of the given limits, in order: 1 to MaxStack token buckets or
-// sliding windows with distinct names.
+// NewStack returns the stack of the given limits, in order: 1 to MaxStack token buckets,
+// sliding windows or quotas with distinct names.
 func NewStack(names []string, limits []RateLimiter) (*Stack, error) {
 	switch {
 	case len(names) != len(limits):
@@ -54,9 +54,9 @@ func NewStack(names []string, limits []RateLimiter) (*Stack, error) {
 			return nil, fmt.Errorf("limit %q is nil", names[i])
 		}
 		switch rl.Algorithm() {
-		case AlgorithmTokenBucket, AlgorithmSlidingWindow:
+		case AlgorithmTokenBucket, AlgorithmSlidingWindow, AlgorithmQuota:
 		case AlgorithmUnlimited:
-			return nil, fmt.Errorf("limit %q: a limit of a stack is a token bucket or a sliding window, not %s", names[i], rl.Algorithm())
+			return nil, fmt.Errorf("limit %q: a limit of a stack is a token bucket, a sliding window or a quota, not %s", names[i], rl.Algorithm())
 		}
 		for _, n := range names[:i] {
 			if n == names[i] {
@@ -147,6 +147,35 @@ func peek(rl RateLimiter, s *State, now time.Time) Decision {
 		return rl.Peek(s, now)
 	case *SlidingWindow:
 		return rl.Peek(s, now)
+	case *Quota:
+		return rl.Peek(s, now)
 	}
 	return Decision{Allowed: true} // Unlimited, which a stack never holds
+}
+
+// decide is rl.Decide(s, now, cost) through concrete calls, which keep s on the caller's stack.
+func decide(rl RateLimiter, s *State, now time.Time, cost int64) Decision {
+	switch rl := rl.(type) {
+	case *TokenBucket:
+		return rl.Decide(s, now, cost)
+	case *SlidingWindow:
+		return rl.Decide(s, now, cost)
+	case *Quota:
+		return rl.Decide(s, now, cost)
+	}
+	return Decision{Allowed: true}
+}
+
+// refund is rl.Refund(s, now, amount) through concrete calls, which keep s on the caller's
+// stack.
+func refund(rl RateLimiter, s *State, now time.Time, amount int64) Decision {
+	switch rl := rl.(type) {
+	case *TokenBucket:
+		return rl.Refund(s, now, amount)
+	case *SlidingWindow:
+		return rl.Refund(s, now, amount)
+	case *Quota:
+		return rl.Refund(s, now, amount)
+	}
+	return Decision{Allowed: true}
 }

@@ -165,11 +165,13 @@ func TestStackMatchesReplay(t *testing.T) {
 				if op == 0 { // a single-limit call on the state the limit named default shares
 					h := key + "/" + limiter.DefaultLimitName
 					want := single.Decide(replay(histories[h]), now, cost)
-					got, _ := m.Decide(ctx, key, single, now, cost)
+					got, _ := m.Decide(ctx, key, limitertest.One(single), now, cost, nil)
 					if got != want {
 						t.Fatalf("step %d: single-limit decision of %d for %q at %v:\n got  %+v\n want %+v", step, cost, key, now, got, want)
 					}
-					histories[h] = append(histories[h], event{rl: single, at: now, cost: cost})
+					if want.Allowed { // a rejection changes nothing, not even a conversion
+						histories[h] = append(histories[h], event{rl: single, at: now, cost: cost})
+					}
 					continue
 				}
 				n := st.Len()
@@ -180,7 +182,7 @@ func TestStackMatchesReplay(t *testing.T) {
 					for i := range n {
 						want[i] = st.Limiter(i).Peek(replay(histories[key+"/"+st.Name(i)]), now)
 					}
-					_, _ = m.DecideStack(ctx, key, st, now, 0, got)
+					_, _ = m.Decide(ctx, key, st, now, 0, got)
 				case 2: // a refund
 					for i := range n {
 						h := key + "/" + st.Name(i)
@@ -191,7 +193,7 @@ func TestStackMatchesReplay(t *testing.T) {
 							histories[h] = append(hs, event{rl: st.Limiter(i), at: now, cost: cost, refund: true})
 						}
 					}
-					_, _ = m.RefundStack(ctx, key, st, now, cost, got)
+					_, _ = limitertest.Refund(m, key, st, now, cost, got)
 				default:
 					all := true
 					for i := range n {
@@ -207,7 +209,7 @@ func TestStackMatchesReplay(t *testing.T) {
 							want[i] = limiter.UnchargedDecision(st.Limiter(i), replay(histories[h]), now)
 						}
 					}
-					_, _ = m.DecideStack(ctx, key, st, now, cost, got)
+					_, _ = m.Decide(ctx, key, st, now, cost, got)
 				}
 				for i := range n {
 					if got[i] != want[i] {
@@ -231,17 +233,17 @@ func TestMemoryStackBookkeeping(t *testing.T) {
 	st := limitertest.Stack(limiter.DefaultLimitName, mustTB(t, 2, 1, time.Second),
 		"hourly", mustSW(t, 5, time.Hour), "burst", mustTB(t, 3, 1, time.Minute))
 	out := make([]limiter.Decision, st.Len())
-	if d, _ := m.DecideStack(ctx, "k", st, t0, 3, out); d.Allowed || m.Len() != 0 || budget.Bytes() != 0 {
+	if d, _ := m.Decide(ctx, "k", st, t0, 3, out); d.Allowed || m.Len() != 0 || budget.Bytes() != 0 {
 		t.Fatalf("a rejected stack: %+v, %d clients, %d bytes; want nothing tracked", d, m.Len(), budget.Bytes())
 	}
-	if d, _ := m.DecideStack(ctx, "k", st, t0, 0, out); !d.Allowed || m.Len() != 0 {
+	if d, _ := m.Decide(ctx, "k", st, t0, 0, out); !d.Allowed || m.Len() != 0 {
 		t.Fatalf("a peek: %+v, %d clients; want nothing tracked", d, m.Len())
 	}
-	if d, _ := m.DecideStack(ctx, "k", st, t0, 1, out); !d.Allowed || m.Len() != 3 {
+	if d, _ := m.Decide(ctx, "k", st, t0, 1, out); !d.Allowed || m.Len() != 3 {
 		t.Fatalf("an admitted stack of 3 limits: %+v, %d clients tracked, want 3", d, m.Len())
 	}
 	bytes := budget.Bytes()
-	if d, _ := m.DecideStack(ctx, "k", st, t0, 1, out); !d.Allowed || m.Len() != 3 || budget.Bytes() < bytes {
+	if d, _ := m.Decide(ctx, "k", st, t0, 1, out); !d.Allowed || m.Len() != 3 || budget.Bytes() < bytes {
 		t.Fatalf("a second decision: %+v, %d clients, %d bytes (was %d)", d, m.Len(), budget.Bytes(), bytes)
 	}
 	// 2 seconds later the default bucket is full, 2 minutes later the burst bucket: swept.
@@ -254,7 +256,7 @@ func TestMemoryStackBookkeeping(t *testing.T) {
 		t.Fatalf("after 2 minutes: %d clients, want 1 (the hourly window)", m.Len())
 	}
 	// The window kept its usage: 2 of 5 used.
-	if d, _ := m.DecideStack(ctx, "k", st, t0.Add(2*time.Minute), 0, out); out[1].Remaining != 3 {
+	if d, _ := m.Decide(ctx, "k", st, t0.Add(2*time.Minute), 0, out); out[1].Remaining != 3 {
 		t.Fatalf("after the sweeps, the hourly window says %+v (stack %+v), want 3 remaining", out[1], d)
 	}
 	if err := m.Reset(ctx, "k", "hourly", "unknown"); err != nil {
@@ -265,7 +267,7 @@ func TestMemoryStackBookkeeping(t *testing.T) {
 	}
 	// A stack on a closed store answers, as for a new client, and keeps nothing.
 	m.Close()
-	if d, _ := m.DecideStack(ctx, "late", st, t0, 1, out); !d.Allowed || m.Len() != 0 || budget.Tracked() != 0 {
+	if d, _ := m.Decide(ctx, "late", st, t0, 1, out); !d.Allowed || m.Len() != 0 || budget.Tracked() != 0 {
 		t.Fatalf("a stack after Close: %+v, %d clients", d, m.Len())
 	}
 }
@@ -283,16 +285,16 @@ func TestMemoryStackKeysAreNotClientKeys(t *testing.T) {
 		// Many stores, so that keys meet in one shard (one in 256) in some of them.
 		for range 512 {
 			m := limiter.NewMemory(nil)
-			m.DecideStack(ctx, client, st, t0, 1, out)
+			m.Decide(ctx, client, st, t0, 1, out)
 			for _, key := range []string{client + "a", client + "\xffa", client + "\xff\xffa", client + "\x00a", client + "/a", client + "\xff"} {
-				if d, _ := m.Decide(ctx, key, tb, t0, 1); !d.Allowed {
+				if d, _ := m.Decide(ctx, key, limitertest.One(tb), t0, 1, nil); !d.Allowed {
 					t.Fatalf("client %q was charged by the stack of client %q", key, client)
 				}
 			}
-			if d, _ := m.Decide(ctx, client+"\xffa", tb, t0, 1); d.Allowed {
+			if d, _ := m.Decide(ctx, client+"\xffa", limitertest.One(tb), t0, 1, nil); d.Allowed {
 				t.Fatalf("client %q keeps no state of its own", client+"\xffa")
 			}
-			if _, _ = m.DecideStack(ctx, client, st, t0, 0, out); out[0].Allowed {
+			if _, _ = m.Decide(ctx, client, st, t0, 0, out); out[0].Allowed {
 				t.Fatalf("the stack of client %q lost its state: %+v", client, out[0])
 			}
 			if err := m.Reset(ctx, client+"\xffa"); err != nil || m.Len() != 1+5 {

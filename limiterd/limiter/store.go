@@ -5,43 +5,41 @@ import (
 	"time"
 )
 
-// Store keeps the state of one policy's clients and applies a strategy to one client's state
-// atomically: concurrent decisions on one key behave as some serial order of them.
-// Memory keeps state in process memory; the redis package keeps it in Redis, shared by replicas.
+// Store keeps the state of one policy's clients and decides a client's requests by a Stack of
+// limits on that state, atomically: concurrent calls on one key behave as some serial order of
+// them. A tier of one limit is a stack of one (named DefaultLimitName in the API's single-limit
+// form); a store sees nothing else. Memory keeps state in process memory; the redis package keeps
+// it in Redis, shared by replicas.
 type Store interface {
-	// Decide decides cost units for the client key by rl at instant now (a store may use its
-	// own clock instead, as Redis does, and says so).
-	Decide(ctx context.Context, key string, rl RateLimiter, now time.Time, cost int64) (Decision, error)
-	// Peek reports what a one-unit decision would answer, without consuming anything.
-	Peek(ctx context.Context, key string, rl RateLimiter, now time.Time) (Decision, error)
-	// Refund returns amount units (at least 1) to the client's allowance by rl at instant now,
-	// as RateLimiter.Refund does, atomically with the client's decisions, and answers what Peek
-	// would after it. A refund is not idempotent: repeating one refunds again (up to the
-	// limit).
-	Refund(ctx context.Context, key string, rl RateLimiter, now time.Time, amount int64) (Decision, error)
-	// DecideStack decides cost units for the client key by every limit of st at instant now
-	// (with the same proviso as Decide), all or nothing, in one atomic step: the request is
-	// admitted only if every limit admits it, and then consumes its cost from each; when any
-	// limit rejects it, no limit's state changes. A cost of 0 is a peek of every limit. It
-	// writes limit i's decision to out[i] (len(out) must be at least st.Len()): a limit that
-	// admitted a request that another limit rejected answers its state as it is, still Allowed
-	// (UnchargedDecision). It returns the stack's decision, Combine(out).
-	DecideStack(ctx context.Context, key string, st *Stack, now time.Time, cost int64, out []Decision) (Decision, error)
-	// RefundStack returns amount units (at least 1) to every limit of st, each as Refund does
-	// (clamped to its own limit), in one atomic step with the client's decisions, and answers
-	// as DecideStack would for a peek after it.
-	RefundStack(ctx context.Context, key string, st *Stack, now time.Time, amount int64, out []Decision) (Decision, error)
-	// RefundOnce refunds req.Cost units to the client req.Key, by req.Limiter as Refund does,
-	// or by every limit of req.Stack as RefundStack does (writing to req.Limits), unless a
-	// refund of once.ID was made before: then it returns ErrRefunded and refunds nothing. The
-	// check, the record of once.ID and the refund are one atomic step; the record is kept at
-	// least until once.Until and RefundRecordGrace more. It may also fail with
-	// ErrTooManyRefunds or ErrRefundTooLate (Memory) or a store error; an error other than a
-	// store's timeout means nothing was refunded (after a timeout the refund may have been
-	// made: a retry of the same once.ID is safe).
-	RefundOnce(ctx context.Context, req Request, now time.Time, once Once) (Decision, error)
-	// Reset forgets the client's state: that of single-limit tiers, and that of the named
-	// limits of stacked tiers. Its next request is decided as its first.
+	// Decide decides cost units for the client key by every limit of st at instant now (a store
+	// may use its own clock instead, as Redis does, and says so), all or nothing, in one atomic
+	// step: the request is admitted only if every limit admits it, and then consumes its cost
+	// from each; when any limit rejects it, no limit's state changes. A cost of 0 is a peek:
+	// what a one-unit request would get, consuming nothing and creating no state.
+	//
+	// It returns the stack's decision, Combine of the limits' decisions, and writes limit i's
+	// decision to out[i] unless out is nil (else len(out) must be at least st.Len()): a limit
+	// that admitted a request that another limit rejected answers its state as it is, still
+	// Allowed (UnchargedDecision).
+	Decide(ctx context.Context, key string, st *Stack, now time.Time, cost int64, out []Decision) (Decision, error)
+	// Refund returns req.Cost units (at least 1) to every limit of req.Stack for the client
+	// req.Key, each as RateLimiter.Refund does (clamped to its own limit), and answers as
+	// Decide would for a peek after it (writing to req.Limits unless nil), unless a refund of
+	// once.ID was made before: then it returns ErrRefunded and refunds nothing. The check, the
+	// record of once.ID and the refund are one atomic step; the record is kept at least until
+	// once.Until and RefundRecordGrace more. It may also fail with ErrTooManyRefunds or
+	// ErrRefundTooLate (Memory) or a store error; an error other than a store's timeout means
+	// nothing was refunded (after a timeout the refund may have been made: a retry of the same
+	// once.ID is safe).
+	Refund(ctx context.Context, req Request, now time.Time, once Once) (Decision, error)
+	// DecideBatch decides reqs at instant now (with the same proviso as Decide) and writes the
+	// answer to reqs[i] to out[i]; len(out) must be len(reqs). The answers are those of
+	// successive Decide calls in the order of reqs: requests on one key are decided in order,
+	// each on the state the previous one left. A batch costs less than its requests one by one
+	// (one pass over process memory, one round trip per Redis node).
+	DecideBatch(ctx context.Context, reqs []Request, now time.Time, out []Answer)
+	// Reset forgets the client's state under the limit named DefaultLimitName and under each
+	// of the named limits. Its next request is decided as its first.
 	Reset(ctx context.Context, key string, limits ...string) error
 }
 
@@ -60,16 +58,13 @@ type LocalStore interface {
 
 var _ LocalStore = (*Memory)(nil)
 
-// Request is one decision of a batch: Cost units for the client Key by Limiter, or by every
-// limit of Stack (as DecideStack, all or nothing) when Stack is set; a Cost of 0 is a peek (what
-// Peek answers; nothing is consumed).
+// Request is one decision of a batch, or a refund: Cost units for the client Key by every limit
+// of Stack, as Store.Decide decides them (a Cost of 0 is a peek). Limits, unless nil, receives
+// the limits' decisions (len(Limits) must be at least Stack.Len()).
 type Request struct {
-	Key     string
-	Limiter RateLimiter
-	Cost    int64
-	// Stack, when set, is decided instead of Limiter, and Limits receives its limits'
-	// decisions (len(Limits) must be at least Stack.Len()); the Answer is Combine(Limits).
+	Key    string
 	Stack  *Stack
+	Cost   int64
 	Limits []Decision
 }
 
@@ -79,17 +74,3 @@ type Answer struct {
 	Decision
 	Err error
 }
-
-// A BatchStore decides several requests in one call, with less overhead than one call each
-// (one pass over process memory, one round trip per Redis node).
-type BatchStore interface {
-	Store
-	// DecideBatch decides reqs at instant now (with the same proviso as Decide) and writes the
-	// answer to reqs[i] to out[i]; len(out) must be len(reqs). The answers are those of
-	// successive Decide (or Peek) calls in the order of reqs: requests on one key are decided
-	// in order, each on the state the previous one left (for a stack, the states of its
-	// limits).
-	DecideBatch(ctx context.Context, reqs []Request, now time.Time, out []Answer)
-}
-
-var _ BatchStore = (*Memory)(nil)

@@ -44,15 +44,15 @@ func TestShardWritersCountTheirStates(t *testing.T) {
 		rl := strategies[rng.IntN(len(strategies))]
 		switch op := rng.IntN(100); {
 		case op < 55:
-			m.Decide(ctx, key, rl, now, 1+rng.Int64N(2))
+			m.Decide(ctx, key, one(rl), now, 1+rng.Int64N(2), nil)
 		case op < 65:
-			m.Peek(ctx, key, rl, now)
+			m.Decide(ctx, key, one(rl), now, 0, nil)
 		case op < 75:
-			m.Refund(ctx, key, rl, now, 1)
+			refundNoRecord(m, key, one(rl), now, 1, nil)
 		case op < 90:
-			m.DecideStack(ctx, key, stack, now, int64(rng.IntN(2)), out)
+			m.Decide(ctx, key, stack, now, int64(rng.IntN(2)), out)
 		case op < 93:
-			m.RefundStack(ctx, key, stack, now, 1, out)
+			refundNoRecord(m, key, stack, now, 1, out)
 		case op < 98:
 			m.Reset(ctx, key, "burst")
 		default:

@@ -185,26 +185,18 @@ type failingStore struct{}
 
 var errStoreDown = errors.New("store down")
 
-func (failingStore) Decide(context.Context, string, limiter.RateLimiter, time.Time, int64) (limiter.Decision, error) {
+func (failingStore) Decide(context.Context, string, *limiter.Stack, time.Time, int64, []limiter.Decision) (limiter.Decision, error) {
 	return limiter.Decision{}, errStoreDown
 }
-
-func (failingStore) Peek(context.Context, string, limiter.RateLimiter, time.Time) (limiter.Decision, error) {
+func (failingStore) Refund(context.Context, limiter.Request, time.Time, limiter.Once) (limiter.Decision, error) {
 	return limiter.Decision{}, errStoreDown
 }
-func (failingStore) Refund(context.Context, string, limiter.RateLimiter, time.Time, int64) (limiter.Decision, error) {
-	return limiter.Decision{}, errStoreDown
+func (failingStore) DecideBatch(_ context.Context, reqs []limiter.Request, _ time.Time, out []limiter.Answer) {
+	for i := range reqs {
+		out[i] = limiter.Answer{Err: errStoreDown}
+	}
 }
 func (failingStore) Reset(context.Context, string, ...string) error { return errStoreDown }
-func (failingStore) DecideStack(context.Context, string, *limiter.Stack, time.Time, int64, []limiter.Decision) (limiter.Decision, error) {
-	return limiter.Decision{}, errStoreDown
-}
-func (failingStore) RefundStack(context.Context, string, *limiter.Stack, time.Time, int64, []limiter.Decision) (limiter.Decision, error) {
-	return limiter.Decision{}, errStoreDown
-}
-func (failingStore) RefundOnce(context.Context, limiter.Request, time.Time, limiter.Once) (limiter.Decision, error) {
-	return limiter.Decision{}, errStoreDown
-}
 
 func TestStoreErrorsByPolicy(t *testing.T) {
 	m := New(nil)

@@ -9,71 +9,61 @@ package policy
 import (
 	"fmt"
 	"slices"
-	"time"
 
 	"github.com/limiterd/limiterd/api/v1alpha1"
 	"github.com/limiterd/limiterd/limiterd/limiter"
 	"github.com/limiterd/limiterd/limiterd/ratelimitheaders"
 )
 
-// Tier is one compiled tier: a strategy, or a stack of them, shared by every client resolved
-// to it.
+// Tier is one compiled tier: a stack of limits, shared by every client resolved to it. A tier
+// of one limit (spec algorithm) is a stack of one limit named limiter.DefaultLimitName: every
+// layer decides on stacks alone, and the stores keep that limit's state where the single-limit
+// form always kept it.
 type Tier struct {
 	// Name is the tier's name in the policy.
 	Name string
 	// Index is the tier's position in Policy.Tiers.
 	Index int
-	// Limiter decides for the tier's clients when the tier has one limit (spec algorithm);
-	// nil for a stacked tier.
-	Limiter limiter.RateLimiter
-	// Stack decides for the tier's clients when the tier stacks limits (spec limits), all or
-	// nothing; nil for a tier of one limit.
+	// Stack decides for the tier's clients, all or nothing; nil for an Unlimited tier, which
+	// admits everything and keeps no state.
 	Stack *limiter.Stack
+	// Stacked says that the tier lists its limits (spec limits): answers name and report each
+	// limit. A tier of one limit (spec algorithm) answers as that limit.
+	Stacked bool
 	// DryRun means decisions are made and counted but the answer is always "allowed".
 	DryRun bool
 
-	headerName  string   // the name the header fields give a tier of one limit
-	headerNames []string // by limit: the names the header fields give a stack's limits
+	headerNames []string // by limit: the names the header fields give the limits
 }
 
-// Limited reports whether the tier has a quota to advertise: a stack, or one limit other than
-// Unlimited.
-func (t *Tier) Limited() bool { return t.Stack != nil || t.Limiter.Limit() > 0 }
+// Limited reports whether the tier has a quota to advertise: any tier but an Unlimited one.
+func (t *Tier) Limited() bool { return t.Stack != nil }
 
-// NumLimits returns the number of the tier's limits: a stack's, else 1.
+// NumLimits returns the number of the tier's limits: 0 for an Unlimited tier.
 func (t *Tier) NumLimits() int {
-	if t.Stack != nil {
-		return t.Stack.Len()
+	if t.Stack == nil {
+		return 0
 	}
-	return 1
+	return t.Stack.Len()
 }
 
-// Limit returns the strategy of limit i (0 for a tier of one limit).
-func (t *Tier) Limit(i int) limiter.RateLimiter {
-	if t.Stack != nil {
-		return t.Stack.Limiter(i)
-	}
-	return t.Limiter
-}
+// Limit returns the strategy of limit i.
+func (t *Tier) Limit(i int) limiter.RateLimiter { return t.Stack.Limiter(i) }
 
 // HeaderName returns the name that the RateLimit and RateLimit-Policy header fields, and an
 // Envoy rate limit, give limit i: the tier's name for a tier of one limit, "<tier>/<limit>"
-// for a limit of a stack; with the policy's tierNames Hidden, v1alpha1.HiddenTierName stands
-// for the tier's name. The names are built when the policy is compiled.
-func (t *Tier) HeaderName(i int) string {
-	if t.Stack != nil {
-		return t.headerNames[i]
-	}
-	return t.headerName
-}
+// for a limit of a stacked tier; with the policy's tierNames Hidden, v1alpha1.HiddenTierName
+// stands for the tier's name. The names are built when the policy is compiled.
+func (t *Tier) HeaderName(i int) string { return t.headerNames[i] }
 
 // AppendRateLimitPolicy appends the value of the tier's RateLimit-Policy header field: one item
 // per limit, named HeaderName, with its quota and the window it is expressed over (draft-10 lets
-// a field list several). An unlimited tier has none.
+// a field list several), the limit's Window: a token bucket's full refill, a sliding window's
+// window, and for a calendar quota the longest its period lasts (86400 s for a day, 604800 for
+// a week, 2678400 for a month, 31622400 for a year), a constant, as the draft wants the field
+// to stay the same from one answer to the next; when the current period ends is the RateLimit
+// field's t. An unlimited tier has none.
 func (t *Tier) AppendRateLimitPolicy(b []byte) []byte {
-	if !t.Limited() {
-		return b
-	}
 	for i := range t.NumLimits() {
 		if i > 0 {
 			b = append(b, ", "...)
@@ -101,8 +91,9 @@ type Policy struct {
 	Default *Tier
 	// Source is the validated, defaulted policy it was compiled from. Do not modify it.
 	Source *v1alpha1.RateLimitPolicy
-	// LimitNames are the names of the limits of the policy's stacked tiers, each once, in spec
-	// order: a store keeps a client's state under each (see limiter.Stack).
+	// LimitNames are the names of the limits of the policy's tiers, each once, in spec order
+	// (limiter.DefaultLimitName for a tier of one limit): a store keeps a client's state under
+	// each (see limiter.Stack).
 	LimitNames []string
 
 	exact    map[string]*Tier
@@ -130,24 +121,26 @@ func Compile(p *v1alpha1.RateLimitPolicy) (*Policy, error) {
 	byName := make(map[string]*Tier, len(src.Spec.Tiers))
 	for i := range src.Spec.Tiers {
 		t := &src.Spec.Tiers[i]
-		tier := &Tier{Name: t.Name, Index: i, DryRun: t.DryRun, headerName: t.Name}
+		tier := &Tier{Name: t.Name, Index: i, DryRun: t.DryRun, Stacked: t.Limits != nil}
+		headerName := t.Name
 		if src.Spec.TierNames == v1alpha1.TierNamesHidden {
-			tier.headerName = v1alpha1.HiddenTierName
+			headerName = v1alpha1.HiddenTierName
 		}
 		var err error
-		if t.Limits != nil {
-			tier.Stack, err = stack(t)
-			for j := range t.Limits {
-				tier.headerNames = append(tier.headerNames, tier.headerName+"/"+t.Limits[j].Name)
-				if !slices.Contains(c.LimitNames, t.Limits[j].Name) {
-					c.LimitNames = append(c.LimitNames, t.Limits[j].Name)
-				}
-			}
-		} else {
-			tier.Limiter, err = strategy(t.Algorithm, t.TokenBucket, t.SlidingWindow)
-		}
+		tier.Stack, err = stack(t)
 		if err != nil {
 			return nil, fmt.Errorf("policy %s: spec.tiers[%d]: %w", c.ID, i, err)
+		}
+		for j := range tier.NumLimits() {
+			name := tier.Stack.Name(j)
+			if tier.Stacked {
+				tier.headerNames = append(tier.headerNames, headerName+"/"+name)
+			} else {
+				tier.headerNames = append(tier.headerNames, headerName)
+			}
+			if !slices.Contains(c.LimitNames, name) {
+				c.LimitNames = append(c.LimitNames, name)
+			}
 		}
 		c.Tiers = append(c.Tiers, tier)
 		byName[t.Name] = tier
@@ -164,32 +157,73 @@ func Compile(p *v1alpha1.RateLimitPolicy) (*Policy, error) {
 	return c, nil
 }
 
-// strategy builds the strategy of a tier of one limit, or of a limit of a stack. Validate has
-// already checked the parameters; the constructors check them again, so a mismatch in bounds is
-// an error, not a panic.
-func strategy(a v1alpha1.Algorithm, tb *v1alpha1.TokenBucket, sw *v1alpha1.SlidingWindow) (limiter.RateLimiter, error) {
+// params are the parameter blocks of a limit: a tier's, or a stacked tier's limit's.
+type params struct {
+	tokenBucket   *v1alpha1.TokenBucket
+	slidingWindow *v1alpha1.SlidingWindow
+	quota         *v1alpha1.Quota
+}
+
+// strategy builds the strategy of a limit. Validate has already checked the parameters; the
+// constructors check them again, so a mismatch in bounds is an error, not a panic. A quota's
+// time zone is looked up again (v1alpha1.LoadTimeZone), from the same tz database.
+func strategy(a v1alpha1.Algorithm, p params) (limiter.RateLimiter, error) {
 	switch a {
 	case v1alpha1.AlgorithmTokenBucket:
-		period := time.Second
+		tb := p.tokenBucket
+		period := v1alpha1.DefaultRefillPeriod
 		if tb.RefillPeriod != nil {
 			period = tb.RefillPeriod.Duration
 		}
 		return limiter.NewTokenBucket(tb.Capacity, tb.RefillRate, period)
 	case v1alpha1.AlgorithmSlidingWindow:
-		return limiter.NewSlidingWindow(sw.Limit, sw.Window.Duration)
-	case v1alpha1.AlgorithmUnlimited:
-		return limiter.Unlimited, nil
+		return limiter.NewSlidingWindow(p.slidingWindow.Limit, p.slidingWindow.Window.Duration)
+	case v1alpha1.AlgorithmQuota:
+		q := p.quota
+		loc, err := v1alpha1.LoadTimeZone(q.TimeZone)
+		if err != nil {
+			return nil, fmt.Errorf("quota.timeZone %q: %w", q.TimeZone, err)
+		}
+		return limiter.NewQuota(q.Limit, calendarPeriod(q.Period), loc)
+	case v1alpha1.AlgorithmUnlimited: // no strategy: see stack
 	}
-	return nil, fmt.Errorf("unknown algorithm %q", a)
+	return nil, fmt.Errorf("algorithm %q has no strategy", a)
 }
 
-// stack builds a stacked tier's limits.
+// calendarPeriod returns the limiter's period of an API period; 0, which limiter.NewQuota
+// refuses, for one it does not know.
+func calendarPeriod(p v1alpha1.CalendarPeriod) limiter.CalendarPeriod {
+	switch p {
+	case v1alpha1.CalendarPeriodDay:
+		return limiter.PeriodDay
+	case v1alpha1.CalendarPeriodWeek:
+		return limiter.PeriodWeek
+	case v1alpha1.CalendarPeriodMonth:
+		return limiter.PeriodMonth
+	case v1alpha1.CalendarPeriodYear:
+		return limiter.PeriodYear
+	}
+	return 0
+}
+
+// stack builds a tier's stack: its limits (spec limits), or its one limit (spec algorithm) named
+// limiter.DefaultLimitName; nil for an Unlimited tier.
 func stack(t *v1alpha1.Tier) (*limiter.Stack, error) {
+	if t.Limits == nil {
+		if t.Algorithm == v1alpha1.AlgorithmUnlimited {
+			return nil, nil
+		}
+		rl, err := strategy(t.Algorithm, params{t.TokenBucket, t.SlidingWindow, t.Quota})
+		if err != nil {
+			return nil, err
+		}
+		return limiter.NewStack([]string{limiter.DefaultLimitName}, []limiter.RateLimiter{rl})
+	}
 	names := make([]string, len(t.Limits))
 	limits := make([]limiter.RateLimiter, len(t.Limits))
 	for j := range t.Limits {
 		l := &t.Limits[j]
-		rl, err := strategy(l.Algorithm, l.TokenBucket, l.SlidingWindow)
+		rl, err := strategy(l.Algorithm, params{l.TokenBucket, l.SlidingWindow, l.Quota})
 		if err != nil {
 			return nil, fmt.Errorf("limits[%d]: %w", j, err)
 		}

@@ -66,7 +66,7 @@ func TestCompileResolves(t *testing.T) {
 			t.Errorf("Resolve(%q) = %s, want %s", key, got, tier)
 		}
 	}
-	if !p.Resolve("svc:beta").DryRun || p.Resolve("acme").Limiter.Algorithm() != limiter.AlgorithmSlidingWindow {
+	if !p.Resolve("svc:beta").DryRun || p.Resolve("acme").Limit(0).Algorithm() != limiter.AlgorithmSlidingWindow {
 		t.Fatalf("tier parameters not compiled")
 	}
 }
@@ -146,8 +146,8 @@ func TestCompileStackedTier(t *testing.T) {
 		t.Fatal(err)
 	}
 	paid := p.Tiers[4]
-	if paid.Limiter != nil || paid.Stack == nil || paid.NumLimits() != 2 || !paid.Limited() {
-		t.Fatalf("paid: limiter %v, stack %v: want a stack of 2", paid.Limiter, paid.Stack)
+	if !paid.Stacked || paid.Stack == nil || paid.NumLimits() != 2 || !paid.Limited() {
+		t.Fatalf("paid: stacked %t, stack %v: want a stack of 2", paid.Stacked, paid.Stack)
 	}
 	burst, ok := paid.Limit(0).(*limiter.TokenBucket)
 	if !ok || paid.Stack.Name(0) != "burst" || paid.Stack.Name(1) != "daily" || paid.Limit(1).Algorithm() != limiter.AlgorithmSlidingWindow {
@@ -163,8 +163,8 @@ func TestCompileStackedTier(t *testing.T) {
 		t.Fatalf("equal limits are not one interned strategy, or dryRun is lost")
 	}
 	free := p.Tiers[0]
-	if free.NumLimits() != 1 || free.Limit(0) != free.Limiter || free.HeaderName(0) != "free" || !free.Limited() {
-		t.Fatalf("a tier of one limit: %d limits, header name %q", free.NumLimits(), free.HeaderName(0))
+	if free.Stacked || free.NumLimits() != 1 || free.Stack.Name(0) != limiter.DefaultLimitName || free.HeaderName(0) != "free" || !free.Limited() {
+		t.Fatalf("a tier of one limit: stacked %t, %d limits, header name %q", free.Stacked, free.NumLimits(), free.HeaderName(0))
 	}
 	if p.Tiers[2].Limited() {
 		t.Fatalf("an Unlimited tier says it has a quota")
@@ -178,7 +178,91 @@ func TestCompileStackedTier(t *testing.T) {
 	if got := p.Tiers[2].AppendRateLimitPolicy([]byte("x")); string(got) != "x" {
 		t.Fatalf("an unlimited tier's RateLimit-Policy: %q, want none", got)
 	}
-	if fmt.Sprint(p.LimitNames) != "[burst daily]" {
-		t.Fatalf("LimitNames = %v, want [burst daily]", p.LimitNames)
+	if fmt.Sprint(p.LimitNames) != "[default burst daily]" {
+		t.Fatalf("LimitNames = %v, want [default burst daily]", p.LimitNames)
+	}
+}
+
+// TestCompileQuota compiles calendar quotas, as a tier and as a stacked limit: each period of a
+// zone into limiter.NewQuota's, a quota without timeZone into UTC, and the RateLimit-Policy
+// window of each as the longest its period lasts.
+func TestCompileQuota(t *testing.T) {
+	quota := func(limit int64, period v1alpha1.CalendarPeriod, zone string) *v1alpha1.Quota {
+		return &v1alpha1.Quota{Limit: limit, Period: period, TimeZone: zone}
+	}
+	src := testPolicy()
+	src.Spec.Tiers = append(src.Spec.Tiers[:0],
+		v1alpha1.Tier{Name: "daily", Algorithm: v1alpha1.AlgorithmQuota, Quota: quota(1000, v1alpha1.CalendarPeriodDay, "")},
+		v1alpha1.Tier{Name: "weekly", Algorithm: v1alpha1.AlgorithmQuota, Quota: quota(5000, v1alpha1.CalendarPeriodWeek, "America/New_York")},
+		v1alpha1.Tier{Name: "monthly", Algorithm: v1alpha1.AlgorithmQuota, Quota: quota(100000, v1alpha1.CalendarPeriodMonth, "Europe/Berlin")},
+		v1alpha1.Tier{Name: "yearly", Algorithm: v1alpha1.AlgorithmQuota, Quota: quota(v1alpha1.MaxQuotaLimit, v1alpha1.CalendarPeriodYear, "Etc/GMT-14")},
+		v1alpha1.Tier{Name: "paid", Limits: []v1alpha1.Limit{
+			{Name: "burst", Algorithm: v1alpha1.AlgorithmTokenBucket, TokenBucket: &v1alpha1.TokenBucket{Capacity: 20, RefillRate: 10}},
+			{Name: "monthly", Algorithm: v1alpha1.AlgorithmQuota, Quota: quota(100000, v1alpha1.CalendarPeriodMonth, "Europe/Berlin")},
+		}})
+	src.Spec.DefaultTier, src.Spec.Overrides = "daily", nil
+	p, err := policy.Compile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []struct {
+		limit  int64
+		period limiter.CalendarPeriod
+		zone   string
+		header string
+	}{
+		{1000, limiter.PeriodDay, "UTC", `"daily";q=1000;w=86400`},
+		{5000, limiter.PeriodWeek, "America/New_York", `"weekly";q=5000;w=604800`},
+		{100000, limiter.PeriodMonth, "Europe/Berlin", `"monthly";q=100000;w=2678400`},
+		{v1alpha1.MaxQuotaLimit, limiter.PeriodYear, "Etc/GMT-14", `"yearly";q=1000000000;w=31622400`},
+	} {
+		tier := p.Tiers[i]
+		q, ok := tier.Limit(0).(*limiter.Quota)
+		if !ok || tier.Stacked || tier.NumLimits() != 1 || tier.Stack.Name(0) != limiter.DefaultLimitName {
+			t.Fatalf("%s: %T, stacked %t: want a tier of one quota", tier.Name, tier.Limit(0), tier.Stacked)
+		}
+		if limit, period, loc := q.Params(); limit != want.limit || period != want.period || loc.String() != want.zone {
+			t.Errorf("%s: quota %d per %v in %v, want %d per %v in %s", tier.Name, limit, period, loc, want.limit, want.period, want.zone)
+		}
+		if got := string(tier.AppendRateLimitPolicy(nil)); got != want.header {
+			t.Errorf("%s: RateLimit-Policy %s, want %s", tier.Name, got, want.header)
+		}
+	}
+	paid := p.Tiers[4]
+	if paid.Limit(1) != p.Tiers[2].Limit(0) {
+		t.Errorf("equal quotas are not one interned strategy")
+	}
+	if got, want := string(paid.AppendRateLimitPolicy(nil)), `"paid/burst";q=20;w=2, "paid/monthly";q=100000;w=2678400`; got != want {
+		t.Errorf("paid's RateLimit-Policy: %s, want %s", got, want)
+	}
+	if src.Spec.Tiers[0].Quota.TimeZone != "" || p.Source.Spec.Tiers[0].Quota.TimeZone != v1alpha1.DefaultTimeZone {
+		t.Errorf("Compile modified its input, or did not default the zone of its copy")
+	}
+}
+
+// TestCompileRefusesUnknownTimeZone: the API server admits any well-formed zone name; Compile,
+// which limiterd's sources run on every policy, refuses one its tz database lacks, naming the
+// field, so that the policy is kept out of service.
+func TestCompileRefusesUnknownTimeZone(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		tier v1alpha1.Tier
+		path string
+	}{
+		{"tier", v1alpha1.Tier{Name: "metered", Algorithm: v1alpha1.AlgorithmQuota,
+			Quota: &v1alpha1.Quota{Limit: 10, Period: v1alpha1.CalendarPeriodDay, TimeZone: "Mars/Olympus_Mons"}},
+			"spec.tiers[4].quota.timeZone"},
+		{"limit", v1alpha1.Tier{Name: "metered", Limits: []v1alpha1.Limit{{Name: "monthly", Algorithm: v1alpha1.AlgorithmQuota,
+			Quota: &v1alpha1.Quota{Limit: 10, Period: v1alpha1.CalendarPeriodMonth, TimeZone: "Europe/Atlantis"}}}},
+			"spec.tiers[4].limits[0].quota.timeZone"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			src := testPolicy()
+			src.Spec.Tiers = append(src.Spec.Tiers, tt.tier)
+			_, err := policy.Compile(src)
+			if err == nil || !strings.Contains(err.Error(), tt.path+": Invalid value") || !strings.Contains(err.Error(), "unknown time zone") {
+				t.Fatalf("Compile: %v, want an unknown time zone at %s", err, tt.path)
+			}
+		})
 	}
 }

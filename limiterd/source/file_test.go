@@ -104,7 +104,7 @@ func (w *watched) capacity(name string) int64 {
 	if !ok {
 		return -1
 	}
-	return p.Default.Limiter.Limit()
+	return p.Default.Limit(0).Limit()
 }
 
 func writeFile(t *testing.T, path, content string) {

@@ -213,8 +213,8 @@ func TestKubeFollowsConfigMaps(t *testing.T) {
 			put(t, env.Client, policyConfigMap(t, ns, shop, "api", 10+gen, gen))
 			r.waitServed(t, api, gen, swapDeadline)
 			if got := r.engine.Policies(); got != nil {
-				if p, _ := got.Get(api); p.Default.Limiter.Limit() != 10+gen {
-					t.Errorf("generation %d: capacity %d, want %d", gen, p.Default.Limiter.Limit(), 10+gen)
+				if p, _ := got.Get(api); p.Default.Limit(0).Limit() != 10+gen {
+					t.Errorf("generation %d: capacity %d, want %d", gen, p.Default.Limit(0).Limit(), 10+gen)
 				}
 			}
 		}

@@ -39,12 +39,17 @@ type ReloadObserver interface {
 // changes, so it is applied once the other origin drops that ID.
 var ErrConflict = errors.New("policy is already defined by another origin")
 
-// PipelineOptions configure a Pipeline. The zero value logs to slog.Default, records nothing
-// and uses the system clock.
+// PipelineOptions configure a Pipeline. The zero value logs to slog.Default, records nothing,
+// uses the system clock and accepts every policy that compiles.
 type PipelineOptions struct {
 	Logger   *slog.Logger
 	Observer ReloadObserver
 	Clock    func() time.Time
+	// Check, if set, is asked about every compiled policy: an error refuses it as a compile
+	// error does (the contribution is rejected, its origin keeps its last good one), for what
+	// a valid policy may hold but this process cannot decide, such as an algorithm its store
+	// does not implement.
+	Check func(*policy.Policy) error
 }
 
 // Pipeline merges the contributions of every origin and swaps the merge into a Target. It is
@@ -59,6 +64,7 @@ type Pipeline struct {
 	log      *slog.Logger
 	observer ReloadObserver
 	clock    func() time.Time
+	check    func(*policy.Policy) error
 
 	mu      sync.Mutex
 	origins map[string]*contribution
@@ -92,16 +98,18 @@ func NewPipeline(target Target, opts PipelineOptions) *Pipeline {
 		log:      opts.Logger,
 		observer: opts.Observer,
 		clock:    opts.Clock,
+		check:    opts.Check,
 		origins:  make(map[string]*contribution),
 	}
 }
 
 // Apply makes policies the contribution of origin: it validates and compiles each policy and
-// swaps the new merge into the target. If any policy is invalid, two of them share an ID, or
-// one has an ID that another origin serves, nothing changes: the failure is logged, counted and
-// returned, and origin keeps its last good contribution. The policies are not modified.
+// swaps the new merge into the target. If any policy is invalid or refused by the Check option,
+// two of them share an ID, or one has an ID that another origin serves, nothing changes: the
+// failure is logged, counted and returned, and origin keeps its last good contribution. The
+// policies are not modified.
 func (p *Pipeline) Apply(origin string, policies []*v1alpha1.RateLimitPolicy) error {
-	compiled, err := compileAll(policies)
+	compiled, err := compileAll(policies, p.check)
 	if err != nil {
 		p.Fail(origin, err)
 		return fmt.Errorf("origin %s: %w", origin, err)
@@ -242,8 +250,9 @@ func (p *Pipeline) commitLocked() {
 	p.log.Info("policies swapped", "policies", set.Len())
 }
 
-// compileAll compiles a contribution; its IDs must be unique.
-func compileAll(policies []*v1alpha1.RateLimitPolicy) ([]*policy.Policy, error) {
+// compileAll compiles a contribution, and asks check (if not nil) about each policy; its IDs
+// must be unique.
+func compileAll(policies []*v1alpha1.RateLimitPolicy, check func(*policy.Policy) error) ([]*policy.Policy, error) {
 	compiled := make([]*policy.Policy, 0, len(policies))
 	seen := make(map[v1alpha1.PolicyID]bool, len(policies))
 	for i, rp := range policies {
@@ -253,6 +262,11 @@ func compileAll(policies []*v1alpha1.RateLimitPolicy) ([]*policy.Policy, error) 
 		c, err := policy.Compile(rp)
 		if err != nil {
 			return nil, fmt.Errorf("compile: %w", err)
+		}
+		if check != nil {
+			if err := check(c); err != nil {
+				return nil, fmt.Errorf("policy %s: %w", c.ID, err)
+			}
 		}
 		if seen[c.ID] {
 			return nil, fmt.Errorf("policy %s is defined twice", c.ID)

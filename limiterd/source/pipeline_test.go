@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/limiterd/limiterd/api/v1alpha1"
 	"github.com/limiterd/limiterd/limiterd/engine"
+	"github.com/limiterd/limiterd/limiterd/limiter"
 	"github.com/limiterd/limiterd/limiterd/policy"
 )
 
@@ -251,5 +253,76 @@ func TestPipelineDoesNotModifyItsInput(t *testing.T) {
 	}
 	if in.Namespace != before.Namespace || in.Spec.Tiers[0].TokenBucket.RefillPeriod != nil {
 		t.Errorf("Apply modified its input: %+v", in)
+	}
+}
+
+// quotaPolicy returns a valid policy <namespace>/<name> with one quota tier: 100 a day in zone.
+func quotaPolicy(namespace, name, zone string) *v1alpha1.RateLimitPolicy {
+	p := rlp(namespace, name, 1)
+	p.Spec.Tiers[0] = v1alpha1.Tier{Name: "standard", Algorithm: v1alpha1.AlgorithmQuota,
+		Quota: &v1alpha1.Quota{Limit: 100, Period: v1alpha1.CalendarPeriodDay, TimeZone: zone}}
+	return p
+}
+
+// TestPipelineRefusesUnknownTimeZone: the API server admits a well-formed zone name of no zone
+// (its rules cannot look zones up). The pipeline refuses it, naming the field, and the origin's
+// last good version of the policy keeps serving.
+func TestPipelineRefusesUnknownTimeZone(t *testing.T) {
+	p, target, rec, logs := newTestPipeline(t)
+	if err := p.Apply("configmap:ns/a", []*v1alpha1.RateLimitPolicy{quotaPolicy("default", "metered", "Europe/Berlin")}); err != nil {
+		t.Fatal(err)
+	}
+	swaps := target.swaps()
+	err := p.Apply("configmap:ns/a", []*v1alpha1.RateLimitPolicy{quotaPolicy("default", "metered", "Europe/Atlantis")})
+	if err == nil || !strings.Contains(err.Error(), `spec.tiers[0].quota.timeZone: Invalid value: "Europe/Atlantis": unknown time zone`) {
+		t.Fatalf("Apply of an unknown zone: %v, want it refused naming spec.tiers[0].quota.timeZone", err)
+	}
+	if target.swaps() != swaps {
+		t.Errorf("a policy of an unknown zone was swapped in")
+	}
+	if s, f := rec.counts(); s != 1 || f != 1 {
+		t.Errorf("reloads: %d successes, %d failures; want 1, 1", s, f)
+	}
+	if !bytes.Contains(logs.Bytes(), []byte("unknown time zone")) {
+		t.Errorf("the rejection's log does not say why:\n%s", logs)
+	}
+	set := target.sets[len(target.sets)-1]
+	served, ok := set.Get("default/metered")
+	if !ok {
+		t.Fatal("the last good version is not served")
+	}
+	if q, _ := served.Default.Limit(0).(*limiter.Quota); q == nil {
+		t.Fatalf("served tier %T, want the last good quota", served.Default.Limit(0))
+	} else if _, _, loc := q.Params(); loc.String() != "Europe/Berlin" {
+		t.Errorf("served zone %v, want the last good Europe/Berlin", loc)
+	}
+}
+
+// TestPipelineCheck: a policy the Check option refuses is rejected as an invalid one.
+func TestPipelineCheck(t *testing.T) {
+	target, rec := &swapRecorder{}, &recorder{}
+	refused := errors.New("not on this store")
+	p := NewPipeline(target, PipelineOptions{
+		Logger:   slog.New(slog.DiscardHandler),
+		Observer: rec,
+		Check: func(c *policy.Policy) error {
+			if c.Default.Limit(0).Algorithm() == limiter.AlgorithmQuota {
+				return refused
+			}
+			return nil
+		},
+	})
+	if err := p.Apply("file:a", []*v1alpha1.RateLimitPolicy{rlp("default", "one", 5)}); err != nil {
+		t.Fatal(err)
+	}
+	err := p.Apply("file:a", []*v1alpha1.RateLimitPolicy{rlp("default", "two", 5), quotaPolicy("default", "one", "UTC")})
+	if !errors.Is(err, refused) || !strings.Contains(err.Error(), "policy default/one: not on this store") {
+		t.Fatalf("Apply of a policy Check refuses: %v", err)
+	}
+	if got := target.loaded(); !slices.Equal(got, []v1alpha1.PolicyID{"default/one"}) {
+		t.Errorf("loaded %v, want the last good [default/one]", got)
+	}
+	if s, f := rec.counts(); s != 1 || f != 1 {
+		t.Errorf("reloads: %d successes, %d failures; want 1, 1", s, f)
 	}
 }

@@ -281,14 +281,10 @@ func TestReplicasOnCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
+	// A batch's keys spread over the masters: one pipeline a node, decided in order; a stack's
+	// keys share their client's slot: one script decides them on one master.
 	limitertest.Run(t, func(t *testing.T) limiter.Store { return c.Store(t.Name()) })
 	limitertest.RunConcurrent(t, c.Store(t.Name()), 16, 20, 50)
-	// A batch's keys spread over the masters: one pipeline a node, decided in order.
-	limitertest.RunBatch(t, func(t *testing.T) limiter.BatchStore { return c.Store(t.Name()) })
-	// A stack's keys share their client's slot: one script decides them on one master.
-	limitertest.RunStack(t, func(t *testing.T) limiter.Store { return c.Store(t.Name()) })
-	limitertest.RunStackBatch(t, func(t *testing.T) limiter.BatchStore { return c.Store(t.Name()) })
-	limitertest.RunStackConcurrent(t, c.Store(t.Name()+"/stack"), 16, 20, 50)
 }
 
 // failureModePolicies has one token-bucket policy of 3 units an hour per failure mode, named

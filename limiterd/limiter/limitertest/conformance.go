@@ -4,8 +4,10 @@ package limitertest
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,7 +24,8 @@ type Step struct {
 	At   time.Duration // since T0
 	Key  string        // default "client"
 	Cost int64         // default 1
-	// Peek makes the step a Store.Peek: what a one-unit request would get, consuming nothing.
+	// Peek makes the step a peek (Store.Decide of cost 0): what a one-unit request would get,
+	// consuming nothing.
 	Peek bool
 	// Refund, when positive, makes the step a Store.Refund of that many units; the answer
 	// describes the state after it, as a peek would.
@@ -35,7 +38,8 @@ type Step struct {
 	Then limiter.RateLimiter
 }
 
-// Case is a named sequence of decisions with one strategy (until a step switches it).
+// Case is a named sequence of decisions with one strategy (until a step switches it), decided as
+// the stack of that one limit named limiter.DefaultLimitName (see Table).
 type Case struct {
 	Name     string
 	Strategy limiter.RateLimiter
@@ -49,7 +53,7 @@ func must[T any](v T, err error) T {
 	return v
 }
 
-// Cases returns the conformance table.
+// Cases returns the conformance table's cases of one limit.
 func Cases() []Case {
 	tb := func(capacity, rate int64, period time.Duration) limiter.RateLimiter {
 		return must(limiter.NewTokenBucket(capacity, rate, period))
@@ -188,12 +192,6 @@ func Cases() []Case {
 			{At: time.Second, Cost: 3, Allowed: true, Remaining: 0, ResetAfter: time.Second},
 			{At: time.Second, Allowed: false, Remaining: 0, RetryAfter: time.Second, ResetAfter: time.Second},
 		}},
-		{Name: "unlimited admits everything", Strategy: limiter.Unlimited, Steps: []Step{
-			{At: 0, Cost: 1_000_000_000, Allowed: true, ResetAfter: -1},
-			{At: 0, Cost: 1_000_000_000, Allowed: true, ResetAfter: -1},
-			{At: 0, Peek: true, Allowed: true, ResetAfter: -1},
-			{At: 0, Refund: 5, Allowed: true, ResetAfter: -1},
-		}},
 		{Name: "same parameters keep state across a swap", Strategy: tb(2, 1, time.Second), Steps: []Step{
 			{At: 0, Allowed: true, Remaining: 1, ResetAfter: time.Second, Then: tb(2, 1, time.Second)},
 			{At: 0, Allowed: true, Remaining: 0, ResetAfter: 2 * time.Second},
@@ -218,295 +216,6 @@ func Cases() []Case {
 	}
 }
 
-// Run runs the conformance table against stores made by newStore, each case on a fresh store.
-func Run(t *testing.T, newStore func(t *testing.T) limiter.Store) {
-	for _, c := range Cases() {
-		t.Run(c.Name, func(t *testing.T) {
-			store := newStore(t)
-			rl := c.Strategy
-			for i, s := range c.Steps {
-				key, cost := s.Key, s.Cost
-				if key == "" {
-					key = "client"
-				}
-				if cost == 0 {
-					cost = 1
-				}
-				op := "decide"
-				switch {
-				case s.Peek:
-					op = "peek"
-				case s.Refund > 0:
-					op, cost = "refund", s.Refund
-				}
-				got, err := callStore(store, key, rl, T0.Add(s.At), s.Peek, s.Refund, cost)
-				if err != nil {
-					t.Fatalf("step %d (%s): %v", i, op, err)
-				}
-				want := expected(s.Allowed, rl.Limit(), s.Remaining, s.ResetAfter, s.RetryAfter)
-				if s.ResetAfter < 0 {
-					got.ResetAfter, want.ResetAfter = 0, 0
-				}
-				if got != want {
-					t.Fatalf("step %d (%s at t0+%v, key %s, cost %d):\n got  %+v\n want %+v", i, op, s.At, key, cost, got, want)
-				}
-				if s.Then != nil {
-					rl = s.Then
-				}
-			}
-		})
-	}
-}
-
-// RunConcurrent checks that racing decisions on one key admit exactly what a serial run admits:
-// workers goroutines each ask perWorker times at one instant, against a token bucket and a
-// sliding window of capacity limit.
-func RunConcurrent(t *testing.T, store limiter.Store, workers, perWorker int, limit int64) {
-	for _, rl := range []limiter.RateLimiter{
-		must(limiter.NewTokenBucket(limit, 1, time.Hour)),
-		must(limiter.NewSlidingWindow(limit, time.Hour)),
-	} {
-		t.Run(rl.Algorithm().String(), func(t *testing.T) {
-			key := fmt.Sprintf("race-%s", rl.Algorithm())
-			var (
-				wg      sync.WaitGroup
-				mu      sync.Mutex
-				allowed int64
-				errs    []error
-			)
-			for w := 0; w < workers; w++ {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					n := int64(0)
-					for i := 0; i < perWorker; i++ {
-						d, err := store.Decide(context.Background(), key, rl, T0, 1)
-						if err != nil {
-							mu.Lock()
-							errs = append(errs, err)
-							mu.Unlock()
-							return
-						}
-						if d.Allowed {
-							n++
-						}
-					}
-					mu.Lock()
-					allowed += n
-					mu.Unlock()
-				}()
-			}
-			wg.Wait()
-			if len(errs) > 0 {
-				t.Fatalf("decisions failed: %v", errs[0])
-			}
-			want := min(limit, int64(workers*perWorker))
-			if allowed != want {
-				t.Fatalf("%d goroutines admitted %d requests on one key, a serial run admits %d", workers, allowed, want)
-			}
-		})
-	}
-}
-
-// RunRefundRace checks that refunds racing decisions on one key lose and invent no unit:
-// workers goroutines each decide perWorker times at one instant (so nothing refills) against a
-// token bucket and a sliding window of capacity limit, and refund every other unit they were
-// admitted. Whatever the interleaving, the units still held, admitted minus refunded, never
-// exceed the limit, and the store's remaining allowance is exactly the limit minus them.
-func RunRefundRace(t *testing.T, store limiter.Store, workers, perWorker int, limit int64) {
-	ctx := context.Background()
-	for _, rl := range []limiter.RateLimiter{
-		must(limiter.NewTokenBucket(limit, 1, time.Hour)),
-		must(limiter.NewSlidingWindow(limit, time.Hour)),
-	} {
-		t.Run(rl.Algorithm().String(), func(t *testing.T) {
-			key := fmt.Sprintf("refund-race-%s", rl.Algorithm())
-			var (
-				wg                          sync.WaitGroup
-				mu                          sync.Mutex
-				admitted, refunded, answers int64
-				errs                        []error
-			)
-			fail := func(err error) {
-				mu.Lock()
-				errs = append(errs, err)
-				mu.Unlock()
-			}
-			for range workers {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					var a, r int64
-					for i := range perWorker {
-						d, err := store.Decide(ctx, key, rl, T0, 1)
-						if err != nil {
-							fail(err)
-							return
-						}
-						if !d.Allowed {
-							continue
-						}
-						a++
-						if i%2 == 1 {
-							continue // keep it
-						}
-						// This worker holds the unit it was just admitted, so the client's
-						// usage is at least 1: the refund returns exactly one unit.
-						if d, err = store.Refund(ctx, key, rl, T0, 1); err != nil {
-							fail(err)
-							return
-						}
-						if d.Remaining < 1 || d.Remaining > limit {
-							fail(fmt.Errorf("a refund answered %d remaining, want 1 to %d", d.Remaining, limit))
-							return
-						}
-						r++
-					}
-					mu.Lock()
-					admitted, refunded, answers = admitted+a, refunded+r, answers+int64(perWorker)
-					mu.Unlock()
-				}()
-			}
-			wg.Wait()
-			if len(errs) > 0 {
-				t.Fatalf("%d calls failed, the first: %v", len(errs), errs[0])
-			}
-			held := admitted - refunded
-			if held > limit || held < 0 {
-				t.Fatalf("admitted %d, refunded %d: %d units held, limit %d", admitted, refunded, held, limit)
-			}
-			if refunded == 0 {
-				t.Fatal("no refund happened: the first decision of all is admitted and refunded")
-			}
-			d, err := store.Peek(ctx, key, rl, T0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if d.Remaining != limit-held {
-				t.Fatalf("admitted %d, refunded %d: the store says %d remaining, want %d", admitted, refunded, d.Remaining, limit-held)
-			}
-			t.Logf("%d decisions: %d admitted, %d refunded, %d held of %d", answers, admitted, refunded, held, limit)
-		})
-	}
-}
-
-// RunBatch runs the conformance table against the batch path of stores made by newStore, each
-// case on a fresh store: the decisions and peeks (cost 0) of a case at one instant, up to a
-// strategy switch or a refund, go in one DecideBatch call and must answer what successive
-// calls answer (the table holds several steps on one key at one instant, so it checks that
-// they are decided in order); refunds are made by Refund between batches. It then checks that a
-// batch interleaving keys, algorithms and costs (one above the capacity, peeks) answers exactly
-// what the same requests answer one by one on other keys.
-func RunBatch(t *testing.T, newStore func(t *testing.T) limiter.BatchStore) {
-	for _, c := range Cases() {
-		t.Run(c.Name, func(t *testing.T) {
-			store := newStore(t)
-			rl := c.Strategy
-			var (
-				reqs  []limiter.Request
-				steps []int // the steps of reqs
-			)
-			check := func(step int, got limiter.Decision, err error, detail string) {
-				t.Helper()
-				s := c.Steps[step]
-				if err != nil {
-					t.Fatalf("step %d (%s): %v", step, detail, err)
-				}
-				want := limiter.Decision{Allowed: s.Allowed, Limit: got.Limit, Remaining: s.Remaining, ResetAfter: s.ResetAfter}
-				if !s.Allowed {
-					want.RetryAfter = s.RetryAfter
-				}
-				if s.ResetAfter < 0 {
-					got.ResetAfter, want.ResetAfter = 0, 0
-				}
-				if got != want {
-					t.Fatalf("step %d (%s at t0+%v):\n got  %+v\n want %+v", step, detail, s.At, got, want)
-				}
-			}
-			flush := func() {
-				t.Helper()
-				if len(reqs) == 0 {
-					return
-				}
-				out := make([]limiter.Answer, len(reqs))
-				store.DecideBatch(context.Background(), reqs, T0.Add(c.Steps[steps[0]].At), out)
-				for i, a := range out {
-					if a.Err == nil && a.Limit != reqs[i].Limiter.Limit() {
-						t.Fatalf("step %d: limit %d, want %d", steps[i], a.Limit, reqs[i].Limiter.Limit())
-					}
-					check(steps[i], a.Decision, a.Err, fmt.Sprintf("item %d of %d, key %s, cost %d", i, len(reqs), reqs[i].Key, reqs[i].Cost))
-				}
-				reqs, steps = reqs[:0], steps[:0]
-			}
-			for i, s := range c.Steps {
-				if len(steps) > 0 && c.Steps[steps[0]].At != s.At {
-					flush()
-				}
-				key, cost := s.Key, s.Cost
-				if key == "" {
-					key = "client"
-				}
-				if cost == 0 {
-					cost = 1
-				}
-				switch {
-				case s.Refund > 0:
-					flush()
-					d, err := store.Refund(context.Background(), key, rl, T0.Add(s.At), s.Refund)
-					check(i, d, err, "refund")
-				case s.Peek:
-					reqs, steps = append(reqs, limiter.Request{Key: key, Limiter: rl, Cost: 0}), append(steps, i)
-				default:
-					reqs, steps = append(reqs, limiter.Request{Key: key, Limiter: rl, Cost: cost}), append(steps, i)
-				}
-				if s.Then != nil {
-					flush()
-					rl = s.Then
-				}
-			}
-			flush()
-		})
-	}
-	t.Run("interleaved keys match one-by-one decisions", func(t *testing.T) {
-		var tb, sw limiter.RateLimiter = must(limiter.NewTokenBucket(5, 1, time.Second)), must(limiter.NewSlidingWindow(4, time.Second))
-		var reqs []limiter.Request
-		for i := range 60 {
-			rl, key := tb, fmt.Sprintf("tb-%d", i%3)
-			if i%2 == 1 {
-				rl, key = sw, fmt.Sprintf("sw-%d", i%5)
-			}
-			cost := int64(1 + i%3)
-			switch {
-			case i%17 == 0:
-				cost = 6 // above both capacities: rejected, consumes nothing
-			case i%7 == 0:
-				cost = 0 // a peek
-			}
-			reqs = append(reqs, limiter.Request{Key: key, Limiter: rl, Cost: cost})
-		}
-		// One store: the one-by-one decisions go to other keys.
-		store := newStore(t)
-		out := make([]limiter.Answer, len(reqs))
-		store.DecideBatch(context.Background(), reqs, T0, out)
-		for i, r := range reqs {
-			var want limiter.Decision
-			var err error
-			if r.Cost == 0 {
-				want, err = store.Peek(context.Background(), "one-by-one-"+r.Key, r.Limiter, T0)
-			} else {
-				want, err = store.Decide(context.Background(), "one-by-one-"+r.Key, r.Limiter, T0, r.Cost)
-			}
-			if err != nil {
-				t.Fatalf("request %d: %v", i, err)
-			}
-			if out[i].Err != nil || out[i].Decision != want {
-				t.Fatalf("request %d (key %s, cost %d): batch answered %+v (error %v), one by one %+v",
-					i, r.Key, r.Cost, out[i].Decision, out[i].Err, want)
-			}
-		}
-	})
-}
-
 // LimitWant is what one limit of a stack must answer in a StackStep: every field of its
 // Decision is checked (Limit is the limit's own), except RetryAfter when Allowed and a
 // ResetAfter of -1.
@@ -523,13 +232,13 @@ type StackStep struct {
 	At   time.Duration // since T0
 	Key  string        // default "client"
 	Cost int64         // default 1
-	// Peek makes the step a peek (DecideStack of cost 0).
+	// Peek makes the step a peek (Store.Decide of cost 0).
 	Peek bool
-	// Refund, when positive, makes the step a RefundStack of that many units.
+	// Refund, when positive, makes the step a Store.Refund of that many units.
 	Refund int64
-	// Single, when set, makes the step a single-limit call (Decide, Peek or Refund) by this
-	// strategy, whose answer must be Limits[0]: the state that a stack's limit named
-	// limiter.DefaultLimitName shares.
+	// Single, when set, makes the step a call by the stack of this one limit named
+	// limiter.DefaultLimitName instead (the form of a tier of one limit), whose answer must be
+	// Limits[0]: the state that a stack's limit of that name shares.
 	Single limiter.RateLimiter
 	// Allowed and RetryAfter are the stack's answer (RetryAfter checked when rejected); the
 	// stack's other fields must be those of its binding limit, Binding.
@@ -667,6 +376,219 @@ func StackCases() []StackCase {
 	}
 }
 
+// Table returns the whole conformance table: the cases of one limit (Cases), each as the stack
+// of that limit named limiter.DefaultLimitName, which is how every layer above the stores
+// decides a tier of one limit, then the stacked cases (StackCases).
+func Table() []StackCase {
+	var table []StackCase
+	for _, c := range Cases() {
+		table = append(table, fromSingle(c))
+	}
+	return append(table, StackCases()...)
+}
+
+// One returns the stack of the single limit rl, named limiter.DefaultLimitName: the form of a
+// tier of one limit.
+func One(rl limiter.RateLimiter) *limiter.Stack { return Stack(limiter.DefaultLimitName, rl) }
+
+// fromSingle returns a case of one limit as a stacked case.
+func fromSingle(c Case) StackCase {
+	sc := StackCase{Name: c.Name, Stack: One(c.Strategy)}
+	for _, s := range c.Steps {
+		step := StackStep{At: s.At, Key: s.Key, Cost: s.Cost, Peek: s.Peek, Refund: s.Refund,
+			Allowed: s.Allowed, Limits: []LimitWant{{s.Allowed, s.Remaining, s.ResetAfter, s.RetryAfter}}}
+		if !s.Allowed {
+			step.RetryAfter = s.RetryAfter
+		}
+		if s.Then != nil {
+			step.Then = One(s.Then)
+		}
+		sc.Steps = append(sc.Steps, step)
+	}
+	return sc
+}
+
+// Run runs the conformance table (Table) against stores made by newStore, each case on a fresh
+// store, through Decide and Refund, then again through DecideBatch: the decisions and peeks of
+// a case at one instant, up to a swap, a refund or a Single step, go in one DecideBatch call
+// (with a request of another stack on another key between them, so that a batch mixes stacks)
+// and must answer what the calls one by one answer. It then checks that a batch interleaving
+// keys, stacks and costs (above a capacity, peeks) answers exactly what the same requests
+// answer one by one on other keys.
+func Run(t *testing.T, newStore func(t *testing.T) limiter.Store) {
+	for _, c := range Table() {
+		t.Run(c.Name, func(t *testing.T) {
+			t.Run("calls", func(t *testing.T) { runCalls(t, newStore(t), c) })
+			t.Run("batch", func(t *testing.T) { runBatch(t, newStore(t), c) })
+		})
+	}
+	t.Run("interleaved keys match one-by-one decisions", func(t *testing.T) {
+		stacks := []*limiter.Stack{
+			One(must(limiter.NewTokenBucket(5, 1, time.Second))),
+			One(must(limiter.NewSlidingWindow(4, time.Second))),
+			Stack("burst", must(limiter.NewTokenBucket(3, 1, time.Second)), "window", must(limiter.NewSlidingWindow(5, time.Second))),
+		}
+		var reqs []limiter.Request
+		for i := range 60 {
+			st := stacks[i%3]
+			cost := int64(1 + i%3)
+			switch {
+			case i%17 == 0:
+				cost = 6 // above every capacity: rejected, consumes nothing
+			case i%7 == 0:
+				cost = 0 // a peek
+			}
+			reqs = append(reqs, limiter.Request{Key: fmt.Sprintf("k%d-%d", i%3, i%4), Stack: st, Cost: cost,
+				Limits: make([]limiter.Decision, st.Len())})
+		}
+		// One store: the one-by-one decisions go to other keys.
+		store := newStore(t)
+		out := make([]limiter.Answer, len(reqs))
+		store.DecideBatch(context.Background(), reqs, T0, out)
+		for i, r := range reqs {
+			limits := make([]limiter.Decision, r.Stack.Len())
+			want, err := store.Decide(context.Background(), "one-by-one-"+r.Key, r.Stack, T0, r.Cost, limits)
+			if err != nil {
+				t.Fatalf("request %d: %v", i, err)
+			}
+			if out[i].Err != nil || out[i].Decision != want || fmt.Sprint(r.Limits) != fmt.Sprint(limits) {
+				t.Fatalf("request %d (key %s, cost %d): batch answered %+v %+v (error %v), one by one %+v %+v",
+					i, r.Key, r.Cost, out[i].Decision, r.Limits, out[i].Err, want, limits)
+			}
+		}
+	})
+}
+
+// refundIDs numbers the refunds the runners make: every refund of a store has its own ID.
+var refundIDs atomic.Uint64
+
+// Refund makes a refund of amount units by st through Store.Refund, with an ID of its own: no
+// earlier refund's record stands in its way.
+func Refund(store limiter.Store, key string, st *limiter.Stack, at time.Time, amount int64, limits []limiter.Decision) (limiter.Decision, error) {
+	var id [16]byte
+	binary.BigEndian.PutUint64(id[8:], refundIDs.Add(1))
+	return store.Refund(context.Background(), limiter.Request{Key: key, Stack: st, Cost: amount, Limits: limits}, at,
+		limiter.Once{ID: id, Until: at.Add(time.Hour)})
+}
+
+// stepStack returns the stack a step decides by, and the step as checked: a Single step decides
+// by the stack of its one limit and answers as that limit.
+func stepStack(st *limiter.Stack, s StackStep) (*limiter.Stack, StackStep) {
+	if s.Single == nil {
+		return st, s
+	}
+	l := s.Limits[0]
+	s.Allowed, s.RetryAfter, s.Binding = l.Allowed, 0, 0
+	if !l.Allowed {
+		s.RetryAfter = l.RetryAfter
+	}
+	return One(s.Single), s
+}
+
+// runCalls runs a case through Decide and Refund, one call a step.
+func runCalls(t *testing.T, store limiter.Store, c StackCase) {
+	st := c.Stack
+	for i, s := range c.Steps {
+		stepSt, s := stepStack(st, s)
+		key, cost := stackStepKey(s)
+		limits := make([]limiter.Decision, stepSt.Len())
+		var (
+			got limiter.Decision
+			err error
+			op  = "decide"
+		)
+		if s.Refund > 0 {
+			got, err = Refund(store, key, stepSt, T0.Add(s.At), s.Refund, limits)
+			op = "refund"
+		} else {
+			if s.Peek {
+				op = "peek"
+			}
+			got, err = store.Decide(context.Background(), key, stepSt, T0.Add(s.At), cost, limits)
+		}
+		if err != nil {
+			t.Fatalf("step %d (%s): %v", i, op, err)
+		}
+		checkStackStep(t, i, s, stepSt, got, limits, fmt.Sprintf("%s, key %s, cost %d", op, key, cost))
+		if s.Then != nil {
+			st = s.Then
+		}
+	}
+}
+
+// runBatch runs a case through DecideBatch (see Run).
+func runBatch(t *testing.T, store limiter.Store, c StackCase) {
+	filler := Stack("filler", must(limiter.NewTokenBucket(100, 1, time.Second)))
+	st := c.Stack
+	var (
+		reqs  []limiter.Request
+		steps []int // the steps of reqs; -1 for a filler
+		sts   []*limiter.Stack
+	)
+	flush := func() {
+		t.Helper()
+		if len(reqs) == 0 {
+			return
+		}
+		out := make([]limiter.Answer, len(reqs))
+		at := c.Steps[steps[0]].At
+		store.DecideBatch(context.Background(), reqs, T0.Add(at), out)
+		for j, a := range out {
+			if a.Err != nil {
+				t.Fatalf("item %d of %d: %v", j, len(reqs), a.Err)
+			}
+			if steps[j] < 0 {
+				continue
+			}
+			_, s := stepStack(st, c.Steps[steps[j]])
+			checkStackStep(t, steps[j], s, sts[j], a.Decision, reqs[j].Limits,
+				fmt.Sprintf("item %d of %d, key %s, cost %d", j, len(reqs), reqs[j].Key, reqs[j].Cost))
+		}
+		reqs, steps, sts = reqs[:0], steps[:0], sts[:0]
+	}
+	for i, s := range c.Steps {
+		if len(steps) > 0 && c.Steps[steps[0]].At != s.At {
+			flush()
+		}
+		stepSt, checked := stepStack(st, s)
+		key, cost := stackStepKey(s)
+		switch {
+		case s.Single != nil:
+			flush()
+			limits := make([]limiter.Decision, 1)
+			var d limiter.Decision
+			var err error
+			if s.Refund > 0 {
+				d, err = Refund(store, key, stepSt, T0.Add(s.At), s.Refund, limits)
+			} else {
+				d, err = store.Decide(context.Background(), key, stepSt, T0.Add(s.At), cost, limits)
+			}
+			if err != nil {
+				t.Fatalf("step %d (single limit): %v", i, err)
+			}
+			checkStackStep(t, i, checked, stepSt, d, limits, "single limit")
+		case s.Refund > 0:
+			flush()
+			limits := make([]limiter.Decision, st.Len())
+			d, err := Refund(store, key, st, T0.Add(s.At), s.Refund, limits)
+			if err != nil {
+				t.Fatalf("step %d (refund): %v", i, err)
+			}
+			checkStackStep(t, i, s, st, d, limits, "refund")
+		default:
+			reqs = append(reqs,
+				limiter.Request{Key: key, Stack: st, Cost: cost, Limits: make([]limiter.Decision, st.Len())},
+				limiter.Request{Key: "filler-" + key, Stack: filler, Cost: 1})
+			steps, sts = append(steps, i, -1), append(sts, st, nil)
+		}
+		if s.Then != nil {
+			flush()
+			st = s.Then
+		}
+	}
+	flush()
+}
+
 // stackStepKey returns a step's key and cost, defaulted.
 func stackStepKey(s StackStep) (string, int64) {
 	key, cost := s.Key, s.Cost
@@ -679,19 +601,6 @@ func stackStepKey(s StackStep) (string, int64) {
 		cost = 1
 	}
 	return key, cost
-}
-
-// callStore makes the single-limit call a step names: a peek, a refund of refund units, or a
-// decision of cost units.
-func callStore(store limiter.Store, key string, rl limiter.RateLimiter, at time.Time, peek bool, refund, cost int64) (limiter.Decision, error) {
-	ctx := context.Background()
-	switch {
-	case peek:
-		return store.Peek(ctx, key, rl, at)
-	case refund > 0:
-		return store.Refund(ctx, key, rl, at, refund)
-	}
-	return store.Decide(ctx, key, rl, at, cost)
 }
 
 // expected returns the decision a step of the tables expects of a strategy of the given limit:
@@ -726,211 +635,104 @@ func checkStackStep(t *testing.T, i int, s StackStep, st *limiter.Stack, got lim
 		t.Fatalf("step %d: the table's stack answer (allowed %t, retry %v, binding %d) is not what Combine makes of its limits (%t, %v, %d)",
 			i, s.Allowed, s.RetryAfter, s.Binding, wantStack.Allowed, wantStack.RetryAfter, binding)
 	}
+	if got.ResetAfter != wantStack.ResetAfter && s.Limits[binding].ResetAfter < 0 {
+		got.ResetAfter = wantStack.ResetAfter
+	}
 	if got != wantStack {
 		t.Fatalf("step %d (%s at t0+%v), the stack:\n got  %+v\n want %+v", i, detail, s.At, got, wantStack)
 	}
 }
 
-// runSingleStep runs a StackStep that is a single-limit call and checks it against Limits[0].
-func runSingleStep(t *testing.T, store limiter.Store, i int, s StackStep) {
-	t.Helper()
-	key, cost := stackStepKey(s)
-	got, err := callStore(store, key, s.Single, T0.Add(s.At), s.Peek, s.Refund, cost)
-	if err != nil {
-		t.Fatalf("step %d (single limit): %v", i, err)
-	}
-	l := s.Limits[0]
-	want := expected(l.Allowed, s.Single.Limit(), l.Remaining, l.ResetAfter, l.RetryAfter)
-	if got != want {
-		t.Fatalf("step %d (single limit at t0+%v):\n got  %+v\n want %+v", i, s.At, got, want)
+// concurrentStacks are the stacks RunConcurrent and RunRefundRace race on: a token bucket and a
+// sliding window of capacity limit, each alone (a tier of one limit), and both stacked (the
+// window a half larger, so that either may bind).
+func concurrentStacks(limit int64) map[string]*limiter.Stack {
+	tb := must(limiter.NewTokenBucket(limit, 1, time.Hour))
+	return map[string]*limiter.Stack{
+		"TokenBucket":   One(tb),
+		"SlidingWindow": One(must(limiter.NewSlidingWindow(limit, time.Hour))),
+		"Stack":         Stack("burst", tb, "daily", must(limiter.NewSlidingWindow(limit+limit/2, time.Hour))),
 	}
 }
 
-// RunStack runs the stacked conformance table against stores made by newStore, each case on a
-// fresh store, through DecideStack and RefundStack.
-func RunStack(t *testing.T, newStore func(t *testing.T) limiter.Store) {
-	for _, c := range StackCases() {
-		t.Run(c.Name, func(t *testing.T) {
-			store := newStore(t)
-			st := c.Stack
-			for i, s := range c.Steps {
-				if s.Single != nil {
-					runSingleStep(t, store, i, s)
-					continue
-				}
-				key, cost := stackStepKey(s)
-				limits := make([]limiter.Decision, st.Len())
-				var (
-					got limiter.Decision
-					err error
-					op  = "decide"
-				)
-				if s.Refund > 0 {
-					got, err = store.RefundStack(context.Background(), key, st, T0.Add(s.At), s.Refund, limits)
-					op = "refund"
-				} else {
-					if s.Peek {
-						op = "peek"
-					}
-					got, err = store.DecideStack(context.Background(), key, st, T0.Add(s.At), cost, limits)
-				}
-				if err != nil {
-					t.Fatalf("step %d (%s): %v", i, op, err)
-				}
-				checkStackStep(t, i, s, st, got, limits, fmt.Sprintf("%s, key %s, cost %d", op, key, cost))
-				if s.Then != nil {
-					st = s.Then
-				}
-			}
-		})
-	}
-}
-
-// RunStackBatch runs the stacked conformance table through the batch path of stores made by
-// newStore: the decisions and peeks of a case at one instant, up to a swap, a refund or a
-// single-limit step, go in one DecideBatch call (with a single-limit request on another key
-// between them, so that a batch mixes both kinds) and must answer what RunStack's calls answer.
-func RunStackBatch(t *testing.T, newStore func(t *testing.T) limiter.BatchStore) {
-	filler := must(limiter.NewTokenBucket(100, 1, time.Second))
-	for _, c := range StackCases() {
-		t.Run(c.Name, func(t *testing.T) {
-			store := newStore(t)
-			st := c.Stack
-			var (
-				reqs  []limiter.Request
-				steps []int // the steps of reqs; -1 for a filler
-				sts   []*limiter.Stack
-			)
-			flush := func() {
-				t.Helper()
-				if len(reqs) == 0 {
-					return
-				}
-				out := make([]limiter.Answer, len(reqs))
-				at := c.Steps[steps[0]].At
-				store.DecideBatch(context.Background(), reqs, T0.Add(at), out)
-				for j, a := range out {
-					if a.Err != nil {
-						t.Fatalf("item %d of %d: %v", j, len(reqs), a.Err)
-					}
-					if steps[j] < 0 {
-						continue
-					}
-					checkStackStep(t, steps[j], c.Steps[steps[j]], sts[j], a.Decision, reqs[j].Limits,
-						fmt.Sprintf("item %d of %d, key %s, cost %d", j, len(reqs), reqs[j].Key, reqs[j].Cost))
-				}
-				reqs, steps, sts = reqs[:0], steps[:0], sts[:0]
-			}
-			for i, s := range c.Steps {
-				if len(steps) > 0 && c.Steps[steps[0]].At != s.At {
-					flush()
-				}
-				key, cost := stackStepKey(s)
-				switch {
-				case s.Single != nil:
-					flush()
-					runSingleStep(t, store, i, s)
-				case s.Refund > 0:
-					flush()
-					limits := make([]limiter.Decision, st.Len())
-					d, err := store.RefundStack(context.Background(), key, st, T0.Add(s.At), s.Refund, limits)
-					if err != nil {
-						t.Fatalf("step %d (refund): %v", i, err)
-					}
-					checkStackStep(t, i, s, st, d, limits, "refund")
-				default:
-					reqs = append(reqs,
-						limiter.Request{Key: key, Stack: st, Cost: cost, Limits: make([]limiter.Decision, st.Len())},
-						limiter.Request{Key: "filler-" + key, Limiter: filler, Cost: 1})
-					steps, sts = append(steps, i, -1), append(sts, st, nil)
-				}
-				if s.Then != nil {
-					flush()
-					st = s.Then
-				}
-			}
-			flush()
-		})
-	}
-}
-
-// RunStackConcurrent checks the all-or-nothing rule under races: workers goroutines each decide
-// perWorker times at one instant (nothing refills), with costs of 1 to 3, on one client of a
-// stack of a token bucket of capacity limit and a sliding window of limit+limit/2, refunding
-// one unit of every third admission. Whatever the interleaving, the units held (admitted costs
-// minus refunds) never exceed limit, and each limit's remaining allowance is exactly its limit
-// minus the units held: a stack that charged one limit and not the other would leave them
-// apart.
-func RunStackConcurrent(t *testing.T, store limiter.Store, workers, perWorker int, limit int64) {
+// RunConcurrent checks that racing decisions on one key admit exactly what a serial run admits,
+// and the all-or-nothing rule of a stack under races: workers goroutines each decide perWorker
+// times at one instant (nothing refills), with costs of 1 to 3, on one client of each of
+// concurrentStacks, refunding one unit of every third admission. Whatever the interleaving, the
+// units held (admitted costs minus refunds) never exceed limit, and each limit's remaining
+// allowance is exactly its limit minus the units held: a stack that charged one limit and not
+// the other would leave them apart.
+func RunConcurrent(t *testing.T, store limiter.Store, workers, perWorker int, limit int64) {
 	ctx := context.Background()
-	st := Stack("burst", must(limiter.NewTokenBucket(limit, 1, time.Hour)),
-		"daily", must(limiter.NewSlidingWindow(limit+limit/2, time.Hour)))
-	const key = "stack-race"
-	var (
-		wg              sync.WaitGroup
-		mu              sync.Mutex
-		held, admitted  int64
-		rejected, errsN int
-		errs            []error
-	)
-	fail := func(err error) {
-		mu.Lock()
-		errs = append(errs, err)
-		mu.Unlock()
-	}
-	for w := range workers {
-		wg.Go(func() {
-			var h, a int64
-			var r int
-			limits := make([]limiter.Decision, st.Len())
-			for i := range perWorker {
-				cost := int64(1 + (w+i)%3)
-				d, err := store.DecideStack(ctx, key, st, T0, cost, limits)
-				if err != nil {
-					fail(err)
-					return
-				}
-				if !d.Allowed {
-					r++
-					continue
-				}
-				h += cost
-				a++
-				if a%3 != 0 {
-					continue
-				}
-				// This worker holds the units it was just admitted: the refund returns one to each limit.
-				if _, err := store.RefundStack(ctx, key, st, T0, 1, limits); err != nil {
-					fail(err)
-					return
-				}
-				h--
+	for name, st := range concurrentStacks(limit) {
+		t.Run(name, func(t *testing.T) {
+			key := "race-" + name
+			var (
+				wg             sync.WaitGroup
+				mu             sync.Mutex
+				held, admitted int64
+				rejected       int
+				errs           []error
+			)
+			fail := func(err error) {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
 			}
-			mu.Lock()
-			held, admitted, rejected = held+h, admitted+a, rejected+r
-			mu.Unlock()
+			for w := range workers {
+				wg.Go(func() {
+					var h, a int64
+					var r int
+					limits := make([]limiter.Decision, st.Len())
+					for i := range perWorker {
+						cost := int64(1 + (w+i)%3)
+						d, err := store.Decide(ctx, key, st, T0, cost, limits)
+						if err != nil {
+							fail(err)
+							return
+						}
+						if !d.Allowed {
+							r++
+							continue
+						}
+						h += cost
+						a++
+						if a%3 != 0 {
+							continue
+						}
+						// This worker holds the units it was just admitted: the refund returns one to each limit.
+						if _, err := Refund(store, key, st, T0, 1, limits); err != nil {
+							fail(err)
+							return
+						}
+						h--
+					}
+					mu.Lock()
+					held, admitted, rejected = held+h, admitted+a, rejected+r
+					mu.Unlock()
+				})
+			}
+			wg.Wait()
+			if len(errs) > 0 {
+				t.Fatalf("%d calls failed, the first: %v", len(errs), errs[0])
+			}
+			if held > limit || held < 0 {
+				t.Fatalf("%d units held after %d admissions, limit %d", held, admitted, limit)
+			}
+			if rejected == 0 {
+				t.Fatalf("no request was rejected: the race did not reach the limit")
+			}
+			limits := make([]limiter.Decision, st.Len())
+			if _, err := store.Decide(ctx, key, st, T0, 0, limits); err != nil {
+				t.Fatal(err)
+			}
+			for j := range st.Len() {
+				if want := st.Limiter(j).Limit() - held; limits[j].Remaining != want {
+					t.Fatalf("%d units held after %d admissions: limit %q says %d remaining, want %d",
+						held, admitted, st.Name(j), limits[j].Remaining, want)
+				}
+			}
+			t.Logf("%d workers: %d admitted, %d rejected, %d units held of %d", workers, admitted, rejected, held, limit)
 		})
 	}
-	wg.Wait()
-	errsN = len(errs)
-	if errsN > 0 {
-		t.Fatalf("%d calls failed, the first: %v", errsN, errs[0])
-	}
-	if held > limit || held < 0 {
-		t.Fatalf("%d units held after %d admissions, limit %d", held, admitted, limit)
-	}
-	if rejected == 0 {
-		t.Fatalf("no request was rejected: the race did not reach the limit")
-	}
-	limits := make([]limiter.Decision, st.Len())
-	if _, err := store.DecideStack(ctx, key, st, T0, 0, limits); err != nil {
-		t.Fatal(err)
-	}
-	for j := range st.Len() {
-		if want := st.Limiter(j).Limit() - held; limits[j].Remaining != want {
-			t.Fatalf("%d units held after %d admissions: limit %q says %d remaining, want %d",
-				held, admitted, st.Name(j), limits[j].Remaining, want)
-		}
-	}
-	t.Logf("%d workers: %d admitted, %d rejected, %d units held of %d", workers, admitted, rejected, held, limit)
 }

@@ -11,7 +11,7 @@ import (
 	"github.com/limiterd/limiterd/limiterd/limiter"
 )
 
-// RunRefundOnce checks Store.RefundOnce on stores from newStore: for a token bucket, a sliding
+// RunRefundOnce checks Store.Refund on stores from newStore: for a token bucket, a sliding
 // window and a stack of both, a refund applies once per ID (a repeat answers ErrRefunded and
 // refunds nothing, also past its Until within limiter.RefundRecordGrace), other IDs still
 // refund, a token bucket whose state other parameters wrote is converted and refunded once,
@@ -26,29 +26,17 @@ func RunRefundOnce(t *testing.T, newStore func(t *testing.T) limiter.Store) {
 	until := T0.Add(time.Hour)
 	for _, c := range []struct {
 		name  string
-		rl    limiter.RateLimiter
 		stack *limiter.Stack
-	}{{"TokenBucket", tb, nil}, {"SlidingWindow", sw, nil}, {"Stack", nil, st}} {
+	}{{"TokenBucket", One(tb)}, {"SlidingWindow", One(sw)}, {"Stack", st}} {
 		t.Run(c.name, func(t *testing.T) {
 			store := newStore(t)
 			ctx := context.Background()
 			req := func(key string, cost int64) limiter.Request {
-				r := limiter.Request{Key: key, Limiter: c.rl, Cost: cost, Stack: c.stack}
-				if c.stack != nil {
-					r.Limits = make([]limiter.Decision, c.stack.Len())
-				}
-				return r
+				return limiter.Request{Key: key, Stack: c.stack, Cost: cost, Limits: make([]limiter.Decision, c.stack.Len())}
 			}
 			decide := func(key string, cost int64) limiter.Decision {
 				t.Helper()
-				r := req(key, cost)
-				var d limiter.Decision
-				var err error
-				if c.stack != nil {
-					d, err = store.DecideStack(ctx, key, c.stack, T0, cost, r.Limits)
-				} else {
-					d, err = store.Decide(ctx, key, c.rl, T0, cost)
-				}
+				d, err := store.Decide(ctx, key, c.stack, T0, cost, nil)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -58,19 +46,19 @@ func RunRefundOnce(t *testing.T, newStore func(t *testing.T) limiter.Store) {
 				t.Fatalf("spend 4: %+v", d)
 			}
 			id := [16]byte{1}
-			d, err := store.RefundOnce(ctx, req("a", 2), T0, limiter.Once{ID: id, Until: until})
+			d, err := store.Refund(ctx, req("a", 2), T0, limiter.Once{ID: id, Until: until})
 			if err != nil || d.Remaining != 3 {
 				t.Fatalf("refund of 2: %+v %v, want 3 remaining", d, err)
 			}
 			for range 3 {
-				if _, err := store.RefundOnce(ctx, req("a", 2), T0, limiter.Once{ID: id, Until: until}); !errors.Is(err, limiter.ErrRefunded) {
+				if _, err := store.Refund(ctx, req("a", 2), T0, limiter.Once{ID: id, Until: until}); !errors.Is(err, limiter.ErrRefunded) {
 					t.Fatalf("the same refund again: %v, want ErrRefunded", err)
 				}
 			}
 			if d := decide("a", 0); d.Remaining != 3 {
 				t.Fatalf("after repeated refunds: %d remaining, want 3", d.Remaining)
 			}
-			if d, err := store.RefundOnce(ctx, req("a", 1), T0, limiter.Once{ID: [16]byte{2}, Until: until}); err != nil || d.Remaining != 4 {
+			if d, err := store.Refund(ctx, req("a", 1), T0, limiter.Once{ID: [16]byte{2}, Until: until}); err != nil || d.Remaining != 4 {
 				t.Fatalf("another refund: %+v %v, want 4 remaining", d, err)
 			}
 
@@ -82,7 +70,7 @@ func RunRefundOnce(t *testing.T, newStore func(t *testing.T) limiter.Store) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					_, err := store.RefundOnce(ctx, req("b", 1), T0, limiter.Once{ID: [16]byte{3}, Until: until})
+					_, err := store.Refund(ctx, req("b", 1), T0, limiter.Once{ID: [16]byte{3}, Until: until})
 					switch {
 					case err == nil:
 						ok.Add(1)
@@ -102,7 +90,7 @@ func RunRefundOnce(t *testing.T, newStore func(t *testing.T) limiter.Store) {
 			// The record outlives its Until by the grace (replicas' clock skew, a refund's
 			// delay): a repeat judged valid on a clock behind is still refused. (Last: a
 			// Memory store refuses refunds far behind this instant as too late.)
-			if _, err := store.RefundOnce(ctx, req("a", 2), until.Add(limiter.RefundRecordGrace/2), limiter.Once{ID: id, Until: until}); !errors.Is(err, limiter.ErrRefunded) {
+			if _, err := store.Refund(ctx, req("a", 2), until.Add(limiter.RefundRecordGrace/2), limiter.Once{ID: id, Until: until}); !errors.Is(err, limiter.ErrRefunded) {
 				t.Fatalf("the same refund past its until, within the grace: %v, want ErrRefunded", err)
 			}
 		})
@@ -110,19 +98,19 @@ func RunRefundOnce(t *testing.T, newStore func(t *testing.T) limiter.Store) {
 	t.Run("TokenBucketConverted", func(t *testing.T) {
 		store := newStore(t)
 		ctx := context.Background()
-		if _, err := store.Decide(ctx, "c", tb, T0, 5); err != nil {
+		if _, err := store.Decide(ctx, "c", One(tb), T0, 5, nil); err != nil {
 			t.Fatal(err)
 		}
-		wider := must(limiter.NewTokenBucket(6, 1, time.Hour)) // other parameters: the state is converted
+		wider := One(must(limiter.NewTokenBucket(6, 1, time.Hour))) // other parameters: the state is converted
 		once := limiter.Once{ID: [16]byte{4}, Until: until}
-		d, err := store.RefundOnce(ctx, limiter.Request{Key: "c", Limiter: wider, Cost: 2}, T0, once)
+		d, err := store.Refund(ctx, limiter.Request{Key: "c", Stack: wider, Cost: 2}, T0, once)
 		if err != nil || d.Remaining != 3 {
 			t.Fatalf("refund of 2 on a converted bucket: %+v %v, want 3 remaining", d, err)
 		}
-		if _, err := store.RefundOnce(ctx, limiter.Request{Key: "c", Limiter: wider, Cost: 2}, T0, once); !errors.Is(err, limiter.ErrRefunded) {
+		if _, err := store.Refund(ctx, limiter.Request{Key: "c", Stack: wider, Cost: 2}, T0, once); !errors.Is(err, limiter.ErrRefunded) {
 			t.Fatalf("again: %v, want ErrRefunded", err)
 		}
-		if d, _ := store.Peek(ctx, "c", wider, T0); d.Remaining != 3 {
+		if d, _ := store.Decide(ctx, "c", wider, T0, 0, nil); d.Remaining != 3 {
 			t.Fatalf("after the repeat: %d remaining, want 3", d.Remaining)
 		}
 	})

@@ -2,8 +2,6 @@ package redis
 
 import (
 	"context"
-	"crypto/sha1" //nolint:gosec // Redis names scripts by their SHA-1
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
@@ -13,20 +11,7 @@ import (
 	"github.com/limiterd/limiterd/limiterd/limiter"
 )
 
-var _ limiter.BatchStore = (*Store)(nil)
-
-// The SHA-1 digests EVALSHA names the decision scripts by.
-var (
-	tokenBucketSHA   = scriptSHA(tokenBucketSource)
-	slidingWindowSHA = scriptSHA(slidingWindowSource)
-)
-
-func scriptSHA(source string) string {
-	sum := sha1.Sum([]byte(source)) //nolint:gosec // not for security: the script's name in Redis
-	return hex.EncodeToString(sum[:])
-}
-
-// DecideBatch implements limiter.BatchStore. The requests (decisions and peeks) that need Redis
+// DecideBatch implements limiter.Store. The requests (decisions and peeks) that need Redis
 // are sent in pieces of bounded work (see guardedBatch), one after the other, each as one
 // pipeline of EVALSHA calls of the decision scripts, in their order: one write and one round
 // trip for a single server, one for each node a Redis Cluster spreads its keys over. Redis runs
@@ -51,20 +36,8 @@ func (s *Store) DecideBatch(ctx context.Context, reqs []limiter.Request, now tim
 	}
 	pending := make([]int, 0, len(reqs)) // the requests Redis decides
 	for i, r := range reqs {
-		if r.Stack != nil {
-			pending = append(pending, i)
-			continue
-		}
-		if r.Limiter.Algorithm() == limiter.AlgorithmUnlimited {
-			if r.Cost == 0 {
-				out[i] = limiter.Answer{Decision: r.Limiter.Peek(nil, now)}
-			} else {
-				out[i] = limiter.Answer{Decision: r.Limiter.Decide(nil, now, r.Cost)}
-			}
-			continue
-		}
 		if s.cache != nil && r.Cost > 0 {
-			if d, ok := s.cache.get(r.Key, r.Limiter, r.Cost, now); ok {
+			if d, ok := s.cache.get(r.Key, r.Stack, r.Cost, now, r.Limits); ok {
 				s.c.cacheHits.Add(1)
 				out[i] = limiter.Answer{Decision: d}
 				continue
@@ -75,14 +48,28 @@ func (s *Store) DecideBatch(ctx context.Context, reqs []limiter.Request, now tim
 	if len(pending) == 0 {
 		return
 	}
-	s.guardedBatch(ctx, reqs, pending, now, out)
+	limits := make([][]limiter.Decision, len(reqs)) // where each request's limits are answered
+	var spare []limiter.Decision                    // for those of requests that ask for none, to cache
+	for _, i := range pending {
+		n := reqs[i].Stack.Len()
+		switch {
+		case reqs[i].Limits != nil:
+			limits[i] = reqs[i].Limits
+		case s.cache != nil && reqs[i].Cost > 0:
+			if len(spare) < n {
+				spare = make([]limiter.Decision, limiter.MaxStack*min(len(pending), 64))
+			}
+			limits[i], spare = spare[:n:n], spare[n:]
+		}
+	}
+	s.guardedBatch(ctx, reqs, pending, limits, now, out)
 	for _, i := range pending {
 		if out[i].Err != nil {
 			out[i].Err = fmt.Errorf("redis store: policy %s: decide: %w", s.policy, out[i].Err)
 			continue
 		}
-		if d := out[i].Decision; s.cache != nil && reqs[i].Stack == nil && reqs[i].Cost > 0 && !d.Allowed && d.RetryAfter > 0 {
-			s.cache.put(reqs[i].Key, reqs[i].Limiter, reqs[i].Cost, now, d, epoch)
+		if s.cache != nil && reqs[i].Cost > 0 {
+			s.cache.put(reqs[i].Key, reqs[i].Stack, reqs[i].Cost, now, out[i].Decision, limits[i], epoch)
 		}
 	}
 }
@@ -110,11 +97,7 @@ func pieceWeight(timeout time.Duration) int {
 
 // requestWeight returns the work of a batch's request.
 func requestWeight(r limiter.Request) int {
-	limits := 1
-	if r.Stack != nil {
-		limits = r.Stack.Len()
-	}
-	return limits * (1 + len(r.Key)/keyBytesPerWeight)
+	return r.Stack.Len() * (1 + len(r.Key)/keyBytesPerWeight)
 }
 
 // guardedBatch runs a batch's pending requests in pieces of at most pieceWeight work, in
@@ -123,7 +106,7 @@ func requestWeight(r limiter.Request) int {
 // of Redis, and the batch goes on only if Redis answers it: otherwise its remaining requests
 // fail with errUnhealthy, unsent. So the work of one call to Redis is bounded whatever the
 // batch's size, and a caller's slow batch cannot open the breaker (see breaker).
-func (s *Store) guardedBatch(ctx context.Context, reqs []limiter.Request, pending []int, now time.Time, out []limiter.Answer) {
+func (s *Store) guardedBatch(ctx context.Context, reqs []limiter.Request, pending []int, limits [][]limiter.Decision, now time.Time, out []limiter.Answer) {
 	budget := pieceWeight(s.c.opts.Timeout)
 	for len(pending) > 0 {
 		n, weight := 1, requestWeight(reqs[pending[0]]) // a request heavier than budget goes alone
@@ -136,7 +119,7 @@ func (s *Store) guardedBatch(ctx context.Context, reqs []limiter.Request, pendin
 		err := s.c.breaker.allow()
 		if err == nil {
 			timed, cancel := context.WithTimeout(ctx, s.c.opts.Timeout)
-			err = s.runBatch(timed, reqs, piece, now, out)
+			err = s.runBatch(timed, reqs, piece, limits, now, out)
 			cancel()
 		}
 		if err != nil {
@@ -185,105 +168,43 @@ func (s *Store) guardedBatch(ctx context.Context, reqs []limiter.Request, pendin
 }
 
 // runBatch decides a piece's requests: one pipeline, then the requests that need their own
-// round trips (see DecideBatch).
-func (s *Store) runBatch(ctx context.Context, reqs []limiter.Request, pending []int, now time.Time, out []limiter.Answer) error {
+// round trips (see DecideBatch). Request i's limits are answered in limits[i] (nil: nowhere).
+func (s *Store) runBatch(ctx context.Context, reqs []limiter.Request, pending []int, limits [][]limiter.Decision, now time.Time, out []limiter.Answer) error {
 	cn, err := s.c.get()
 	if err != nil {
 		return err
 	}
-	nowS, nowN := s.c.nowArgs(now)
 	cmds := make(rueidis.Commands, 0, len(pending))
-	sent := make([]int, 0, len(pending)) // the requests of cmds
-	var stacks map[int]*stackCall        // the stack calls of stacked requests
-	for _, i := range pending {
+	calls := make([]*call, len(pending))
+	for j, i := range pending {
 		r := reqs[i]
-		mode, cost := requestMode(r)
-		if r.Stack != nil {
-			c := s.newStackCall(r.Key, r.Stack, now, cost, mode)
-			if stacks == nil {
-				stacks = make(map[int]*stackCall)
-			}
-			stacks[i] = c
-			cmds = append(cmds, cn.B().Evalsha().Sha1(stackSHA).Numkeys(int64(len(c.keys))).Key(c.keys...).Arg(s.stackArgs(c)...).Build())
-			sent = append(sent, i)
-			continue
-		}
-		k, p := s.key(r.Key), s.c.prepare(r.Limiter)
-		switch rl := r.Limiter.(type) {
-		case *limiter.TokenBucket:
-			args := tokenBucketArgs(mode, p, nowS, nowN, tokenBucketCost(rl, p, cost, mode), s.c.slackMS)
-			cmds = append(cmds, cn.B().Evalsha().Sha1(tokenBucketSHA).Numkeys(1).Key(k).Arg(args...).Build())
-		case *limiter.SlidingWindow:
-			args := s.slidingWindowArgs(p, nowS, nowN, cost, mode)
-			cmds = append(cmds, cn.B().Evalsha().Sha1(slidingWindowSHA).Numkeys(1).Key(k).Arg(args...).Build())
-		default:
-			out[i] = limiter.Answer{Err: fmt.Errorf("unsupported algorithm %s", r.Limiter.Algorithm())}
-			continue
-		}
-		sent = append(sent, i)
+		mode, cost := decideMode(r.Cost)
+		c := s.newCall(r.Key, r.Stack, now, cost, mode)
+		calls[j] = c
+		cmds = append(cmds, cn.B().Evalsha().Sha1(decideScripts.of(c).sha).Numkeys(int64(len(c.keys))).Key(c.keys...).Arg(s.callArgs(c)...).Build())
 	}
-	var again []int // decided after the pipeline, in order
+	var again []int // decided after the pipeline, in order (indices into pending)
 	for j, res := range cn.DoMulti(ctx, cmds...) {
-		i := sent[j]
+		i := pending[j]
 		arr, err := res.ToArray()
 		if err != nil {
 			if rerr, ok := rueidis.IsRedisErr(err); ok && rerr.IsNoScript() {
-				again = append(again, i)
+				again = append(again, j)
 				continue
 			}
-			out[i] = limiter.Answer{Err: fmt.Errorf("%s script: %w", scriptName(reqs[i]), err)}
+			out[i] = limiter.Answer{Err: fmt.Errorf("decision script: %w", err)}
 			continue
 		}
-		if c := stacks[i]; c != nil {
-			d, done, err := c.answer(arr, reqs[i].Limits)
-			if err == nil && !done {
-				again = append(again, i) // converted now, decided after the pipeline
-				continue
-			}
-			out[i] = limiter.Answer{Decision: d, Err: err}
+		d, done, err := calls[j].answer(arr, limits[i])
+		if err == nil && !done {
+			again = append(again, j) // converted now, decided after the pipeline
 			continue
-		}
-		var d limiter.Decision
-		switch rl := reqs[i].Limiter.(type) {
-		case *limiter.TokenBucket:
-			var raw *string
-			mode, cost := requestMode(reqs[i])
-			d, raw, _, err = tokenBucketAnswer(arr, rl, cost, mode)
-			if err == nil && raw != nil {
-				again = append(again, i)
-				continue
-			}
-		case *limiter.SlidingWindow:
-			d, err = slidingWindowAnswer(arr, rl)
 		}
 		out[i] = limiter.Answer{Decision: d, Err: err}
 	}
-	for _, i := range again {
-		if c := stacks[i]; c != nil {
-			d, err := s.callStack(ctx, cn, c, reqs[i].Limits)
-			out[i] = limiter.Answer{Decision: d, Err: err}
-			continue
-		}
-		mode, cost := requestMode(reqs[i])
-		d, err := s.run(ctx, reqs[i].Key, reqs[i].Limiter, now, cost, mode)
-		out[i] = limiter.Answer{Decision: d, Err: err}
+	for _, j := range again {
+		d, err := s.run(ctx, cn, calls[j], limits[pending[j]])
+		out[pending[j]] = limiter.Answer{Decision: d, Err: err}
 	}
 	return nil
-}
-
-// scriptName names the script of a batch's request, for errors.
-func scriptName(r limiter.Request) string {
-	if r.Stack != nil {
-		return "stack"
-	}
-	return r.Limiter.Algorithm().String()
-}
-
-// requestMode returns the script mode and cost of a batch's request: a peek of one unit for a
-// cost of 0.
-func requestMode(r limiter.Request) (mode, int64) {
-	if r.Cost == 0 {
-		return modePeek, 1
-	}
-	return modeDecide, r.Cost
 }

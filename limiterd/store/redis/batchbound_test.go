@@ -64,7 +64,7 @@ func TestLargeBatchIsDecidedByRedis(t *testing.T) {
 	if c.BreakerTrips() != 0 {
 		t.Errorf("the breaker opened %d times", c.BreakerTrips())
 	}
-	if _, err := c.Store("other").Decide(t.Context(), "unrelated", tokenBucket(t, 5, 1, time.Hour), time.Now(), 1); err != nil {
+	if _, err := c.Store("other").Decide(t.Context(), "unrelated", limitertest.One(tokenBucket(t, 5, 1, time.Hour)), time.Now(), 1, nil); err != nil {
 		t.Errorf("an unrelated client after the batches: %v", err)
 	}
 }
@@ -78,7 +78,7 @@ func TestBatchPiecesKeepOrder(t *testing.T) {
 	st := limitertest.Stack("a", tokenBucket(t, 300, 1, time.Hour), "b", sw)
 	reqs := make([]limiter.Request, 1000)
 	for i := range reqs {
-		reqs[i] = limiter.Request{Key: "k", Limiter: sw, Cost: 1}
+		reqs[i] = limiter.Request{Key: "k", Stack: limitertest.One(sw), Cost: 1}
 		if i%2 == 1 {
 			reqs[i] = limiter.Request{Key: "s", Stack: st, Limits: make([]limiter.Decision, st.Len()), Cost: 1}
 		}
@@ -121,7 +121,7 @@ func TestStallDoesNotOpenBreaker(t *testing.T) {
 					return
 				default:
 				}
-				_, err := s.Decide(context.Background(), fmt.Sprintf("k-%d-%d", w, i%50), rl, time.Now(), 1)
+				_, err := s.Decide(context.Background(), fmt.Sprintf("k-%d-%d", w, i%50), limitertest.One(rl), time.Now(), 1, nil)
 				if err == nil {
 					ok.Add(1)
 				} else {

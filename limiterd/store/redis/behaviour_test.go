@@ -31,7 +31,7 @@ func slidingWindow(t *testing.T, limit int64, window time.Duration) *limiter.Sli
 
 func decide(t *testing.T, s limiter.Store, key string, rl limiter.RateLimiter, now time.Time, cost int64) limiter.Decision {
 	t.Helper()
-	d, err := s.Decide(t.Context(), key, rl, now, cost)
+	d, err := s.Decide(t.Context(), key, limitertest.One(rl), now, cost, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +127,7 @@ func TestStackOnServerClock(t *testing.T) {
 	admitted := 0
 	for i := range 20 {
 		skewed := limitertest.T0.Add(time.Duration(i%3-1) * 24 * 365 * time.Hour)
-		d, err := s.DecideStack(t.Context(), "skewed", st, skewed, 1, out)
+		d, err := s.Decide(t.Context(), "skewed", st, skewed, 1, out)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -140,12 +140,12 @@ func TestStackOnServerClock(t *testing.T) {
 	}
 	// The bucket's parameters change: its state is converted (4 tokens used) and decided on.
 	st = limitertest.Stack("burst", tokenBucket(t, 10, 1, time.Hour), "daily", slidingWindow(t, 4, 1500*time.Millisecond))
-	if d, err := s.DecideStack(t.Context(), "skewed", st, time.Time{}, 0, out); err != nil || out[0].Remaining != 6 {
+	if d, err := s.Decide(t.Context(), "skewed", st, time.Time{}, 0, out); err != nil || out[0].Remaining != 6 {
 		t.Fatalf("after the bucket's change: %+v, limits %+v, %v; want 6 remaining in the bucket", d, out, err)
 	}
 	// Once the window is empty, the converted bucket admits and writes its state.
 	testsupport.Eventually(t, 10*time.Second, "the window admits again", func() bool {
-		d, err := s.DecideStack(t.Context(), "skewed", st, time.Time{}, 1, out)
+		d, err := s.Decide(t.Context(), "skewed", st, time.Time{}, 1, out)
 		return err == nil && d.Allowed
 	})
 	if out[0].Remaining != 5 {
@@ -256,27 +256,27 @@ func TestSlidingWindowLongLog(t *testing.T) {
 	for i := range entries + 200 {
 		now = now.Add(time.Millisecond + time.Duration(i%7)) // 6000 entries span 6s: expiries too
 		cost := int64(1 + i%50)
-		got, err := s.Decide(ctx, "long", rl, now, cost)
+		got, err := s.Decide(ctx, "long", limitertest.One(rl), now, cost, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		want, _ := mem.Decide(ctx, "long", rl, now, cost)
+		want, _ := mem.Decide(ctx, "long", limitertest.One(rl), now, cost, nil)
 		if got != want {
 			t.Fatalf("step %d: redis %+v, memory %+v", i, got, want)
 		}
 	}
 	// A cost that waits for many entries to leave: the binary search over a long log.
 	for _, cost := range []int64{50_000, 99_999, 100_000} {
-		got, _ := s.Peek(ctx, "long", rl, now)
-		want, _ := mem.Peek(ctx, "long", rl, now)
+		got, _ := s.Decide(ctx, "long", limitertest.One(rl), now, 0, nil)
+		want, _ := mem.Decide(ctx, "long", limitertest.One(rl), now, 0, nil)
 		if got != want {
 			t.Fatalf("peek: redis %+v, memory %+v", got, want)
 		}
-		got, err := s.Decide(ctx, "long", rl, now, cost)
+		got, err := s.Decide(ctx, "long", limitertest.One(rl), now, cost, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		want, _ = mem.Decide(ctx, "long", rl, now, cost)
+		want, _ = mem.Decide(ctx, "long", limitertest.One(rl), now, cost, nil)
 		if got != want {
 			t.Fatalf("cost %d: redis %+v, memory %+v", cost, got, want)
 		}

@@ -23,6 +23,7 @@ import (
 	"github.com/limiterd/limiterd/api/v1alpha1"
 	"github.com/limiterd/limiterd/limiterd/engine"
 	"github.com/limiterd/limiterd/limiterd/limiter"
+	"github.com/limiterd/limiterd/limiterd/limiter/limitertest"
 	"github.com/limiterd/limiterd/limiterd/policy"
 	limiterdserver "github.com/limiterd/limiterd/limiterd/server"
 	"github.com/limiterd/limiterd/limiterd/store/redis/redistest"
@@ -68,6 +69,7 @@ func BenchmarkRedis(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	st := limitertest.One(rl) // a tier of one limit, built once as policy.Compile does
 	const keys, callers = 100_000, 64
 
 	for _, store := range []struct {
@@ -80,7 +82,7 @@ func BenchmarkRedis(b *testing.B) {
 	} {
 		b.Run(store.name, func(b *testing.B) {
 			measure(b, callers, func(ctx context.Context, r *rand.Rand) error {
-				_, err := store.s.Decide(ctx, "client-"+strconv.Itoa(r.IntN(keys)), rl, time.Now(), 1)
+				_, err := store.s.Decide(ctx, "client-"+strconv.Itoa(r.IntN(keys)), st, time.Now(), 1, nil)
 				return err
 			})
 		})
@@ -125,12 +127,12 @@ func BenchmarkRedis(b *testing.B) {
 		})
 	})
 
-	sha := srv.Do(b, "SCRIPT", "LOAD", tokenBucketSource)
-	p := c.prepare(rl)
-	// The key pattern of Key("default/bench", "client-N"), with %00 for the NUL byte that a
-	// command line cannot carry.
+	// A single decision's call, on the key pattern of Key("default/bench", "client-N"), with
+	// %00 for the NUL byte that a command line cannot carry.
+	call := c.Store("default/bench").newCall("", limitertest.One(rl), time.Time{}, 1, modeDecide)
+	sha := srv.Do(b, "SCRIPT", "LOAD", decideScripts.of(call).source)
 	args := append([]string{"EVALSHA", sha, "1", KeyPrefix + "{default/bench%00client-__rand_int__}"},
-		tokenBucketArgs(modeDecide, p, "", "", p.unit, "0")...)
+		c.Store("default/bench").callArgs(call)...)
 	for _, pipeline := range []int{1, 16} {
 		b.Run(fmt.Sprintf("redis-benchmark/P=%d", pipeline), func(b *testing.B) {
 			cmd := exec.Command("redis-benchmark", append([]string{"-h", "127.0.0.1", "-p", strconv.Itoa(srv.Port()),

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/limiterd/limiterd/internal/testsupport"
+	"github.com/limiterd/limiterd/limiterd/limiter/limitertest"
 	"github.com/limiterd/limiterd/limiterd/store/redis/redistest"
 )
 
@@ -146,7 +147,7 @@ func TestBreakerDuringPause(t *testing.T) {
 					return
 				default:
 				}
-				_, err := s.Decide(t.Context(), fmt.Sprintf("k-%d-%d", w, i%50), rl, time.Now(), 1)
+				_, err := s.Decide(t.Context(), fmt.Sprintf("k-%d-%d", w, i%50), limitertest.One(rl), time.Now(), 1, nil)
 				switch {
 				case err == nil:
 					ok.Add(1)

@@ -39,25 +39,32 @@
 // same algorithm with new parameters, the usage carries over, clamped. A sliding window converts
 // inside its script. A token bucket's conversion needs products of the old and new parameters,
 // so the script hands the old state to Go, which converts it with limiter's code at the instant
-// the script read, and writes the result with a compare-and-set script (a second round trip,
-// once per client after a change; if the state changed meanwhile, the decision starts over).
+// the script read, and calls the script again with the conversion, which it uses only if the
+// state is still the one read (a second round trip, once per client after a change; if the
+// state changed meanwhile, the decision starts over).
 //
 // # Stacks
 //
-// A stacked tier's limits are decided by one script (stack.lua) over one key per limit:
+// Every decision runs one script: the library of the algorithms (algorithms.lua) and the entry
+// script (decide.lua), joined by Go with each protocol name replaced by its value from
+// protocol.go (script.go); a call runs the library sections it may need only (its algorithms';
+// conversions and refunds only when it carries one), since Redis makes every function of a
+// script anew on each call. A single limit is decided as the stack of its one limit,
+// named "default". A stacked tier's limits are decided over one key per limit:
 // LimitKey, the client's key followed by ':' and the limit's name (the limit named "default"
 // uses the client's key itself, the state of a tier of one limit). The keys share the client's
 // hash tag, so they live on one cluster slot and one script may touch them all, atomically. Each
 // limit's state is the one its algorithm keeps alone, with its own fingerprint and expiry, so the
 // rule for parameter changes applies per limit name. The script first reads every limit and
 // decides on it, then writes every new state if every limit admitted the cost, and nothing
-// otherwise: a rejected request charges no limit, whichever replicas race on the client. A token
-// bucket whose state other parameters wrote is converted by Go, as for a single limit: the
-// script answers the raw state and writes nothing, Go converts it at the instant read and calls
-// the script again with the conversion, which it uses only if the state is still the one read.
-// A peek writes nothing; a refund returns the units to every limit in the same script. Stacked
-// decisions are not answered from the reject cache (a stacked refund still clears it, as a
-// refund does). In a batch, a stacked request is one EVALSHA of the pipeline.
+// otherwise: a rejected request charges no limit, whichever replicas race on the client, and
+// writes nothing, for one limit as for several (no conversion, no expired entry dropped, no
+// other algorithm's state deleted: those are written by the next admission). A token bucket
+// whose state other parameters wrote is converted by Go: the script answers the raw state and
+// writes nothing, Go converts it at the instant read and calls the script again with the
+// conversion, which it uses only if the state is still the one read. A peek writes nothing; a
+// refund returns the units to every limit in the same script. In a batch, each request is one
+// EVALSHA of the pipeline.
 //
 // # Clock
 //
@@ -119,9 +126,13 @@
 // s backoff doubling to 8 s).
 //
 // Rejections can be cached in process (Options.RejectCache): a client over its limit is then
-// answered without a round trip until its retry time. The cache only ever rejects, and only
-// until the instant the rejection named, before which the shared state could not have admitted
-// the same cost either, so it never admits more than the limit.
+// answered without a round trip until its retry time, for a stacked tier as for a tier of one
+// limit. The cache only ever rejects, and only until the instant the rejection named, before
+// which the shared state could not have admitted the same cost either, so it never admits more
+// than the limits. An entry holds for the same cost and the same limits (strategies under the
+// same names), until the first retry time of the limits that rejected (each limit's cached
+// decision, aged, is then still what Redis would answer of it); a peek is never answered from
+// it, and a refund forgets the client on every replica, as a reset does.
 //
 // Only a reset can make the shared state admit sooner, so a reset must reach every replica's
 // cache. Reset deletes the state and publishes the client on ResetChannel in one script, and

@@ -10,6 +10,7 @@ import (
 
 	"github.com/limiterd/limiterd/internal/testsupport"
 	"github.com/limiterd/limiterd/limiterd/limiter"
+	"github.com/limiterd/limiterd/limiterd/limiter/limitertest"
 	"github.com/limiterd/limiterd/limiterd/store/redis/redistest"
 )
 
@@ -30,7 +31,7 @@ func TestEvictionKeepsDeciding(t *testing.T) {
 	s := c.Store(t.Name())
 	daily := tokenBucket(t, 5, 5, 24*time.Hour)
 	for i := range 6 {
-		d, err := s.Decide(t.Context(), "hot", daily, time.Now(), 1)
+		d, err := s.Decide(t.Context(), "hot", limitertest.One(daily), time.Now(), 1, nil)
 		if err != nil || d.Allowed != (i < 5) {
 			t.Fatalf("hot client, decision %d: %+v, %v", i, d, err)
 		}
@@ -42,7 +43,7 @@ func TestEvictionKeepsDeciding(t *testing.T) {
 	for b := range batches {
 		reqs := make([]limiter.Request, items)
 		for i := range reqs {
-			reqs[i] = limiter.Request{Key: fmt.Sprintf("%s-%d-%d", pad, b, i), Limiter: flood, Cost: 1}
+			reqs[i] = limiter.Request{Key: fmt.Sprintf("%s-%d-%d", pad, b, i), Stack: limitertest.One(flood), Cost: 1}
 		}
 		out := make([]limiter.Answer, items)
 		s.DecideBatch(t.Context(), reqs, time.Now(), out)
@@ -60,7 +61,7 @@ func TestEvictionKeepsDeciding(t *testing.T) {
 	if evicted == 0 {
 		t.Fatal("Redis evicted nothing: the test did not fill it")
 	}
-	if d, err := s.Decide(t.Context(), "hot", daily, time.Now(), 1); err != nil || d.Allowed {
+	if d, err := s.Decide(t.Context(), "hot", limitertest.One(daily), time.Now(), 1, nil); err != nil || d.Allowed {
 		t.Errorf("the hot client after the flood: %+v, %v; want rejected (its day-long state kept)", d, err)
 	}
 }

@@ -64,10 +64,10 @@ func TestPeekExpiredLogReadsLogN(t *testing.T) {
 	now := limitertest.T0.Add(time.Hour)
 	bound := 2*bits.Len(n) + 8 // two searches, the newest entry, slack
 	mem := limiter.NewMemory(nil)
-	want, _ := mem.Peek(t.Context(), "single", sw, now)
+	want, _ := mem.Decide(t.Context(), "single", limitertest.One(sw), now, 0, nil)
 
 	srv.Do(t, "CONFIG", "RESETSTAT")
-	got, err := s.Peek(t.Context(), "single", sw, now)
+	got, err := s.Decide(t.Context(), "single", limitertest.One(sw), now, 0, nil)
 	if err != nil || got != want {
 		t.Fatalf("peek: %+v, %v; want %+v", got, err, want)
 	}
@@ -78,8 +78,8 @@ func TestPeekExpiredLogReadsLogN(t *testing.T) {
 	srv.Do(t, "CONFIG", "RESETSTAT")
 	out := make([]limiter.Decision, st.Len())
 	wantOut := make([]limiter.Decision, st.Len())
-	wantStack, _ := mem.DecideStack(t.Context(), "stacked", st, now, 0, wantOut)
-	gotStack, err := s.DecideStack(t.Context(), "stacked", st, now, 0, out)
+	wantStack, _ := mem.Decide(t.Context(), "stacked", st, now, 0, wantOut)
+	gotStack, err := s.Decide(t.Context(), "stacked", st, now, 0, out)
 	if err != nil || gotStack != wantStack || out[1] != wantOut[1] {
 		t.Fatalf("stacked peek: %+v %+v, %v; want %+v %+v", gotStack, out, err, wantStack, wantOut)
 	}
@@ -88,7 +88,7 @@ func TestPeekExpiredLogReadsLogN(t *testing.T) {
 	}
 
 	// A decision then trims the expired entries.
-	if d, err := s.Decide(t.Context(), "single", sw, now, 1); err != nil || !d.Allowed {
+	if d, err := s.Decide(t.Context(), "single", limitertest.One(sw), now, 1, nil); err != nil || !d.Allowed {
 		t.Fatalf("decide: %+v, %v", d, err)
 	}
 	if l := do(t, c, "LLEN", Key(t.Name(), "single")); l != "5" {
@@ -115,7 +115,7 @@ func BenchmarkPeekExpiredLog(b *testing.B) {
 	now := limitertest.T0.Add(time.Hour)
 	b.Run("single", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := s.Peek(b.Context(), "single", sw, now); err != nil {
+			if _, err := s.Decide(b.Context(), "single", limitertest.One(sw), now, 0, nil); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -123,7 +123,7 @@ func BenchmarkPeekExpiredLog(b *testing.B) {
 	b.Run("stacked", func(b *testing.B) {
 		out := make([]limiter.Decision, st.Len())
 		for b.Loop() {
-			if _, err := s.DecideStack(b.Context(), "stacked", st, now, 0, out); err != nil {
+			if _, err := s.Decide(b.Context(), "stacked", st, now, 0, out); err != nil {
 				b.Fatal(err)
 			}
 		}

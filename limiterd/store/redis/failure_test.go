@@ -37,7 +37,7 @@ func startLoad(s *Store, rl limiter.RateLimiter, workers int) *load {
 				default:
 				}
 				start := time.Now()
-				_, err := s.Decide(context.Background(), fmt.Sprintf("load-%d-%d", w, i%100), rl, start, 1)
+				_, err := s.Decide(context.Background(), fmt.Sprintf("load-%d-%d", w, i%100), limitertest.One(rl), start, 1, nil)
 				took := time.Since(start)
 				for {
 					prev := l.longest.Load()
@@ -144,7 +144,7 @@ func TestOutage(t *testing.T) {
 		if i%2 == 1 {
 			replica = other.Store(t.Name())
 		}
-		d, err := replica.Decide(t.Context(), "shared", small, time.Now(), 1)
+		d, err := replica.Decide(t.Context(), "shared", limitertest.One(small), time.Now(), 1, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -172,7 +172,7 @@ func TestUnreachableAtStart(t *testing.T) {
 	}
 	rl := tokenBucket(t, 5, 1, time.Hour)
 	start := time.Now()
-	if _, err := c.Store(t.Name()).Decide(t.Context(), "k", rl, start, 1); err == nil {
+	if _, err := c.Store(t.Name()).Decide(t.Context(), "k", limitertest.One(rl), start, 1, nil); err == nil {
 		t.Fatal("a decision succeeded while redis is down")
 	} else if took := time.Since(start); took > 2*time.Second {
 		t.Fatalf("a decision took %v to fail", took)
@@ -180,24 +180,24 @@ func TestUnreachableAtStart(t *testing.T) {
 	st := limitertest.Stack("burst", rl, "daily", slidingWindow(t, 5, time.Hour))
 	out := make([]limiter.Decision, st.Len())
 	start = time.Now()
-	if _, err := c.Store(t.Name()).DecideStack(t.Context(), "k", st, start, 1, out); err == nil {
+	if _, err := c.Store(t.Name()).Decide(t.Context(), "k", st, start, 1, out); err == nil {
 		t.Fatal("a stacked decision succeeded while redis is down")
 	} else if took := time.Since(start); took > 2*time.Second {
 		t.Fatalf("a stacked decision took %v to fail", took)
 	}
 	srv.Restart(t)
 	testsupport.Eventually(t, 20*time.Second, "decisions succeed once redis is up", func() bool {
-		_, err := c.Store(t.Name()).Decide(t.Context(), "k", rl, time.Now(), 1)
+		_, err := c.Store(t.Name()).Decide(t.Context(), "k", limitertest.One(rl), time.Now(), 1, nil)
 		return err == nil
 	})
-	if d, err := c.Store(t.Name()).DecideStack(t.Context(), "k", st, time.Now(), 1, out); err != nil || !d.Allowed {
+	if d, err := c.Store(t.Name()).Decide(t.Context(), "k", st, time.Now(), 1, out); err != nil || !d.Allowed {
 		t.Fatalf("a stacked decision once redis is up: %+v, %v", d, err)
 	}
 	c.Close()
-	if _, err := c.Store(t.Name()).Decide(t.Context(), "k", rl, time.Now(), 1); !errors.Is(err, ErrClosed) {
+	if _, err := c.Store(t.Name()).Decide(t.Context(), "k", limitertest.One(rl), time.Now(), 1, nil); !errors.Is(err, ErrClosed) {
 		t.Errorf("after Close: %v, want ErrClosed", err)
 	}
-	if _, err := c.Store(t.Name()).RefundStack(t.Context(), "k", st, time.Now(), 1, out); !errors.Is(err, ErrClosed) {
+	if _, err := limitertest.Refund(c.Store(t.Name()), "k", st, time.Now(), 1, out); !errors.Is(err, ErrClosed) {
 		t.Errorf("a stacked refund after Close: %v, want ErrClosed", err)
 	}
 	noLeak(t, ignore)

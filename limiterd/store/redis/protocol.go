@@ -1,163 +1,184 @@
 package redis
 
-// The protocol between the Go code and the scripts: the position of each argument (ARGV) and
-// reply element, and the values that tell replies and modes apart. Go indices here are 0-based
-// (a slice); Lua's are 1-based. Each script opens with a block of locals that mirrors the
-// constants below (Lua name = Go constant + 1 for an index, the same text or number for a
-// value); TestScriptsMirrorProtocol fails when the two drift.
+import (
+	"strconv"
+
+	"github.com/limiterd/limiterd/limiterd/limiter"
+)
+
+// The protocol between the Go code and the decision script (decide.lua with algorithms.lua): the
+// position of each argument (ARGV) and reply element, and the values that tell modes,
+// algorithms and replies apart. Go indices here are 0-based (a slice); Lua's are 1-based. The
+// script names them, and joinScripts writes each name's value in its place (protocolNames), so
+// the script holds no copy of them; TestScriptUsesOnlyProtocolNames checks that it names no other
+// constant.
 
 // mode says whether a script decides (and writes), only peeks (reads), or refunds (writes).
 type mode string
 
-// The modes: ARGV's MODE_DECIDE, MODE_PEEK and MODE_REFUND.
+// The modes: ARGV's MODE_*.
 const (
+	// modeDecide decides a stack all or nothing: rejected, it writes nothing, not even a
+	// conversion or the deletion of another algorithm's state (as limiter.Memory.Decide).
 	modeDecide mode = "d"
 	modePeek   mode = "p"
 	modeRefund mode = "r"
 )
 
-// tokenbucket.lua's arguments (ARG_*).
+// The algorithms of a limit's block (ALGORITHM_*).
 const (
-	tbArgMode        = iota // mode
-	tbArgFingerprint        // fingerprint of the strategy
-	tbArgNowS               // now, seconds; "": the server's clock (TIME)
-	tbArgNowN               // now, nanoseconds of the second
-	tbArgRate               // the refill rate
-	tbArgTauS               // tau, a full refill: seconds,
-	tbArgTauN               // nanoseconds,
-	tbArgTauF               // and fraction (of 1/rate ns)
-	tbArgCostS              // the cost's (or refund's) interval: seconds ("": the cost exceeds the capacity),
-	tbArgCostN              // nanoseconds,
-	tbArgCostF              // and fraction
-	tbArgSlackMS            // milliseconds added to the key's expiry
-	tbArgs                  // the number of arguments
+	algTokenBucket   = "tb"
+	algSlidingWindow = "sw"
 )
 
-// tokenbucket.lua's reply (REPLY_*): the outcome, the instant decided at, and the state the
-// decision was made on, from which Go derives the Decision with the in-memory code.
+// The script's arguments (ARG_*), before the limits' blocks.
 const (
-	tbReplyOutcome = iota        // tbRejected, tbAdmitted or tbConvert
-	tbReplyNowS                  // the instant decided at: seconds,
-	tbReplyNowN                  // and nanoseconds
-	tbReplyState                 // tbStateFresh, tbStateTAT or tbStateRaw: what follows
-	tbReplyTATS                  // tbStateTAT: the theoretical arrival time, seconds,
-	tbReplyTATN                  // nanoseconds,
-	tbReplyTATF                  // and fraction
-	tbReplyRaw     = tbReplyTATS // tbStateRaw: the state as stored
+	argMode    = iota // mode
+	argNowS           // now, seconds; "": the server's clock (TIME)
+	argNowN           // now, nanoseconds of the second
+	argCost           // the cost (a peek's: 1; a refund's amount)
+	argSlackMS        // milliseconds added to a key's expiry
+	argRebase         // a sliding window's rebase threshold
+	args              // the number of arguments before the limits' blocks
 )
 
-// Values of the token bucket's reply (OUTCOME_* and STATE_*).
+// The start of every limit's block (L_*).
 const (
-	tbRejected = 0 // not admitted (always, when peeking)
-	tbAdmitted = 1 // admitted, and the new state written
-	tbConvert  = 2 // another strategy wrote the state (raw): Go converts it and writes it with cas.lua
-	tbRefunded = 3 // refunded: the refund written (or nothing to refund); the state is the one before it
-
-	tbStateFresh = 0 // no state: the reply ends here
-	tbStateTAT   = 1 // tbReplyTATS, tbReplyTATN, tbReplyTATF follow
-	tbStateRaw   = 2 // tbReplyRaw follows
+	limitAlgorithm   = iota // algTokenBucket or algSlidingWindow
+	limitFingerprint        // fingerprint of the strategy
+	limitParams             // the first of the algorithm's own arguments
 )
 
-// slidingwindow.lua's arguments (ARG_*).
+// A token bucket's block (TB_*).
 const (
-	swArgMode        = iota // mode
-	swArgFingerprint        // fingerprint of the strategy
-	swArgNowS               // now, seconds; "": the server's clock (TIME)
-	swArgNowN               // now, nanoseconds of the second
-	swArgLimit              // the limit
-	swArgWindow             // the window, nanoseconds
-	swArgCost               // the cost
-	swArgSlackMS            // milliseconds added to the key's expiry
-	swArgRebase             // past it, the log is rewritten relative to its oldest entry
-	swArgs                  // the number of arguments
+	tbRate  = limitParams + iota // the refill rate
+	tbTauS                       // tau, a full refill: seconds,
+	tbTauN                       // nanoseconds,
+	tbTauF                       // and fraction (of 1/rate ns)
+	tbCostS                      // the cost's (refund's) interval: seconds ("": above the capacity),
+	tbCostN                      // nanoseconds,
+	tbCostF                      // and fraction
+	tbArgs                       // the number of arguments of the block
 )
 
-// slidingwindow.lua's reply (REPLY_*): the whole decision.
+// A sliding window's block (SW_*).
 const (
-	swReplyAdmitted   = iota // swAdmitted or swRejected
-	swReplyRemaining         // units left
-	swReplyResetAfter        // ns until the window is empty
-	swReplyRetryAfter        // ns until the cost fits (when rejected)
-	swReplyLen               // the number of elements
+	swLimit  = limitParams + iota // the limit
+	swWindow                      // the window, nanoseconds
+	swArgs                        // the number of arguments of the block
 )
 
-// Values of the sliding window's REPLY_ADMITTED.
+// A conversion's block (C_*), after the limits' blocks: a token bucket's state that other
+// parameters wrote, converted by Go.
 const (
+	convertLimit = iota // the limit, 1-based
+	convertFrom         // the state read
+	convertS            // the converted TAT: seconds ("": fresh),
+	convertN            // nanoseconds,
+	convertF            // and fraction
+	convertArgs         // the number of arguments of the block
+)
+
+// The script's reply: the outcome, the instant decided at, then a block a limit.
+const (
+	replyOutcome = iota // outcomeRejected, outcomeAdmitted, outcomeConvert, outcomeRefunded or outcomePeeked
+	replyNowS           // the instant decided at: seconds,
+	replyNowN           // and nanoseconds
+	replyLimits         // the first limit's block
+
+	// A token bucket's block: the state decided on (state*).
+	replyState = 0
+	replyTATS  = 1 // stateTAT: the theoretical arrival time, seconds,
+	replyTATN  = 2 // nanoseconds,
+	replyTATF  = 3 // and fraction
+	replyRaw   = 1 // stateRaw: the state as stored
+	// A sliding window's block: its decision (swAdmitted or swRejected: on its own).
+	replyAdmitted   = 0
+	replyRemaining  = 1
+	replyResetAfter = 2
+	replyRetryAfter = 3
+	limitReply      = 4 // the number of elements a limit
+)
+
+// Values of the reply (OUTCOME_*, STATE_*, and a sliding window's REJECTED and ADMITTED).
+const (
+	outcomeRejected = 0 // not admitted: nothing charged
+	outcomeAdmitted = 1 // admitted, and every new state written
+	outcomeConvert  = 2 // other parameters wrote token buckets' states (raw): Go converts them, and calls again
+	outcomeRefunded = 3 // refunded; a token bucket's state is the one before the refund
+	outcomePeeked   = 4 // peeked
+
+	stateFresh = 0 // no state
+	stateTAT   = 1 // replyTATS, replyTATN, replyTATF
+	stateRaw   = 2 // replyRaw
+
 	swRejected = 0
 	swAdmitted = 1
 )
 
-// cas.lua's arguments (ARG_*) and replies.
-const (
-	casArgRead  = iota // the state read
-	casArgWrite        // the state to write; "": delete it
-	casArgTTLMS        // its expiry in milliseconds
-	casArgs            // the number of arguments
-
-	casChanged = 0 // the state changed since it was read: nothing written
-	casWritten = 1 // written
-)
-
-// stack.lua's algorithms (ALGORITHM_*), arguments (ARG_*, then a block of stLimit* arguments a
-// limit, L_* in Lua: its index in the block, 1-based) and reply (REPLY_*, then a block of
-// stReply* elements a limit, R_* in Lua).
-const (
-	stTokenBucket   = "tb"
-	stSlidingWindow = "sw"
-)
-
-const (
-	stArgMode    = iota // mode
-	stArgNowS           // now, seconds; "": the server's clock (TIME)
-	stArgNowN           // now, nanoseconds of the second
-	stArgCost           // the cost (a peek's: 1; a refund's amount)
-	stArgSlackMS        // milliseconds added to a key's expiry
-	stArgRebase         // a sliding window's rebase threshold
-	stArgLimits         // the number of limits
-	stArgs              // the number of arguments before the limits' blocks
-)
-
-// A limit's block of stack.lua's arguments.
-const (
-	stLimitAlgorithm   = iota // stTokenBucket or stSlidingWindow
-	stLimitFingerprint        // fingerprint of the strategy
-	stLimitRate               // token bucket: the refill rate
-	stLimitTauS               // token bucket: tau, a full refill: seconds,
-	stLimitTauN               // nanoseconds,
-	stLimitTauF               // and fraction
-	stLimitCostS              // token bucket: the cost's (refund's) interval: seconds ("": above the capacity),
-	stLimitCostN              // nanoseconds,
-	stLimitCostF              // and fraction
-	stLimitLimit              // sliding window: the limit
-	stLimitWindow             // sliding window: the window, nanoseconds
-	stLimitConvertFrom        // token bucket: the state Go converted ("": none)
-	stLimitConvertS           // the converted TAT: seconds ("": fresh),
-	stLimitConvertN           // nanoseconds,
-	stLimitConvertF           // and fraction
-	stLimitArgs               // the number of arguments a limit
-)
-
-// stack.lua's reply: the outcome, the instant decided at, then a block a limit.
-const (
-	stReplyOutcome = iota // stRejected, stAdmitted, stConvert, stRefunded or stPeeked
-	stReplyNowS           // the instant decided at: seconds,
-	stReplyNowN           // and nanoseconds
-	stReplyLimits         // the first limit's block
-
-	// A token bucket's block: the state decided on (tbState*), as tokenbucket.lua answers it.
-	stReplyState = 0
-	stReplyTATS  = 1
-	stReplyTATN  = 2
-	stReplyTATF  = 3
-	stReplyRaw   = stReplyTATS
-	// A sliding window's block: its decision (swAdmitted or swRejected: on its own).
-	stReplyAdmitted   = 0
-	stReplyRemaining  = 1
-	stReplyResetAfter = 2
-	stReplyRetryAfter = 3
-	stLimitReply      = 4 // the number of elements a limit
-)
-
-// Values of stack.lua's REPLY_OUTCOME: the token bucket's (tbRejected, tbAdmitted, tbConvert,
-// tbRefunded), and a peek's.
-const stPeeked = 4
+// protocolNames returns the protocol's names as the script uses them, each with the Lua literal
+// joinScripts writes in its place: an index as Lua's (the Go constant + 1), a count or value as
+// it is, a string quoted.
+func protocolNames() map[string]string {
+	names := map[string]string{}
+	index := func(name string, i int) { names[name] = strconv.Itoa(i + 1) }
+	value := func(name string, v int) { names[name] = strconv.Itoa(v) }
+	text := func(name, s string) { names[name] = strconv.Quote(s) }
+	text("MODE_DECIDE", string(modeDecide))
+	text("MODE_PEEK", string(modePeek))
+	text("MODE_REFUND", string(modeRefund))
+	text("ALGORITHM_TOKEN_BUCKET", algTokenBucket)
+	text("ALGORITHM_SLIDING_WINDOW", algSlidingWindow)
+	value("MAX_LIMITS", limiter.MaxStack)
+	index("ARG_MODE", argMode)
+	index("ARG_NOW_S", argNowS)
+	index("ARG_NOW_N", argNowN)
+	index("ARG_COST", argCost)
+	index("ARG_SLACK_MS", argSlackMS)
+	index("ARG_REBASE", argRebase)
+	value("ARGS", args)
+	index("L_ALGORITHM", limitAlgorithm)
+	index("L_FINGERPRINT", limitFingerprint)
+	index("TB_RATE", tbRate)
+	index("TB_TAU_S", tbTauS)
+	index("TB_TAU_N", tbTauN)
+	index("TB_TAU_F", tbTauF)
+	index("TB_COST_S", tbCostS)
+	index("TB_COST_N", tbCostN)
+	index("TB_COST_F", tbCostF)
+	value("TB_ARGS", tbArgs)
+	index("SW_LIMIT", swLimit)
+	index("SW_WINDOW", swWindow)
+	value("SW_ARGS", swArgs)
+	index("C_LIMIT", convertLimit)
+	index("C_FROM", convertFrom)
+	index("C_S", convertS)
+	index("C_N", convertN)
+	index("C_F", convertF)
+	value("CONVERT_ARGS", convertArgs)
+	index("REPLY_OUTCOME", replyOutcome)
+	index("REPLY_NOW_S", replyNowS)
+	index("REPLY_NOW_N", replyNowN)
+	index("REPLY_LIMITS", replyLimits)
+	index("R_STATE", replyState)
+	index("R_TAT_S", replyTATS)
+	index("R_TAT_N", replyTATN)
+	index("R_TAT_F", replyTATF)
+	index("R_RAW", replyRaw)
+	index("R_ADMITTED", replyAdmitted)
+	index("R_REMAINING", replyRemaining)
+	index("R_RESET_AFTER", replyResetAfter)
+	index("R_RETRY_AFTER", replyRetryAfter)
+	value("LIMIT_REPLY", limitReply)
+	value("OUTCOME_REJECTED", outcomeRejected)
+	value("OUTCOME_ADMITTED", outcomeAdmitted)
+	value("OUTCOME_CONVERT", outcomeConvert)
+	value("OUTCOME_REFUNDED", outcomeRefunded)
+	value("OUTCOME_PEEKED", outcomePeeked)
+	value("STATE_FRESH", stateFresh)
+	value("STATE_TAT", stateTAT)
+	value("STATE_RAW", stateRaw)
+	value("REJECTED", swRejected)
+	value("ADMITTED", swAdmitted)
+	return names
+}

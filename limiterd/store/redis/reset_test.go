@@ -31,7 +31,7 @@ func admittedWithin(t *testing.T, s *Store, key string, rl limiter.RateLimiter, 
 	t.Helper()
 	deadline := time.Now().Add(wait)
 	for {
-		d, err := s.Decide(t.Context(), key, rl, now, 1)
+		d, err := s.Decide(t.Context(), key, limitertest.One(rl), now, 1, nil)
 		if err == nil && d.Allowed {
 			return d
 		}
@@ -101,7 +101,7 @@ func TestResetRace(t *testing.T) {
 	for range 4 {
 		go func() {
 			for ctx.Err() == nil {
-				_, _ = sb.Decide(ctx, "hot", rl, now, 1)
+				_, _ = sb.Decide(ctx, "hot", limitertest.One(rl), now, 1, nil)
 			}
 		}()
 	}
@@ -119,11 +119,11 @@ func TestResetRace(t *testing.T) {
 		}
 		// The hammering goroutines may have used the allowance again, but a rejection decided
 		// before the reset must not answer now: the client's state in Redis is what decides.
-		cached, ok := sb.cache.get("hot", rl, 1, now)
+		cached, ok := sb.cache.get("hot", limitertest.One(rl), 1, now, nil)
 		if !ok {
 			continue
 		}
-		peek, err := sb.Peek(t.Context(), "hot", rl, now)
+		peek, err := sb.Decide(t.Context(), "hot", limitertest.One(rl), now, 0, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -2,7 +2,6 @@ package redis
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"strconv"
@@ -13,52 +12,72 @@ import (
 	"github.com/limiterd/limiterd/limiterd/limiter"
 )
 
-var (
-	//go:embed stack.lua
-	stackSource string
+// Decide implements limiter.Store: every limit of the stack, each on its own key of the client's
+// slot, is decided in one script, all or nothing (decide.lua), so a rejected request charges no
+// limit whichever replica races it; a rejected request writes nothing. A cost of 0 is a peek.
+// With ServerClock, now is ignored: the decision is made at the Redis server's time. With a
+// reject cache (Options.RejectCache), a rejection is remembered for the client and the stack's
+// limits until the first retry time of its rejecting limits, and the same decision (same cost,
+// same limits) is answered without Redis meanwhile; peeks are never answered from it.
+func (s *Store) Decide(ctx context.Context, key string, st *limiter.Stack, now time.Time, cost int64, out []limiter.Decision) (limiter.Decision, error) {
+	m, cost := decideMode(cost)
+	cacheable := s.cache != nil && m == modeDecide
+	var epoch uint64
+	if cacheable {
+		if d, ok := s.cache.get(key, st, cost, now, out); ok {
+			s.c.cacheHits.Add(1)
+			return d, nil
+		}
+		epoch = s.c.trust.epoch.Load() // before the round trip: see cacheTrust
+	}
+	var own [limiter.MaxStack]limiter.Decision
+	if out == nil {
+		out = own[:]
+	}
+	d, err := s.guarded(ctx, key, st, now, cost, m, out)
+	if err != nil {
+		op := "decide"
+		if m == modePeek {
+			op = "peek"
+		}
+		return limiter.Decision{}, fmt.Errorf("redis store: policy %s: %s: %w", s.policy, op, err)
+	}
+	if cacheable {
+		s.cache.put(key, st, cost, now, d, out, epoch)
+	}
+	return d, nil
+}
 
-	stackScript = rueidis.NewLuaScript(stackSource)
-	stackSHA    = scriptSHA(stackSource)
-)
-
-// DecideStack implements limiter.Store: every limit of the stack, each on its own key of the
-// client's slot, is decided in one script, all or nothing (stack.lua), so a rejected request
-// charges no limit whichever replica races it. A cost of 0 is a peek. With ServerClock, now is
-// ignored. Stacked decisions are not answered from the reject cache.
-func (s *Store) DecideStack(ctx context.Context, key string, st *limiter.Stack, now time.Time, cost int64, out []limiter.Decision) (limiter.Decision, error) {
-	mode := modeDecide
+// decideMode returns the mode of a decision of cost units and the cost the script takes: a peek
+// of one unit for a cost of 0.
+func decideMode(cost int64) (mode, int64) {
 	if cost == 0 {
-		mode, cost = modePeek, 1
+		return modePeek, 1
 	}
-	d, err := s.guardedStack(ctx, key, st, now, cost, mode, out)
-	if err != nil {
-		return limiter.Decision{}, fmt.Errorf("redis store: policy %s: decide: %w", s.policy, err)
-	}
-	return d, nil
+	return modeDecide, cost
 }
 
-// RefundStack implements limiter.Store: one script returns the units to every limit, atomically
-// with the client's decisions. With a reject cache, every replica's cache then forgets the
-// client, as after Refund.
-func (s *Store) RefundStack(ctx context.Context, key string, st *limiter.Stack, now time.Time, amount int64, out []limiter.Decision) (limiter.Decision, error) {
-	d, err := s.guardedStack(ctx, key, st, now, amount, modeRefund, out)
-	if err != nil {
-		return limiter.Decision{}, fmt.Errorf("redis store: policy %s: refund: %w", s.policy, err)
-	}
-	s.refunded(ctx, key)
-	return d, nil
-}
-
-// guardedStack runs the stack script within the timeout, through the circuit breaker.
-func (s *Store) guardedStack(ctx context.Context, key string, st *limiter.Stack, now time.Time, cost int64, mode mode, out []limiter.Decision) (limiter.Decision, error) {
+// guarded runs the decision script within the timeout, through the circuit breaker.
+func (s *Store) guarded(ctx context.Context, key string, st *limiter.Stack, now time.Time, cost int64, mode mode, out []limiter.Decision) (limiter.Decision, error) {
 	return s.throughBreaker(ctx, key, func(ctx context.Context) (limiter.Decision, error) {
-		return s.runStack(ctx, key, st, now, cost, mode, out)
+		cn, err := s.c.get()
+		if err != nil {
+			return limiter.Decision{}, err
+		}
+		return s.run(ctx, cn, s.newCall(key, st, now, cost, mode), out)
 	})
 }
 
-// stackCall is one stack request's script call: its keys, and the conversions of token-bucket
-// states that other parameters wrote, made after a first call answered them.
-type stackCall struct {
+// run runs a call until its answer needs no conversion.
+func (s *Store) run(ctx context.Context, cn *conn, c *call, out []limiter.Decision) (limiter.Decision, error) {
+	return c.converge(out, func() ([]rueidis.RedisMessage, error) {
+		return decideScripts.of(c).lua.Exec(ctx, cn, c.keys, s.callArgs(c)).ToArray()
+	})
+}
+
+// call is one request's script call: its keys, and the conversions of token-bucket states that
+// other parameters wrote, made after a first call answered them.
+type call struct {
 	st       *limiter.Stack
 	keys     []string
 	mode     mode
@@ -66,6 +85,8 @@ type stackCall struct {
 	nowS     string
 	nowN     string
 	converts []conversion // by limit; nil: none yet
+
+	algorithms algorithms // of the limits: the script that decides them
 }
 
 // conversion is a token bucket's state converted by Go: the state read (from: "" for none) and
@@ -76,40 +97,28 @@ type conversion struct {
 	tat  [3]string
 }
 
-func (s *Store) newStackCall(key string, st *limiter.Stack, now time.Time, cost int64, mode mode) *stackCall {
-	c := &stackCall{st: st, keys: make([]string, st.Len()), mode: mode, cost: cost}
+func (s *Store) newCall(key string, st *limiter.Stack, now time.Time, cost int64, mode mode) *call {
+	c := &call{st: st, keys: make([]string, st.Len()), mode: mode, cost: cost}
 	k := s.key(key)
 	for i := range c.keys {
 		c.keys[i] = k + limitSuffix(st.Name(i))
+		if st.Limiter(i).Algorithm() == limiter.AlgorithmTokenBucket {
+			c.algorithms |= withTokenBucket
+		} else {
+			c.algorithms |= withSlidingWindow
+		}
 	}
 	c.nowS, c.nowN = s.c.nowArgs(now)
 	return c
 }
 
-// runStack decides, peeks or refunds a stack by the stack script: a second call, and rarely
-// more, when token-bucket states need converting first.
-func (s *Store) runStack(ctx context.Context, key string, st *limiter.Stack, now time.Time, cost int64, mode mode, out []limiter.Decision) (limiter.Decision, error) {
-	cn, err := s.c.get()
-	if err != nil {
-		return limiter.Decision{}, err
-	}
-	return s.callStack(ctx, cn, s.newStackCall(key, st, now, cost, mode), out)
-}
-
-// callStack runs a stack call until its answer needs no conversion.
-func (s *Store) callStack(ctx context.Context, cn *conn, c *stackCall, out []limiter.Decision) (limiter.Decision, error) {
-	return c.converge(out, func() ([]rueidis.RedisMessage, error) {
-		return stackScript.Exec(ctx, cn, c.keys, s.stackArgs(c)).ToArray()
-	})
-}
-
 // converge runs exec, the call's script on its keys and arguments as they stand, until the
 // answer needs no conversion (each answer that needs one updates the call's arguments).
-func (c *stackCall) converge(out []limiter.Decision, exec func() ([]rueidis.RedisMessage, error)) (limiter.Decision, error) {
+func (c *call) converge(out []limiter.Decision, exec func() ([]rueidis.RedisMessage, error)) (limiter.Decision, error) {
 	for range maxConversionAttempts {
 		arr, err := exec()
 		if err != nil {
-			return limiter.Decision{}, fmt.Errorf("stack script: %w", err)
+			return limiter.Decision{}, fmt.Errorf("decision script: %w", err)
 		}
 		d, done, err := c.answer(arr, out)
 		if err != nil || done {
@@ -119,68 +128,78 @@ func (c *stackCall) converge(out []limiter.Decision, exec func() ([]rueidis.Redi
 	return limiter.Decision{}, errContended
 }
 
-// stackArgs returns the stack script's arguments for a call.
-func (s *Store) stackArgs(c *stackCall) []string {
-	n := c.st.Len()
-	args := make([]string, stArgs+n*stLimitArgs)
-	args[stArgMode], args[stArgNowS], args[stArgNowN] = string(c.mode), c.nowS, c.nowN
-	args[stArgCost], args[stArgSlackMS], args[stArgRebase] = strconv.FormatInt(c.cost, 10), s.c.slackMS, rebaseThreshold
-	args[stArgLimits] = strconv.Itoa(n)
+// callArgs returns the decision script's arguments for a call.
+func (s *Store) callArgs(c *call) []string {
+	n, size := c.st.Len(), args
 	for i := range n {
-		a := args[stArgs+i*stLimitArgs : stArgs+(i+1)*stLimitArgs]
+		if c.st.Limiter(i).Algorithm() == limiter.AlgorithmTokenBucket {
+			size += tbArgs
+		} else {
+			size += swArgs
+		}
+		if c.converts != nil && c.converts[i].from != "" {
+			size += convertArgs
+		}
+	}
+	a := make([]string, args, size)
+	a[argMode], a[argNowS], a[argNowN] = string(c.mode), c.nowS, c.nowN
+	a[argCost], a[argSlackMS], a[argRebase] = strconv.FormatInt(c.cost, 10), s.c.slackMS, rebaseThreshold
+	for i := range n {
 		rl := c.st.Limiter(i)
 		p := s.c.prepare(rl)
-		a[stLimitFingerprint] = p.fp
 		switch rl := rl.(type) {
 		case *limiter.TokenBucket:
 			inc := tokenBucketCost(rl, p, c.cost, c.mode)
-			a[stLimitAlgorithm], a[stLimitRate] = stTokenBucket, p.rate
-			a[stLimitTauS], a[stLimitTauN], a[stLimitTauF] = p.tau[0], p.tau[1], p.tau[2]
-			a[stLimitCostS], a[stLimitCostN], a[stLimitCostF] = inc[0], inc[1], inc[2]
-			if c.converts != nil && c.converts[i].from != "" {
-				cv := &c.converts[i]
-				a[stLimitConvertFrom] = cv.from
-				a[stLimitConvertS], a[stLimitConvertN], a[stLimitConvertF] = cv.tat[0], cv.tat[1], cv.tat[2]
-			}
+			a = append(a, algTokenBucket, p.fp, p.rate, p.tau[0], p.tau[1], p.tau[2], inc[0], inc[1], inc[2])
 		case *limiter.SlidingWindow:
-			a[stLimitAlgorithm], a[stLimitLimit], a[stLimitWindow] = stSlidingWindow, p.limit, p.window
+			a = append(a, algSlidingWindow, p.fp, p.limit, p.window)
 		}
 	}
-	return args
+	for i := range c.converts {
+		if cv := &c.converts[i]; cv.from != "" {
+			a = append(a, strconv.Itoa(i+1), cv.from, cv.tat[0], cv.tat[1], cv.tat[2])
+		}
+	}
+	return a
 }
 
-// answer reads the stack script's answer into out and returns the stack's decision; done is
-// false when token-bucket states must be converted first (c.converts is then set, for the next
-// call).
-func (c *stackCall) answer(arr []rueidis.RedisMessage, out []limiter.Decision) (d limiter.Decision, done bool, err error) {
+// answer reads the decision script's answer into out (nil: none) and returns the decision of every limit;
+// done is false when token-bucket states must be converted first (c.converts is then set, for
+// the next call).
+func (c *call) answer(arr []rueidis.RedisMessage, out []limiter.Decision) (d limiter.Decision, done bool, err error) {
+	var own [limiter.MaxStack]limiter.Decision
+	if out == nil {
+		out = own[:]
+	}
 	n := c.st.Len()
-	if len(arr) != stReplyLimits+n*stLimitReply {
-		return d, false, fmt.Errorf("stack script: malformed answer: %d elements for %d limits", len(arr), n)
+	if len(arr) != replyLimits+n*limitReply {
+		return d, false, fmt.Errorf("decision script: malformed answer: %d elements for %d limits", len(arr), n)
 	}
-	head, err := integers(arr, stReplyLimits)
+	head, err := integers(arr, replyLimits)
 	if err != nil {
-		return d, false, fmt.Errorf("stack script: malformed answer: %w", err)
+		return d, false, fmt.Errorf("decision script: malformed answer: %w", err)
 	}
-	outcome := head[stReplyOutcome]
+	outcome := head[replyOutcome]
+	decides := c.mode == modeDecide
 	switch {
-	case outcome == tbConvert:
-	case c.mode == modeDecide && (outcome == tbAdmitted || outcome == tbRejected),
-		c.mode == modePeek && outcome == stPeeked, c.mode == modeRefund && outcome == tbRefunded:
+	case outcome == outcomeConvert:
+	case decides && (outcome == outcomeAdmitted || outcome == outcomeRejected),
+		c.mode == modePeek && outcome == outcomePeeked, c.mode == modeRefund && outcome == outcomeRefunded:
 	default:
-		return d, false, fmt.Errorf("stack script: outcome %d in mode %s", outcome, c.mode)
+		return d, false, fmt.Errorf("decision script: outcome %d in mode %s", outcome, c.mode)
 	}
-	at := time.Unix(head[stReplyNowS], head[stReplyNowN])
+	at := time.Unix(head[replyNowS], head[replyNowN])
 	var states [limiter.MaxStack]limiter.State // the token buckets' states decided on
 	allowed := true
 	for i := range n {
-		block := arr[stReplyLimits+i*stLimitReply : stReplyLimits+(i+1)*stLimitReply]
+		block := arr[replyLimits+i*limitReply : replyLimits+(i+1)*limitReply]
 		switch rl := c.st.Limiter(i).(type) {
 		case *limiter.TokenBucket:
-			state, raw, err := stackTokenBucketState(block, rl)
+			state, raw, err := tokenBucketState(block, rl)
 			if err != nil {
-				return d, false, fmt.Errorf("stack script: limit %q: %w", c.st.Name(i), err)
+				return d, false, fmt.Errorf("decision script: limit %q: %w", c.st.Name(i), err)
 			}
-			if outcome == tbConvert {
+			if outcome == outcomeConvert {
 				if raw != nil {
 					if c.converts == nil {
 						c.converts = make([]conversion, n)
@@ -192,32 +211,32 @@ func (c *stackCall) answer(arr []rueidis.RedisMessage, out []limiter.Decision) (
 			states[i] = state
 			out[i] = applyOn(rl, &state, at, c.cost, c.mode)
 		case *limiter.SlidingWindow:
-			ints, err := integers(block, stLimitReply)
-			if err == nil && ints[stReplyAdmitted] != swAdmitted && ints[stReplyAdmitted] != swRejected {
-				err = fmt.Errorf("admitted is %d", ints[stReplyAdmitted])
+			ints, err := integers(block, limitReply)
+			if err == nil && ints[replyAdmitted] != swAdmitted && ints[replyAdmitted] != swRejected {
+				err = fmt.Errorf("admitted is %d", ints[replyAdmitted])
 			}
 			if err != nil {
-				return d, false, fmt.Errorf("stack script: limit %q: malformed answer: %w", c.st.Name(i), err)
+				return d, false, fmt.Errorf("decision script: limit %q: malformed answer: %w", c.st.Name(i), err)
 			}
 			out[i] = limiter.Decision{
-				Allowed:    ints[stReplyAdmitted] == swAdmitted,
+				Allowed:    ints[replyAdmitted] == swAdmitted,
 				Limit:      rl.Limit(),
-				Remaining:  ints[stReplyRemaining],
-				ResetAfter: time.Duration(ints[stReplyResetAfter]),
-				RetryAfter: time.Duration(ints[stReplyRetryAfter]),
+				Remaining:  ints[replyRemaining],
+				ResetAfter: time.Duration(ints[replyResetAfter]),
+				RetryAfter: time.Duration(ints[replyRetryAfter]),
 			}
 		}
 		allowed = allowed && out[i].Allowed
 	}
-	if outcome == tbConvert {
+	if outcome == outcomeConvert {
 		if c.converts == nil {
-			return d, false, errors.New("stack script: asks for a conversion of no state")
+			return d, false, errors.New("decision script: asks for a conversion of no state")
 		}
 		return d, false, nil
 	}
-	if c.mode == modeDecide {
-		if allowed != (outcome == tbAdmitted) {
-			return d, false, fmt.Errorf("%w: the stack script says %d, the limits %+v", errInconsistent, outcome, out[:n])
+	if decides {
+		if allowed != (outcome == outcomeAdmitted) {
+			return d, false, fmt.Errorf("%w: the script says %d, the limits %+v", errInconsistent, outcome, out[:n])
 		}
 		if !allowed { // nothing was charged: a bucket that admitted answers its state as it is
 			for i := range n {
@@ -231,24 +250,24 @@ func (c *stackCall) answer(arr []rueidis.RedisMessage, out []limiter.Decision) (
 	return d, true, nil
 }
 
-// stackTokenBucketState reads a token bucket's block of the stack script's answer: the state
+// tokenBucketState reads a token bucket's block of the decision script's answer: the state
 // decided on, or the raw state another strategy wrote.
-func stackTokenBucketState(block []rueidis.RedisMessage, rl *limiter.TokenBucket) (limiter.State, *string, error) {
-	state, err := block[stReplyState].AsInt64()
+func tokenBucketState(block []rueidis.RedisMessage, rl *limiter.TokenBucket) (limiter.State, *string, error) {
+	state, err := block[replyState].AsInt64()
 	if err != nil {
 		return limiter.State{}, nil, fmt.Errorf("malformed state: %w", err)
 	}
 	switch state {
-	case tbStateFresh:
+	case stateFresh:
 		return limiter.State{}, nil, nil
-	case tbStateRaw:
-		raw, err := block[stReplyRaw].ToString()
+	case stateRaw:
+		raw, err := block[replyRaw].ToString()
 		if err != nil {
 			return limiter.State{}, nil, fmt.Errorf("malformed raw state: %w", err)
 		}
 		return limiter.State{}, &raw, nil
-	case tbStateTAT:
-		st, err := stateAtTAT(rl, block[stReplyTATS:])
+	case stateTAT:
+		st, err := stateAtTAT(rl, block[replyTATS:])
 		if err != nil {
 			return limiter.State{}, nil, fmt.Errorf("malformed state: %w", err)
 		}

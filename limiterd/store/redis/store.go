@@ -3,7 +3,6 @@ package redis
 import (
 	"context"
 	"crypto/tls"
-	_ "embed"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,22 +18,6 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/limiterd/limiterd/limiterd/limiter"
-)
-
-var (
-	//go:embed tokenbucket.lua
-	tokenBucketSource string
-	//go:embed slidingwindow.lua
-	slidingWindowSource string
-	//go:embed cas.lua
-	casSource string
-	//go:embed reset.lua
-	resetSource string
-
-	tokenBucketScript   = rueidis.NewLuaScript(tokenBucketSource)
-	slidingWindowScript = rueidis.NewLuaScript(slidingWindowSource)
-	casScript           = rueidis.NewLuaScript(casSource)
-	resetScript         = rueidis.NewLuaScript(resetSource)
 )
 
 // Clock selects the clock decisions are made on.
@@ -497,58 +480,6 @@ type Store struct {
 
 var _ limiter.Store = (*Store)(nil)
 
-// Decide implements limiter.Store. With ServerClock, now is ignored: the decision is made at
-// the Redis server's time. An Unlimited strategy is decided without Redis.
-func (s *Store) Decide(ctx context.Context, key string, rl limiter.RateLimiter, now time.Time, cost int64) (limiter.Decision, error) {
-	if rl.Algorithm() == limiter.AlgorithmUnlimited {
-		return rl.Decide(nil, now, cost), nil
-	}
-	var epoch uint64
-	if s.cache != nil {
-		if d, ok := s.cache.get(key, rl, cost, now); ok {
-			s.c.cacheHits.Add(1)
-			return d, nil
-		}
-		epoch = s.c.trust.epoch.Load() // before the round trip: see cacheTrust
-	}
-	d, err := s.guarded(ctx, key, rl, now, cost, modeDecide)
-	if err != nil {
-		return limiter.Decision{}, fmt.Errorf("redis store: policy %s: decide: %w", s.policy, err)
-	}
-	if s.cache != nil && !d.Allowed && d.RetryAfter > 0 {
-		s.cache.put(key, rl, cost, now, d, epoch)
-	}
-	return d, nil
-}
-
-// Peek implements limiter.Store: what a one-unit decision would answer, changing nothing.
-func (s *Store) Peek(ctx context.Context, key string, rl limiter.RateLimiter, now time.Time) (limiter.Decision, error) {
-	if rl.Algorithm() == limiter.AlgorithmUnlimited {
-		return rl.Peek(nil, now), nil
-	}
-	d, err := s.guarded(ctx, key, rl, now, 1, modePeek)
-	if err != nil {
-		return limiter.Decision{}, fmt.Errorf("redis store: policy %s: peek: %w", s.policy, err)
-	}
-	return d, nil
-}
-
-// Refund implements limiter.Store: one script returns the units atomically with the client's
-// decisions. With ServerClock, now is ignored. With a reject cache, the refund then tells every
-// replica to forget the client's cached rejection, as Reset does, since the client may now be
-// admitted before the cached retry time.
-func (s *Store) Refund(ctx context.Context, key string, rl limiter.RateLimiter, now time.Time, amount int64) (limiter.Decision, error) {
-	if rl.Algorithm() == limiter.AlgorithmUnlimited {
-		return rl.Refund(nil, now, amount), nil
-	}
-	d, err := s.guarded(ctx, key, rl, now, amount, modeRefund)
-	if err != nil {
-		return limiter.Decision{}, fmt.Errorf("redis store: policy %s: refund: %w", s.policy, err)
-	}
-	s.refunded(ctx, key)
-	return d, nil
-}
-
 // refunded tells every replica's reject cache, if there is one, to forget a client that a
 // refund may let in before its cached retry time.
 func (s *Store) refunded(ctx context.Context, key string) {
@@ -598,13 +529,6 @@ func (s *Store) Reset(ctx context.Context, key string, limits ...string) error {
 
 func (s *Store) key(client string) string { return s.prefix + keySuffix(client) }
 
-// guarded runs one strategy's script within the timeout, through the circuit breaker.
-func (s *Store) guarded(ctx context.Context, key string, rl limiter.RateLimiter, now time.Time, cost int64, mode mode) (limiter.Decision, error) {
-	return s.throughBreaker(ctx, key, func(ctx context.Context) (limiter.Decision, error) {
-		return s.run(ctx, key, rl, now, cost, mode)
-	})
-}
-
 // throughBreaker runs a decision's script calls within the timeout, through the circuit
 // breaker; key is the client's key, whose node a health check asks after a failure. A call the
 // caller gave up on (ctx done) says nothing of Redis's health, nor does a timeout by itself (see
@@ -624,45 +548,6 @@ func (s *Store) throughBreaker(ctx context.Context, key string, run func(context
 	return d, err
 }
 
-// run decides, or peeks, by one strategy's script.
-func (s *Store) run(ctx context.Context, key string, rl limiter.RateLimiter, now time.Time, cost int64, mode mode) (limiter.Decision, error) {
-	cn, err := s.c.get()
-	if err != nil {
-		return limiter.Decision{}, err
-	}
-	nowS, nowN := s.c.nowArgs(now)
-	k, p := s.key(key), s.c.prepare(rl)
-	switch rl := rl.(type) {
-	case *limiter.TokenBucket:
-		for range maxConversionAttempts {
-			d, done, err := s.tokenBucket(ctx, cn, k, rl, p, nowS, nowN, cost, mode)
-			if err != nil || done {
-				return d, err
-			}
-		}
-		return limiter.Decision{}, errContended
-	case *limiter.SlidingWindow:
-		return s.slidingWindow(ctx, cn, k, rl, p, nowS, nowN, cost, mode)
-	}
-	return limiter.Decision{}, fmt.Errorf("unsupported algorithm %s", rl.Algorithm())
-}
-
-// tokenBucket runs the token-bucket script; done is false when a converted state could not be
-// written because the state changed meanwhile, and the decision must start over.
-func (s *Store) tokenBucket(ctx context.Context, cn *conn, k string, rl *limiter.TokenBucket, p *prepared,
-	nowS, nowN string, cost int64, mode mode) (d limiter.Decision, done bool, err error) {
-	args := tokenBucketArgs(mode, p, nowS, nowN, tokenBucketCost(rl, p, cost, mode), s.c.slackMS)
-	arr, err := tokenBucketScript.Exec(ctx, cn, []string{k}, args).ToArray()
-	if err != nil {
-		return d, false, fmt.Errorf("token bucket script: %w", err)
-	}
-	d, raw, at, err := tokenBucketAnswer(arr, rl, cost, mode)
-	if err != nil || raw == nil {
-		return d, err == nil, err
-	}
-	return s.convertTokenBucket(ctx, cn, k, rl, p, *raw, at, cost, mode)
-}
-
 // tokenBucketCost returns the interval of cost tokens as the script takes it: seconds "" when
 // the cost exceeds the capacity (never admitted), a full refill for a refund of the capacity or
 // more.
@@ -677,91 +562,6 @@ func tokenBucketCost(rl *limiter.TokenBucket, p *prepared, cost int64, mode mode
 		return limbs(rl.Interval(cost))
 	}
 	return p.unit
-}
-
-// tokenBucketAnswer reads the token-bucket script's answer: the decision, or, when another
-// strategy wrote the state, that state (raw) and the instant the script read it, for Go to
-// convert.
-func tokenBucketAnswer(arr []rueidis.RedisMessage, rl *limiter.TokenBucket, cost int64, mode mode) (d limiter.Decision, raw *string, at time.Time, err error) {
-	ints, err := integers(arr, tbReplyState+1)
-	if err != nil {
-		return d, nil, at, fmt.Errorf("token bucket script: malformed answer: %w", err)
-	}
-	outcome, state := ints[tbReplyOutcome], ints[tbReplyState]
-	switch {
-	case (outcome == tbRefunded) != (mode == modeRefund) && outcome != tbConvert:
-		return d, nil, at, fmt.Errorf("token bucket script: outcome %d in mode %s", outcome, mode)
-	case state == tbStateFresh && len(arr) == tbReplyState+1 && outcome != tbConvert,
-		state == tbStateTAT && len(arr) == tbReplyTATF+1 && outcome != tbConvert,
-		state == tbStateRaw && len(arr) == tbReplyRaw+1 && outcome == tbConvert:
-	default:
-		return d, nil, at, fmt.Errorf("token bucket script: malformed answer: outcome %d, state %d, %d elements", outcome, state, len(arr))
-	}
-	at = time.Unix(ints[tbReplyNowS], ints[tbReplyNowN])
-	if outcome == tbConvert {
-		r, err := arr[tbReplyRaw].ToString()
-		if err != nil {
-			return d, nil, at, fmt.Errorf("token bucket script: malformed state: %w", err)
-		}
-		return d, &r, at, nil
-	}
-	var st limiter.State
-	if state == tbStateTAT {
-		if st, err = stateAtTAT(rl, arr[tbReplyTATS:]); err != nil {
-			return d, nil, at, fmt.Errorf("token bucket script: malformed state: %w", err)
-		}
-	}
-	d = applyOn(rl, &st, at, cost, mode)
-	if mode == modeDecide && d.Allowed != (outcome == tbAdmitted) {
-		return limiter.Decision{}, nil, at, fmt.Errorf("%w: script says %d, limiter %+v", errInconsistent, outcome, d)
-	}
-	return d, nil, at, nil
-}
-
-// tokenBucketArgs returns the token-bucket script's arguments: inc is the cost's interval
-// (seconds "" when the cost exceeds the capacity), nowS "" the server's clock.
-func tokenBucketArgs(mode mode, p *prepared, nowS, nowN string, inc [3]string, slackMS string) []string {
-	args := make([]string, tbArgs)
-	args[tbArgMode], args[tbArgFingerprint] = string(mode), p.fp
-	args[tbArgNowS], args[tbArgNowN] = nowS, nowN
-	args[tbArgRate] = p.rate
-	args[tbArgTauS], args[tbArgTauN], args[tbArgTauF] = p.tau[0], p.tau[1], p.tau[2]
-	args[tbArgCostS], args[tbArgCostN], args[tbArgCostF] = inc[0], inc[1], inc[2]
-	args[tbArgSlackMS] = slackMS
-	return args
-}
-
-// convertTokenBucket decides on a state written by another strategy, at the instant the
-// script read it: it converts the state with limiter's code, and writes the result if the state
-// is still the one read.
-func (s *Store) convertTokenBucket(ctx context.Context, cn *conn, k string, rl *limiter.TokenBucket, p *prepared,
-	raw string, at time.Time, cost int64, mode mode) (d limiter.Decision, done bool, err error) {
-	st, known := parseTokenBucketState(raw) // fresh if written by no token bucket we know
-	switch mode {
-	case modePeek:
-		return rl.Peek(&st, at), true, nil
-	case modeRefund:
-		d = rl.Refund(&st, at, cost)
-	case modeDecide:
-		d = rl.Decide(&st, at, cost)
-	}
-	// The converted state is kept even when it is full (as limiter.Memory keeps it until a
-	// sweep): after a clock step backwards, a full bucket converted at a later instant still
-	// counts as used. A fresh state that stayed unwritten (rejected) is deleted instead.
-	var next, ttl string
-	if known || d.Allowed && mode == modeDecide {
-		tat, frac := st.TAT()
-		sec, ns := split(tat)
-		next = p.fp + " " + strconv.FormatInt(sec, 10) + " " + strconv.FormatInt(ns, 10) + " " + strconv.FormatUint(frac, 10)
-		ttl = strconv.FormatInt(max(1, ceilMS(d.ResetAfter)+ceilMS(s.c.opts.ExpirySlack)), 10)
-	}
-	args := make([]string, casArgs)
-	args[casArgRead], args[casArgWrite], args[casArgTTLMS] = raw, next, ttl
-	written, err := casScript.Exec(ctx, cn, []string{k}, args).AsInt64()
-	if err != nil {
-		return limiter.Decision{}, false, fmt.Errorf("write converted state: %w", err)
-	}
-	return d, written == casWritten, nil
 }
 
 // parseTokenBucketState returns the state a token bucket wrote as "<fingerprint> <s> <ns>
@@ -785,47 +585,6 @@ func parseTokenBucketState(raw string) (limiter.State, bool) {
 		return limiter.State{}, false
 	}
 	return tb.StateAt(sec*1e9+ns, frac), true
-}
-
-// slidingWindow runs the sliding-window script, which computes the whole decision.
-func (s *Store) slidingWindow(ctx context.Context, cn *conn, k string, rl *limiter.SlidingWindow, p *prepared,
-	nowS, nowN string, cost int64, mode mode) (limiter.Decision, error) {
-	arr, err := slidingWindowScript.Exec(ctx, cn, []string{k}, s.slidingWindowArgs(p, nowS, nowN, cost, mode)).ToArray()
-	if err != nil {
-		return limiter.Decision{}, fmt.Errorf("sliding window script: %w", err)
-	}
-	return slidingWindowAnswer(arr, rl)
-}
-
-// slidingWindowArgs returns the sliding-window script's arguments (nowS "": the server's clock).
-func (s *Store) slidingWindowArgs(p *prepared, nowS, nowN string, cost int64, mode mode) []string {
-	args := make([]string, swArgs)
-	args[swArgMode], args[swArgFingerprint] = string(mode), p.fp
-	args[swArgNowS], args[swArgNowN] = nowS, nowN
-	args[swArgLimit], args[swArgWindow], args[swArgCost] = p.limit, p.window, strconv.FormatInt(cost, 10)
-	args[swArgSlackMS], args[swArgRebase] = s.c.slackMS, rebaseThreshold
-	return args
-}
-
-// slidingWindowAnswer reads the sliding-window script's answer.
-func slidingWindowAnswer(arr []rueidis.RedisMessage, rl *limiter.SlidingWindow) (limiter.Decision, error) {
-	ints, err := integers(arr, swReplyLen)
-	if err == nil && len(arr) != swReplyLen {
-		err = fmt.Errorf("%d elements", len(arr))
-	}
-	if err == nil && ints[swReplyAdmitted] != swAdmitted && ints[swReplyAdmitted] != swRejected {
-		err = fmt.Errorf("admitted is %d", ints[swReplyAdmitted])
-	}
-	if err != nil {
-		return limiter.Decision{}, fmt.Errorf("sliding window script: malformed answer: %w", err)
-	}
-	return limiter.Decision{
-		Allowed:    ints[swReplyAdmitted] == swAdmitted,
-		Limit:      rl.Limit(),
-		Remaining:  ints[swReplyRemaining],
-		ResetAfter: time.Duration(ints[swReplyResetAfter]),
-		RetryAfter: time.Duration(ints[swReplyRetryAfter]),
-	}, nil
 }
 
 // integers reads the first n elements of a script's answer as integers.

@@ -38,12 +38,7 @@ func TestConformance(t *testing.T) {
 
 func TestConcurrent(t *testing.T) {
 	c := newClient(t, testOptions(shared(t).Addr()))
-	limitertest.RunConcurrent(t, c.Store(t.Name()), 32, 20, 100)
-}
-
-func TestRefundRacesDecisions(t *testing.T) {
-	c := newClient(t, testOptions(shared(t).Addr()))
-	limitertest.RunRefundRace(t, c.Store(t.Name()), 32, 20, 100)
+	limitertest.RunConcurrent(t, c.Store(t.Name()), 32, 40, 200)
 }
 
 // seeds is how many random sequences TestMatchesMemory runs (go test -args -seeds N).
@@ -87,16 +82,14 @@ func forEachRebaseAndSeed(t *testing.T, compare func(t *testing.T, s *Store, see
 
 func randomStrategy(r *rand.Rand) limiter.RateLimiter {
 	periods := []time.Duration{time.Millisecond, 7 * time.Millisecond, time.Second, 3 * time.Second, time.Minute, 24 * time.Hour}
-	switch r.IntN(5) {
-	case 0:
-		return limiter.Unlimited
-	case 1: // small buckets: frequent rejections and fractions
+	switch r.IntN(4) {
+	case 0: // small buckets: frequent rejections and fractions
 		tb, err := limiter.NewTokenBucket(1+r.Int64N(10), 1+r.Int64N(7), periods[r.IntN(4)])
 		if err != nil {
 			panic(err)
 		}
 		return tb
-	case 2: // huge parameters: products far beyond 2^53
+	case 1: // huge parameters: products far beyond 2^53
 		for {
 			capacity := []int64{1, 999_999_937, 1_000_000_000}[r.IntN(3)]
 			rate := []int64{1, 3, 999_999_937, 1_000_000_000}[r.IntN(4)]
@@ -145,23 +138,23 @@ func compareWithMemory(t *testing.T, store limiter.Store, r *rand.Rand, steps in
 		cost := []int64{1, 1, 1, 2, limit / 3, limit, limit + 1, 1 + r.Int64N(limit)}[r.IntN(8)]
 		cost = max(1, cost)
 		if r.IntN(6) == 0 {
-			want := ok(mem.Refund(ctx, key, rl, now, cost))
-			got := ok(store.Refund(ctx, key, rl, now, cost))
+			want := ok(limitertest.Refund(mem, key, limitertest.One(rl), now, cost, nil))
+			got := ok(limitertest.Refund(store, key, limitertest.One(rl), now, cost, nil))
 			if got != want {
 				t.Fatalf("step %d: refund %q of %d by %s at %v:\n redis  %+v\n memory %+v", i, key, cost, fingerprint(rl), now, got, want)
 			}
 			continue
 		}
 		if r.IntN(6) == 0 {
-			want := ok(mem.Peek(ctx, key, rl, now))
-			got := ok(store.Peek(ctx, key, rl, now))
+			want := ok(mem.Decide(ctx, key, limitertest.One(rl), now, 0, nil))
+			got := ok(store.Decide(ctx, key, limitertest.One(rl), now, 0, nil))
 			if got != want {
 				t.Fatalf("step %d: peek %q by %s at %v:\n redis  %+v\n memory %+v", i, key, fingerprint(rl), now, got, want)
 			}
 			continue
 		}
-		want := ok(mem.Decide(ctx, key, rl, now, cost))
-		got := ok(store.Decide(ctx, key, rl, now, cost))
+		want := ok(mem.Decide(ctx, key, limitertest.One(rl), now, cost, nil))
+		got := ok(store.Decide(ctx, key, limitertest.One(rl), now, cost, nil))
 		if got != want {
 			t.Fatalf("step %d: decide %q cost %d by %s at %v:\n redis  %+v\n memory %+v", i, key, cost, fingerprint(rl), now, got, want)
 		}
@@ -248,23 +241,6 @@ func TestRefundOnce(t *testing.T) {
 	limitertest.RunRefundOnce(t, func(t *testing.T) limiter.Store { return c.Store(t.Name()) })
 }
 
-func TestStackConformance(t *testing.T) {
-	c := newClient(t, testOptions(shared(t).Addr()))
-	limitertest.RunStack(t, func(t *testing.T) limiter.Store { return c.Store(t.Name()) })
-}
-
-func TestStackBatchConformance(t *testing.T) {
-	c := newClient(t, testOptions(shared(t).Addr()))
-	limitertest.RunStackBatch(t, func(t *testing.T) limiter.BatchStore {
-		return c.Store(t.Name())
-	})
-}
-
-func TestStackConcurrent(t *testing.T) {
-	c := newClient(t, testOptions(shared(t).Addr()))
-	limitertest.RunStackConcurrent(t, c.Store(t.Name()), 32, 40, 200)
-}
-
 // randomStack returns 1 to 4 limits of randomStrategy but Unlimited, named from a small set, so
 // that swaps keep, change and drop names, "default" among them.
 func randomStack(r *rand.Rand) *limiter.Stack {
@@ -335,8 +311,8 @@ func compareStackWithMemory(t *testing.T, store *Store, r *rand.Rand, steps int)
 		)
 		switch r.IntN(10) {
 		case 0: // a single-limit decision on the state the limit named default shares
-			wantD, _ = mem.Decide(ctx, key, single, now, cost)
-			if gotD, err = store.Decide(ctx, key, single, now, cost); err != nil {
+			wantD, _ = mem.Decide(ctx, key, limitertest.One(single), now, cost, nil)
+			if gotD, err = store.Decide(ctx, key, limitertest.One(single), now, cost, nil); err != nil {
 				t.Fatal(err)
 			}
 			if gotD != wantD {
@@ -345,26 +321,26 @@ func compareStackWithMemory(t *testing.T, store *Store, r *rand.Rand, steps int)
 			continue
 		case 1:
 			op = "peek"
-			wantD, _ = mem.DecideStack(ctx, key, st, now, 0, want)
-			gotD, err = store.DecideStack(ctx, key, st, now, 0, got)
+			wantD, _ = mem.Decide(ctx, key, st, now, 0, want)
+			gotD, err = store.Decide(ctx, key, st, now, 0, got)
 		case 2:
 			op = "refund"
-			wantD, _ = mem.RefundStack(ctx, key, st, now, cost, want)
-			gotD, err = store.RefundStack(ctx, key, st, now, cost, got)
+			wantD, _ = limitertest.Refund(mem, key, st, now, cost, want)
+			gotD, err = limitertest.Refund(store, key, st, now, cost, got)
 		case 3: // a batch: the stack twice and a single-limit request between
 			// (on another key: in one batch, the engine sends a key one tier's requests)
 			op = "batch"
 			reqs := []limiter.Request{
 				{Key: key, Stack: st, Cost: cost, Limits: got},
-				{Key: "single:" + key, Limiter: single, Cost: 1},
+				{Key: "single:" + key, Stack: limitertest.One(single), Cost: 1},
 				{Key: key, Stack: st, Cost: 1, Limits: make([]limiter.Decision, st.Len())},
 			}
 			out := make([]limiter.Answer, len(reqs))
 			store.DecideBatch(ctx, reqs, now, out)
-			wantD, _ = mem.DecideStack(ctx, key, st, now, cost, want)
+			wantD, _ = mem.Decide(ctx, key, st, now, cost, want)
 			want2 := make([]limiter.Decision, st.Len())
-			mem.Decide(ctx, "single:"+key, single, now, 1)
-			mem.DecideStack(ctx, key, st, now, 1, want2)
+			mem.Decide(ctx, "single:"+key, limitertest.One(single), now, 1, nil)
+			mem.Decide(ctx, key, st, now, 1, want2)
 			for j, a := range out {
 				if a.Err != nil {
 					t.Fatalf("step %d: batch item %d: %v", i, j, a.Err)
@@ -379,8 +355,8 @@ func compareStackWithMemory(t *testing.T, store *Store, r *rand.Rand, steps int)
 			gotD = out[0].Decision
 		default:
 			op = "decide"
-			wantD, _ = mem.DecideStack(ctx, key, st, now, cost, want)
-			gotD, err = store.DecideStack(ctx, key, st, now, cost, got)
+			wantD, _ = mem.Decide(ctx, key, st, now, cost, want)
+			gotD, err = store.Decide(ctx, key, st, now, cost, got)
 		}
 		if err != nil {
 			t.Fatalf("step %d: %s: %v", i, op, err)

@@ -1,6 +1,7 @@
 // Package clientbench compares the Redis clients limiterd could use, go-redis and rueidis, on
-// the work limiterd gives them: many goroutines each running the token-bucket script (EVALSHA,
-// server clock) on random client keys, against one local redis-server. It is a module of its
+// the work limiterd gives them: many goroutines each running the decision script of one token
+// bucket (EVALSHA, server clock; testdata/tokenbucket.json, written by the redis package's
+// TestClientbenchScriptCurrent) on random client keys, against one local redis-server. It is a module of its
 // own so that the client not chosen stays out of limiterd's dependencies.
 //
 //	cd limiterd/store/redis/clientbench && go test -run '^$' -bench . -benchtime 200000x
@@ -8,6 +9,7 @@ package clientbench
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -72,7 +74,7 @@ func run(m *testing.M) int {
 	return m.Run()
 }
 
-// script is limiterd's token-bucket script.
+// script is limiterd's decision script for one token bucket.
 func script(b *testing.B) string {
 	src, err := readScript()
 	if err != nil {
@@ -81,14 +83,28 @@ func script(b *testing.B) string {
 	return src
 }
 
-func readScript() (string, error) {
-	src, err := os.ReadFile(filepath.Join("..", "tokenbucket.lua"))
-	return string(src), err
+// decision is the script and arguments of a decision of one token bucket, which the redis
+// package writes (TestClientbenchScriptCurrent keeps it current).
+var decision, decisionErr = readDecision()
+
+type decisionFile struct {
+	Script string   `json:"script"`
+	Args   []string `json:"args"`
 }
+
+func readDecision() (d decisionFile, err error) {
+	src, err := os.ReadFile(filepath.Join("testdata", "tokenbucket.json"))
+	if err == nil {
+		err = json.Unmarshal(src, &d)
+	}
+	return d, err
+}
+
+func readScript() (string, error) { return decision.Script, decisionErr }
 
 // args are the script's arguments for a bucket of 100 tokens refilled at 100/s, cost 1, on the
 // server's clock.
-var args = []string{"d", "tb:100:100:1000000000", "", "", "100", "1", "0", "0", "0", "10000000", "0", "0"}
+var args = decision.Args
 
 const keys = 100_000
 

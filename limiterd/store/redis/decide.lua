@@ -1,0 +1,165 @@
+-- limiterd's decision on one client: a stack of 1 to MAX_LIMITS limits (a single limit is the
+-- stack of its one limit), decided all or nothing in one atomic step, by the functions of
+-- algorithms.lua. See the package documentation for the design.
+--
+-- KEYS     one per limit, in the stack's order: its state (all on the client's slot)
+-- ARGV     named by the ARG_ locals: the mode (MODE_DECIDE, MODE_PEEK reads
+--          only, MODE_REFUND returns the cost to every limit, clamped, and answers as a peek
+--          after it), now (s, n; "" for s: the server's clock, TIME), the cost (a peek's is 1),
+--          the milliseconds added to a key's expiry and the sliding windows' rebase threshold;
+--          then one block a limit: its algorithm (L_ALGORITHM) and fingerprint, then its
+--          parameters, named by the TB_ locals (TB_ARGS in all) or the SW_ locals (SW_ARGS);
+--          then, for token buckets whose state other parameters wrote, one block of
+--          CONVERT_ARGS each, named by the C_ locals: the limit (1-based), the state read and
+--          the TAT Go converted it to (s "": fresh), used only if the key still holds that state.
+-- Returns  the OUTCOME, the instant decided at (NOW) and, from REPLY_LIMITS on, one block of
+--          LIMIT_REPLY elements a limit, named by the R_ locals: a token bucket's state the
+--          decision was made on (tbReply; with OUTCOME_CONVERT, the raw states Go must convert
+--          first, and nothing is written), a sliding window's decision (swReply: whether it
+--          admits the cost on its own; with the stack rejected, the state as it is).
+--
+-- A decision reads every limit, then writes every limit's new state if every limit admits the
+-- cost (deleting a state that another algorithm left under a limit's key: it starts fresh).
+-- Otherwise it writes nothing, for one limit as for several: no conversion, no expired entry
+-- dropped, no other algorithm's state deleted (a rejected request charges no limit, as
+-- limiter.Memory.Decide).
+
+local n = #KEYS
+if #ARGV < ARGS or n < 1 or n > MAX_LIMITS then
+  return redis.error_reply('decide: ' .. #ARGV .. ' arguments and ' .. n .. ' keys')
+end
+local mode = ARGV[ARG_MODE]
+if ARGV[ARG_NOW_S] == '' then
+  local t = redis.call('TIME')
+  nows, nown = tonumber(t[1]), tonumber(t[2]) * 1000
+else
+  nows, nown = tonumber(ARGV[ARG_NOW_S]), tonumber(ARGV[ARG_NOW_N])
+end
+local cost = tonumber(ARGV[ARG_COST])
+slack, rebase = tonumber(ARGV[ARG_SLACK_MS]), tonumber(ARGV[ARG_REBASE])
+
+-- decided writes limit l's new state (a token bucket's if tb) if the stack admits the cost
+-- (all), deleting first a state that another algorithm left under its key (it starts fresh), and
+-- answers its block after at.
+local function decided(reply, at, l, tb, all)
+  if l.other and all then redis.call('DEL', l.k) end
+  if tb then
+    tbReply(reply, at, l) -- the state decided on
+    if all then tbWrite(l, l.xs, l.xn, l.xf) end
+  elseif all then
+    local used = l.used
+    swAdmit(l, cost)
+    reply[at + R_ADMITTED], reply[at + R_REMAINING] = ADMITTED, math.max(0, l.limit - used - cost)
+    reply[at + R_RESET_AFTER], reply[at + R_RETRY_AFTER] = l.window, 0
+  else
+    swReply(reply, at, l, cost, false)
+  end
+end
+
+-- The most common call, a decision on one limit and no conversion, goes the general way below
+-- without its tables and loops: the same functions on the one limit. A token bucket whose state
+-- other parameters wrote goes the general way.
+if n == 1 and mode == MODE_DECIDE then
+  local algorithm, l = ARGV[ARGS + L_ALGORITHM], nil
+  local tb = algorithm == ALGORITHM_TOKEN_BUCKET
+  if tb and #ARGV == ARGS + TB_ARGS then
+    l = tbLoad(KEYS[1], ARGS)
+    if l.raw then l = nil end
+  elseif algorithm == ALGORITHM_SLIDING_WINDOW and #ARGV == ARGS + SW_ARGS then
+    l = swLoad(KEYS[1], ARGS)
+  end
+  if l then
+    local admits
+    if tb then admits = tbAdmits(l) else admits = swAdmits(l, cost) end
+    local reply = {0, 0, 0, 0, 0, 0, 0}
+    reply[REPLY_OUTCOME] = admits and OUTCOME_ADMITTED or OUTCOME_REJECTED
+    reply[REPLY_NOW_S], reply[REPLY_NOW_N] = nows, nown
+    decided(reply, REPLY_LIMITS - 1, l, tb, admits)
+    return reply
+  end
+end
+
+-- Read every limit.
+local limits, o = {}, ARGS
+for i = 1, n do
+  local algorithm = ARGV[o + L_ALGORITHM]
+  if algorithm == ALGORITHM_TOKEN_BUCKET then
+    limits[i] = tbLoad(KEYS[i], o)
+    limits[i].tb = true
+    o = o + TB_ARGS
+  elseif algorithm == ALGORITHM_SLIDING_WINDOW then
+    limits[i] = swLoad(KEYS[i], o)
+    o = o + SW_ARGS
+  else
+    return redis.error_reply('decide: limit ' .. i .. ' has algorithm ' .. tostring(algorithm))
+  end
+end
+if (#ARGV - o) % CONVERT_ARGS ~= 0 then
+  return redis.error_reply('decide: ' .. #ARGV .. ' arguments for ' .. n .. ' limits')
+end
+for c = o, #ARGV - 1, CONVERT_ARGS do
+  local b = limits[tonumber(ARGV[c + C_LIMIT])]
+  if not (b and b.tb) then return redis.error_reply('decide: conversion of limit ' .. ARGV[c + C_LIMIT]) end
+  tbConvert(b, ARGV[c + C_FROM], ARGV[c + C_S], ARGV[c + C_N], ARGV[c + C_F])
+end
+
+-- The reply, made at its size for MAX_LIMITS limits (growing a table costs more than making it),
+-- then cut after the last limit's block: Redis answers a table's elements up to the first nil.
+-- Limit i's block follows at[i].
+local reply = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+reply[REPLY_LIMITS + n * LIMIT_REPLY] = nil
+reply[REPLY_NOW_S], reply[REPLY_NOW_N] = nows, nown
+local at = {REPLY_LIMITS - 1, REPLY_LIMITS - 1 + LIMIT_REPLY, REPLY_LIMITS - 1 + 2 * LIMIT_REPLY, REPLY_LIMITS - 1 + 3 * LIMIT_REPLY}
+local convert = false
+for i = 1, n do convert = convert or (limits[i].tb and limits[i].raw) end
+if convert then -- Go converts the raw states first; nothing is written
+  reply[REPLY_OUTCOME] = OUTCOME_CONVERT
+  for i = 1, n do
+    local l = limits[i]
+    if l.tb then tbReply(reply, at[i], l) else swReply(reply, at[i], l, cost, false) end
+  end
+  return reply
+end
+
+if mode == MODE_REFUND then
+  reply[REPLY_OUTCOME] = OUTCOME_REFUNDED
+  for i = 1, n do
+    local l = limits[i]
+    if l.tb then
+      tbReply(reply, at[i], l) -- the state before the refund: Go refunds on it as Refund does
+      tbRefund(l)
+    else
+      swRefund(l, cost)
+      swReply(reply, at[i], l, 1, swAdmits(l, 1))
+    end
+  end
+  return reply
+end
+
+if mode == MODE_PEEK then -- what one unit would get
+  reply[REPLY_OUTCOME] = OUTCOME_PEEKED
+  for i = 1, n do
+    local l = limits[i]
+    if l.tb then tbReply(reply, at[i], l) else swReply(reply, at[i], l, cost, swAdmits(l, cost)) end
+  end
+  return reply
+end
+
+-- Decide on every limit; write them all only if every one admits.
+if mode ~= MODE_DECIDE then return redis.error_reply('decide: mode ' .. mode) end
+local all = true
+for i = 1, n do
+  local l = limits[i]
+  if l.tb then l.admits = tbAdmits(l) else l.admits = swAdmits(l, cost) end
+  all = all and l.admits
+end
+reply[REPLY_OUTCOME] = all and OUTCOME_ADMITTED or OUTCOME_REJECTED
+for i = 1, n do
+  local l = limits[i]
+  if l.tb or all then
+    decided(reply, at[i], l, l.tb, all)
+  else
+    swReply(reply, at[i], l, cost, l.admits) -- whether it admits the cost on its own
+  end
+end
+return reply

@@ -1,0 +1,138 @@
+package redis
+
+import (
+	"crypto/sha1" //nolint:gosec // Redis names scripts by their SHA-1
+	_ "embed"
+	"encoding/hex"
+	"regexp"
+	"strings"
+
+	"github.com/redis/rueidis"
+)
+
+// The decision script is put together here, once: the library of the algorithms
+// (algorithms.lua), then the entry script (decide.lua), with each name of the protocol replaced
+// by its value (protocolNames, from protocol.go). Redis runs one script per EVALSHA, with no
+// require: each piece is embedded, and the pieces are joined.
+//
+// Redis runs the script's body on every call: it makes each of the script's functions anew and
+// binds each to the locals it reads, at a cost that grows with the locals the script defines and
+// the functions capture (Lua's open upvalues are a list, searched for each one bound). So the
+// protocol's names become literals (constants of the compiled script, which cost nothing a
+// call), and a call runs the script joined with the library sections it may run only: those of
+// its limits' algorithms, and the sections of conversions and refunds only when it refunds or
+// carries a conversion (scripts.of). The entry script calls no function of a section its script
+// lacks (an undefined name is an error only when it runs).
+var (
+	//go:embed algorithms.lua
+	algorithmsSource string
+	//go:embed decide.lua
+	decideEntry string
+	//go:embed reset.lua
+	resetSource string
+
+	decideScripts = joinScripts(decideEntry)
+	resetScript   = rueidis.NewLuaScript(resetSource)
+)
+
+// algorithms is the set of algorithms whose section of the library a script holds.
+type algorithms uint8
+
+const (
+	withTokenBucket algorithms = 1 << iota
+	withSlidingWindow
+	withAll = withTokenBucket | withSlidingWindow
+)
+
+// The lines that start the library's sections, in their order: before the first, what every
+// algorithm uses. Each algorithm has a section that every call of it needs, and one of what only
+// a call that refunds or carries a conversion runs (a full script).
+var sections = [...]struct {
+	start string
+	of    algorithms
+	full  bool
+}{
+	{"\n-- Token buckets. ", withTokenBucket, false},
+	{"\n-- Token buckets: conversions and refunds", withTokenBucket, true},
+	{"\n-- Sliding windows. ", withSlidingWindow, false},
+	{"\n-- Sliding windows: refunds", withSlidingWindow, true},
+}
+
+// script is the decision script of one set of algorithms.
+type script struct {
+	source string
+	lua    *rueidis.Lua
+	sha    string // the SHA-1 digest EVALSHA names it by
+}
+
+// scripts are the decision scripts of one entry: by set of algorithms, lean (0: the sections
+// that every call needs) or full (1: all the sections of the set).
+type scripts [withAll + 1][2]script
+
+// of returns the script of a call: of its limits' algorithms, full when it refunds or carries
+// a conversion.
+func (s *scripts) of(c *call) *script {
+	if c.mode == modeRefund || c.converts != nil {
+		return &s[c.algorithms][1]
+	}
+	return &s[c.algorithms][0]
+}
+
+// joinScripts returns the scripts whose entry is entry: for each set of algorithms, lean and
+// full, the library's sections, then entry, each protocol name replaced by its value.
+func joinScripts(entry string) *scripts {
+	var parts [len(sections) + 1]string // what every algorithm uses, then each section
+	rest := algorithmsSource
+	for i, sec := range sections {
+		before, after, ok := strings.Cut(rest, sec.start)
+		if !ok {
+			panic("algorithms.lua: no section " + strings.TrimSpace(sec.start) + " after the previous one")
+		}
+		parts[i], rest = before, sec.start+after
+	}
+	parts[len(sections)] = rest
+	var all scripts
+	for set := withTokenBucket; set <= withAll; set++ {
+		for full := range 2 {
+			src := parts[0]
+			for i, sec := range sections {
+				if set&sec.of != 0 && (full == 1 || !sec.full) {
+					src += parts[i+1]
+				}
+			}
+			src = withProtocol(src + "\n" + entry)
+			all[set][full] = script{source: src, lua: rueidis.NewLuaScript(src), sha: scriptSHA(src)}
+		}
+	}
+	return &all
+}
+
+// protocolName is a name the protocol may define (protocolNames): a word in capitals.
+var protocolName = regexp.MustCompile(`\b[A-Z][A-Z0-9_]*\b`)
+
+// withProtocol returns source with each protocol name outside its comments replaced by its value.
+// A script's comments hold no string delimiter, and its strings no "--".
+func withProtocol(source string) string {
+	names := protocolNames()
+	lines := strings.SplitAfter(source, "\n")
+	for i, line := range lines {
+		code, comment, found := strings.Cut(line, "--")
+		code = protocolName.ReplaceAllStringFunc(code, func(name string) string {
+			if v, ok := names[name]; ok {
+				return v
+			}
+			return name
+		})
+		if found {
+			code += "--" + comment
+		}
+		lines[i] = code
+	}
+	return strings.Join(lines, "")
+}
+
+// scriptSHA returns the SHA-1 digest that EVALSHA names a script by.
+func scriptSHA(source string) string {
+	sum := sha1.Sum([]byte(source)) //nolint:gosec // not for security: the script's name in Redis
+	return hex.EncodeToString(sum[:])
+}
