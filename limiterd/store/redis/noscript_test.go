@@ -3,6 +3,7 @@ package redis
 import (
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -100,6 +101,55 @@ spec:
 				t.Errorf("admitted %d (limit %d) with %d store errors, want at most the limit and none", admitted, tc.limit, storeFails)
 			}
 		})
+	}
+}
+
+// TestDecideAfterScriptFlushUnderFailureModeOpen checks single decisions as
+// TestBatchAfterScriptFlushUnderFailureModeOpen checks batches: after SCRIPT FLUSH, concurrent
+// decisions on one key each reload the script once (EVALSHA, then EVAL on NOSCRIPT) and retry
+// once within their timeout; Redis decides every one, none is admitted by failure mode Open.
+func TestDecideAfterScriptFlushUnderFailureModeOpen(t *testing.T) {
+	srv := redistest.Start(t)
+	c := newClient(t, Options{Addrs: []string{delayedLink(t, srv.Addr(), 5*time.Millisecond)}, Timeout: 500 * time.Millisecond})
+	e := engineWith(t, c, `apiVersion: limiterd.dev/v1alpha1
+kind: RateLimitPolicy
+metadata: {name: noscript, namespace: default}
+spec:
+  defaultTier: metered
+  tiers:
+  - name: metered
+    limits:
+    - {name: minute, algorithm: SlidingWindow, slidingWindow: {limit: 5, window: 1m}}
+`)
+	if r, err := e.Decide(t.Context(), "", "warm-up", 1); err != nil || r.StoreError != nil {
+		t.Fatalf("warm-up: %+v, %v", r, err)
+	}
+	do(t, c, "SCRIPT", "FLUSH")
+	const workers, decisions = 16, 50
+	var admitted, storeFails atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for range decisions {
+				r, err := e.Decide(t.Context(), "", "victim", 1)
+				if err != nil {
+					t.Errorf("decide: %v", err)
+					return
+				}
+				if r.Allowed {
+					admitted.Add(1)
+				}
+				if r.StoreError != nil {
+					storeFails.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("%d concurrent workers of %d decisions after SCRIPT FLUSH: %d admitted (limit 5), %d store errors",
+		workers, decisions, admitted.Load(), storeFails.Load())
+	if admitted.Load() > 5 || storeFails.Load() != 0 {
+		t.Errorf("admitted %d (limit 5) with %d store errors, want at most the limit and none", admitted.Load(), storeFails.Load())
 	}
 }
 
