@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -23,9 +25,10 @@ import (
 // out), the requests after a timed-out piece are sent only if Redis answers a health check,
 // and a batch's size never makes a piece time out.
 //
-// A few requests take their own round trips, in order, after the pipeline: those whose script
-// Redis did not know (NOSCRIPT, after a restart or SCRIPT FLUSH; they run as Decide runs,
-// loading it) and those of a token bucket whose state another strategy wrote (converted as
+// A few requests are sent again after the pipeline, in further rounds of one pipeline each,
+// in order, within a Timeout of their own (see batchPiece.resend): those whose script Redis did
+// not know (NOSCRIPT, after a restart, a failover or SCRIPT FLUSH; the piece loads the scripts
+// once first) and those of a token bucket whose state another strategy wrote (converted as
 // Decide converts). Neither changed the client's state in the pipeline, so they are decided on
 // the state the pipeline left; only if another caller loads the script, or converts the state,
 // during the pipeline can a later request on the same key have been decided before them.
@@ -101,7 +104,8 @@ func requestWeight(r limiter.Request) int {
 }
 
 // guardedBatch runs a batch's pending requests in pieces of at most pieceWeight work, in
-// order, each within Options.Timeout of its own and through the circuit breaker as one call. A
+// order, each within Options.Timeout of its own (one more for the requests it sends again:
+// see runBatch) and through the circuit breaker as one call. A
 // piece that fails fails its requests; a piece that times out starts (or joins) a health check
 // of Redis, and the batch goes on only if Redis answers it: otherwise its remaining requests
 // fail with errUnhealthy, unsent. So the work of one call to Redis is bounded whatever the
@@ -118,9 +122,7 @@ func (s *Store) guardedBatch(ctx context.Context, reqs []limiter.Request, pendin
 		pending = pending[n:]
 		err := s.c.breaker.allow()
 		if err == nil {
-			timed, cancel := context.WithTimeout(ctx, s.c.opts.Timeout)
-			err = s.runBatch(timed, reqs, piece, limits, now, out)
-			cancel()
+			err = s.runBatch(ctx, reqs, piece, limits, now, out)
 		}
 		if err != nil {
 			for _, i := range piece {
@@ -167,44 +169,147 @@ func (s *Store) guardedBatch(ctx context.Context, reqs []limiter.Request, pendin
 	}
 }
 
-// runBatch decides a piece's requests: one pipeline, then the requests that need their own
-// round trips (see DecideBatch). Request i's limits are answered in limits[i] (nil: nowhere).
+// runBatch decides a piece's requests: one pipeline within Options.Timeout, then, for the
+// requests it left undecided, rounds of their own (see resend). Request i's limits are answered
+// in limits[i] (nil: nowhere).
 func (s *Store) runBatch(ctx context.Context, reqs []limiter.Request, pending []int, limits [][]limiter.Decision, now time.Time, out []limiter.Answer) error {
 	cn, err := s.c.get()
 	if err != nil {
 		return err
 	}
-	cmds := make(rueidis.Commands, 0, len(pending))
-	calls := make([]*call, len(pending))
+	p := &batchPiece{s: s, cn: cn, reqs: reqs, pending: pending, limits: limits, out: out,
+		calls: make([]*call, len(pending))}
+	all := make([]int, len(pending))
 	for j, i := range pending {
-		r := reqs[i]
-		mode, cost := decideMode(r.Cost)
-		c := s.newCall(r.Key, r.Stack, now, cost, mode)
-		calls[j] = c
-		cmds = append(cmds, cn.B().Evalsha().Sha1(decideScripts.of(c).sha).Numkeys(int64(len(c.keys))).Key(c.keys...).Arg(s.callArgs(c)...).Build())
+		mode, cost := decideMode(reqs[i].Cost)
+		p.calls[j] = s.newCall(reqs[i].Key, reqs[i].Stack, now, cost, mode)
+		all[j] = j
 	}
-	var again []int // decided after the pipeline, in order (indices into pending)
-	for j, res := range cn.DoMulti(ctx, cmds...) {
-		i := pending[j]
+	timed, cancel := context.WithTimeout(ctx, s.c.opts.Timeout)
+	again := p.send(timed, all)
+	cancel()
+	if len(again) > 0 {
+		p.resend(ctx, again)
+	}
+	return nil
+}
+
+// batchPiece is a piece of a batch being decided: its requests' calls, by index into pending.
+type batchPiece struct {
+	s       *Store
+	cn      *conn
+	reqs    []limiter.Request
+	pending []int
+	limits  [][]limiter.Decision
+	out     []limiter.Answer
+	calls   []*call
+
+	missing []*script // the scripts Redis answered NOSCRIPT for in the last round
+	loaded  []*script // the scripts the piece loaded (SCRIPT LOAD)
+}
+
+// send sends the calls which (indices into pending, in order) in one pipeline, answers those
+// Redis decided or failed, and returns those left undecided, in order: those whose script
+// Redis did not know (NOSCRIPT, gathered in missing), and those whose token-bucket states
+// another strategy wrote (converted now, in the calls' arguments).
+func (p *batchPiece) send(ctx context.Context, which []int) (again []int) {
+	cmds := make(rueidis.Commands, 0, len(which))
+	for _, j := range which {
+		c := p.calls[j]
+		cmds = append(cmds, p.cn.B().Evalsha().Sha1(decideScripts.of(c).sha).Numkeys(int64(len(c.keys))).Key(c.keys...).Arg(p.s.callArgs(c)...).Build())
+	}
+	p.missing = p.missing[:0]
+	for k, res := range p.cn.DoMulti(ctx, cmds...) {
+		j := which[k]
+		i := p.pending[j]
 		arr, err := res.ToArray()
 		if err != nil {
 			if rerr, ok := rueidis.IsRedisErr(err); ok && rerr.IsNoScript() {
+				sc := decideScripts.of(p.calls[j])
+				if slices.Contains(p.loaded, sc) { // lost again since the piece loaded it
+					p.out[i] = limiter.Answer{Err: fmt.Errorf("decision script: lost again after SCRIPT LOAD: %w", err)}
+					continue
+				}
+				if !slices.Contains(p.missing, sc) {
+					p.missing = append(p.missing, sc)
+				}
 				again = append(again, j)
 				continue
 			}
-			out[i] = limiter.Answer{Err: fmt.Errorf("decision script: %w", err)}
+			p.out[i] = limiter.Answer{Err: fmt.Errorf("decision script: %w", err)}
 			continue
 		}
-		d, done, err := calls[j].answer(arr, limits[i])
+		d, done, err := p.calls[j].answer(arr, p.limits[i])
 		if err == nil && !done {
-			again = append(again, j) // converted now, decided after the pipeline
+			again = append(again, j) // converted now, decided in the next round
 			continue
 		}
-		out[i] = limiter.Answer{Decision: d, Err: err}
+		p.out[i] = limiter.Answer{Decision: d, Err: err}
 	}
-	for _, j := range again {
-		d, err := s.run(ctx, cn, calls[j], limits[pending[j]])
-		out[pending[j]] = limiter.Answer{Decision: d, Err: err}
+	return again
+}
+
+// resend decides the calls again that the piece's pipeline left undecided, within an
+// Options.Timeout of their own: reloading the scripts is the store's own housekeeping after a
+// restart, a failover or a SCRIPT FLUSH, and must never by itself make a piece run out of time
+// (under failure mode Open, its requests would be admitted). Once, if Redis lost a script, it
+// loads the scripts the piece missed (SCRIPT LOAD on every node); then each round re-sends the
+// calls still undecided in one pipeline, in their order, so that requests on one key are decided
+// in order. A conversion takes a round (the first call on a key converts and writes the state;
+// those after it find the state their own), and may need the full script, loaded in its turn;
+// after maxConversionAttempts rounds the rest fail with errContended. A call whose script Redis
+// loses again after the piece loaded it, or that fails after the reload, fails with a store
+// error: a fault of Redis's, which the policy's failure mode answers.
+func (p *batchPiece) resend(ctx context.Context, again []int) {
+	timed, cancel := context.WithTimeout(ctx, p.s.c.opts.Timeout)
+	defer cancel()
+	for round := 1; len(again) > 0; round++ {
+		if round > maxConversionAttempts {
+			p.fail(again, errContended)
+			return
+		}
+		if len(p.missing) > 0 { // at most once a script: those loaded are not missed again
+			if err := loadScripts(timed, p.cn, p.missing); err != nil {
+				p.fail(again, fmt.Errorf("decision script: load after NOSCRIPT: %w", err))
+				return
+			}
+			p.loaded = append(p.loaded, p.missing...)
+		}
+		again = p.send(timed, again)
 	}
-	return nil
+}
+
+// fail answers the calls which with err.
+func (p *batchPiece) fail(which []int, err error) {
+	for _, j := range which {
+		p.out[p.pending[j]] = limiter.Answer{Err: err}
+	}
+}
+
+// loadScripts loads scripts on every node of cn (SCRIPT LOAD), one round trip a node, the
+// nodes at once.
+func loadScripts(ctx context.Context, cn *conn, scripts []*script) error {
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	for addr, node := range cn.Nodes() {
+		wg.Go(func() {
+			cmds := make(rueidis.Commands, len(scripts))
+			for k, sc := range scripts {
+				cmds[k] = node.B().ScriptLoad().Script(sc.source).Build()
+			}
+			for _, res := range node.DoMulti(ctx, cmds...) {
+				if err := res.Error(); err != nil {
+					mu.Lock()
+					errs = append(errs, fmt.Errorf("%s: %w", addr, err))
+					mu.Unlock()
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }

@@ -113,7 +113,11 @@
 // times 1 + its key's bytes/256; less under a Timeout below 25.6 ms), each within a Timeout of
 // its own, so that a piece of the costliest requests (4-limit stacks on 1,024-byte keys, 150-500
 // µs of Redis time each on a loaded shared machine) takes a small part of it, and a batch's size
-// never makes a piece time out. The breaker counts only Redis's health: lost connections, error
+// never makes a piece time out. Nor does Redis losing its scripts (a restart, a failover, SCRIPT
+// FLUSH): reloading them is the store's own housekeeping and never decides admission. A piece
+// whose requests get NOSCRIPT loads the scripts once and sends those requests again in one
+// pipeline, within a Timeout of their own; only if that fails do they fail, with Redis's error.
+// The breaker counts only Redis's health: lost connections, error
 // replies, and failed health checks. A call that timed out does not count by itself; it starts
 // a health check (a trivial script within Timeout, at most one at a time, on the node of the
 // key that timed out), and only a failed check counts. A batch waits for that check after a

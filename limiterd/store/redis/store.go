@@ -60,11 +60,12 @@ type Options struct {
 	// TLS, when set, is the TLS configuration of every connection.
 	TLS *tls.Config
 	// Timeout bounds each decision, peek and reset, round trips included (default
-	// DefaultTimeout), and each batch as a whole (Store.DecideBatch): size it for the largest
-	// batch clients send. A call that runs out of time returns an error. Single decisions that
-	// start close together share one deadline, so that each costs no timer: such a decision
-	// waits at most a sixteenth longer than Timeout, and once sent it waits for its answer even
-	// if its caller's context is cancelled (a caller's sooner deadline is kept).
+	// DefaultTimeout), and each piece of a batch (Store.DecideBatch), with one more Timeout for
+	// the requests of a piece sent again (after NOSCRIPT, or to convert state). A call that runs
+	// out of time returns an error. Single decisions that start close together share one
+	// deadline, so that each costs no timer: such a decision waits at most a sixteenth longer
+	// than Timeout, and once sent it waits for its answer even if its caller's context is
+	// cancelled (a caller's sooner deadline is kept).
 	Timeout time.Duration
 	// Clock is the clock decisions are made on (default ServerClock).
 	Clock Clock
