@@ -3,6 +3,7 @@ package limiter
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -36,7 +37,7 @@ type Stack struct {
 }
 
 // NewStack returns the stack of the given limits, in order: 1 to MaxStack token buckets,
-// sliding windows or quotas with distinct names.
+// sliding windows or quotas with distinct, non-empty names without a byte 0xFF.
 func NewStack(names []string, limits []RateLimiter) (*Stack, error) {
 	switch {
 	case len(names) != len(limits):
@@ -50,6 +51,10 @@ func NewStack(names []string, limits []RateLimiter) (*Stack, error) {
 		switch {
 		case names[i] == "":
 			return nil, fmt.Errorf("limit %d has no name", i)
+		case strings.IndexByte(names[i], 0xFF) >= 0:
+			// The API's names are DNS labels; a store finds a client's limits by the last 0xFF
+			// of their keys (Memory.Reset).
+			return nil, fmt.Errorf("limit %q: a name holds no byte 0xFF", names[i])
 		case rl == nil:
 			return nil, fmt.Errorf("limit %q is nil", names[i])
 		}

@@ -259,7 +259,7 @@ func TestMemoryStackBookkeeping(t *testing.T) {
 	if d, _ := m.Decide(ctx, "k", st, t0.Add(2*time.Minute), 0, out); out[1].Remaining != 3 {
 		t.Fatalf("after the sweeps, the hourly window says %+v (stack %+v), want 3 remaining", out[1], d)
 	}
-	if err := m.Reset(ctx, "k", "hourly", "unknown"); err != nil {
+	if err := m.Reset(ctx, "k"); err != nil {
 		t.Fatal(err)
 	}
 	if m.Len() != 0 || budget.Tracked() != 0 || budget.Bytes() != 0 {

@@ -2,6 +2,8 @@ package redis
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -133,9 +135,11 @@ func TestResetRace(t *testing.T) {
 	}
 }
 
-// TestResetForgetsNamedLimits resets a client with the names of stacked limits: the client's
-// state and every named limit's go, on the client's slot, and another client's stay.
-func TestResetForgetsNamedLimits(t *testing.T) {
+// TestResetForgetsEveryLimit resets a client: its state and that of every limit it has state
+// for go, on the client's slot, while another client's limits, the client's refund records
+// and another policy's state of the client stay. Enough other keys make the scan take several
+// steps.
+func TestResetForgetsEveryLimit(t *testing.T) {
 	c := newClient(t, testOptions(shared(t).Addr()))
 	cn, err := c.get()
 	if err != nil {
@@ -143,22 +147,42 @@ func TestResetForgetsNamedLimits(t *testing.T) {
 	}
 	policy := t.Name()
 	s := c.Store(policy)
-	keys := []string{Key(policy, "k"), LimitKey(policy, "k", "burst"), LimitKey(policy, "k", "daily"), LimitKey(policy, "other", "burst")}
-	for _, k := range keys {
+	gone := []string{Key(policy, "k"), LimitKey(policy, "k", "burst"), LimitKey(policy, "k", "daily"), LimitKey(policy, "k", "removed-long-ago")}
+	kept := []string{LimitKey(policy, "other", "burst"), Key(policy, "k") + refundSuffix([16]byte{1}),
+		LimitKey(policy+"2", "k", "burst"), Key(policy+"2", "k"), LimitKey(policy, "k:burst", "x"), Key(policy, "k:burst")}
+	for i := range 3 * resetScanCount {
+		kept = append(kept, LimitKey(policy, fmt.Sprint("c", i), "burst"))
+	}
+	for _, k := range append(gone, kept...) {
 		if err := cn.Do(t.Context(), cn.B().Set().Key(k).Value("x").Build()).Error(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := s.Reset(t.Context(), "k", "burst", limiter.DefaultLimitName, "daily", "unknown"); err != nil {
+	if err := s.Reset(t.Context(), "k"); err != nil {
 		t.Fatal(err)
 	}
-	for i, k := range keys {
+	for _, k := range append(gone, kept...) {
 		n, err := cn.Do(t.Context(), cn.B().Exists().Key(k).Build()).AsInt64()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if kept := i == 3; (n == 1) != kept {
-			t.Errorf("EXISTS %q = %d after the reset, want it kept: %t", k, n, kept)
+		if want := !slices.Contains(gone, k); (n == 1) != want {
+			t.Errorf("EXISTS %q = %d after the reset, want it kept: %t", k, n, want)
+		}
+	}
+}
+
+// TestResetTable runs the reset table of limitertest: limits a policy edit removed are reset,
+// and crafted keys (glob characters, '}', ':', escapes) reset no other client.
+func TestResetTable(t *testing.T) {
+	c := newClient(t, testOptions(shared(t).Addr()))
+	limitertest.RunReset(t, func(t *testing.T) limiter.Store { return c.Store(t.Name()) })
+}
+
+func TestGlobEscape(t *testing.T) {
+	for in, want := range map[string]string{"a": "a", `a*b?[c]\d`: `a\*b\?\[c\]\\d`, "": ""} {
+		if got := globEscape(in); got != want {
+			t.Errorf("globEscape(%q) = %q, want %q", in, got, want)
 		}
 	}
 }
