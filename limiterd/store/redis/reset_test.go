@@ -4,11 +4,18 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/limiterd/limiterd/api/v1alpha1"
+	"github.com/limiterd/limiterd/internal/testsupport"
+	"github.com/limiterd/limiterd/limiterd/engine"
 	"github.com/limiterd/limiterd/limiterd/limiter"
 	"github.com/limiterd/limiterd/limiterd/limiter/limitertest"
+	"github.com/limiterd/limiterd/limiterd/policy"
 	"github.com/limiterd/limiterd/limiterd/store/redis/redistest"
 )
 
@@ -184,5 +191,51 @@ func TestGlobEscape(t *testing.T) {
 		if got := globEscape(in); got != want {
 			t.Errorf("globEscape(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestEngineResetForgetsRemovedLimits resets a client through the engine on Redis after a
+// policy edit removed one of its tier's limits: when a later edit re-adds the limit, the
+// client's next request is decided as its first by every limit (issue 35).
+func TestEngineResetForgetsRemovedLimits(t *testing.T) {
+	c := newClient(t, testOptions(shared(t).Addr()))
+	source := func(limits ...v1alpha1.Limit) *policy.Set {
+		t.Helper()
+		p, err := policy.Compile(&v1alpha1.RateLimitPolicy{
+			ObjectMeta: metav1.ObjectMeta{Name: "api", Namespace: strings.ToLower(t.Name())},
+			Spec:       v1alpha1.RateLimitPolicySpec{DefaultTier: "paid", Tiers: []v1alpha1.Tier{testsupport.StackedTier("paid", limits...)}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		set, err := policy.NewSet(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return set
+	}
+	burst, daily := testsupport.TokenBucketLimit("burst", 2, 1, time.Hour), testsupport.SlidingWindowLimit("daily", 5, time.Hour)
+	stacked, edited := source(burst, daily), source(daily)
+	id := v1alpha1.NewPolicyID(strings.ToLower(t.Name()), "api")
+	e := engine.New(engine.Options{NewStore: func(id v1alpha1.PolicyID) limiter.Store { return c.Store(id.String()) }})
+	allow := func() engine.Result {
+		t.Helper()
+		r, err := e.Decide(t.Context(), id, "alice", 1)
+		if err != nil || r.StoreError != nil {
+			t.Fatalf("decision: %+v, %v", r, err)
+		}
+		return r
+	}
+	e.Swap(stacked)
+	allow()
+	allow() // burst is empty
+	e.Swap(edited)
+	allow()
+	if err := e.Reset(t.Context(), id, "alice"); err != nil {
+		t.Fatal(err)
+	}
+	e.Swap(stacked)
+	if r := allow(); !r.Allowed || len(r.Limits) != 2 || r.Limits[0].Remaining != 1 || r.Limits[1].Remaining != 4 {
+		t.Fatalf("first decision after the reset and the re-added limit: %+v, want 1 and 4 remaining", r)
 	}
 }
