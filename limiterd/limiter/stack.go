@@ -26,7 +26,8 @@ const DefaultLimitName = "default"
 // so the rule for parameter changes (see the package documentation) applies per limit name:
 // when a tier's limits change, a limit whose name was there before decides on the state that
 // name holds (kept, carried over or fresh by the usual rule), and a new name starts fresh. The
-// state of a limit that left the stack is not read any more and decays like an idle client's.
+// state of a limit that left the stack is not read any more and decays like an idle client's
+// (swept or expired once fresh); Store.Reset forgets it.
 // The limit named DefaultLimitName shares its state with the client's single-limit state.
 //
 // The answer to a stacked request is combined from the limits' decisions by Combine. A Stack is

@@ -239,3 +239,38 @@ func TestEngineResetForgetsRemovedLimits(t *testing.T) {
 		t.Fatalf("first decision after the reset and the re-added limit: %+v, want 1 and 4 remaining", r)
 	}
 }
+
+// TestRemovedLimitExpires drops a limit from a client's stack (a policy edit): the key of the
+// state it left keeps the expiry its last decision set, when its state is fresh again (plus
+// Options.ExpirySlack), however the client keeps deciding on the stack without it.
+func TestRemovedLimitExpires(t *testing.T) {
+	opts := testOptions(shared(t).Addr())
+	opts.ExpirySlack = 0
+	c := newClient(t, opts)
+	cn, err := c.get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := c.Store(t.Name())
+	tb := tokenBucket(t, 5, 1, time.Hour)
+	full := limitertest.Stack(limiter.DefaultLimitName, tb, "burst", tokenBucket(t, 2, 1, 10*time.Second))
+	decideStack(t, s, "k", full, limitertest.T0, 1)
+	pttl := func() int64 {
+		t.Helper()
+		ms, err := cn.Do(t.Context(), cn.B().Pttl().Key(LimitKey(t.Name(), "k", "burst")).Build()).AsInt64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ms
+	}
+	first := pttl()
+	if first <= 0 || first > 10_000 {
+		t.Fatalf("the burst limit's key expires in %d ms, want within the 10 s until it is fresh", first)
+	}
+	for range 3 { // the edit: only the default limit is decided
+		decideStack(t, s, "k", limitertest.One(tb), limitertest.T0.Add(time.Second), 1)
+	}
+	if ms := pttl(); ms <= 0 || ms > first {
+		t.Fatalf("after decisions without it, the burst limit's key expires in %d ms, want at most the %d ms it had", ms, first)
+	}
+}
