@@ -274,3 +274,11 @@ func TestRemovedLimitExpires(t *testing.T) {
 		t.Fatalf("after decisions without it, the burst limit's key expires in %d ms, want at most the %d ms it had", ms, first)
 	}
 }
+
+// TestResetOnCluster runs the reset table on a Redis Cluster of 3 masters: each step of a
+// reset's scan runs on the master of the client's slot, where every key of its limits is.
+func TestResetOnCluster(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	c := newClient(t, testOptions(cluster.Addrs()...))
+	limitertest.RunReset(t, func(t *testing.T) limiter.Store { return c.Store(t.Name()) })
+}
