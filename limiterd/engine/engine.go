@@ -822,21 +822,20 @@ func refundWindow(t *policy.Tier, cost int64) time.Duration {
 	return max(window, 0)
 }
 
-// Reset forgets the client's state under the named policy: its single-limit state and the state
-// of every limit name of the policy's stacked tiers (Policy.LimitNames). The state of a limit
-// that no tier of the loaded policy names any more is not reset: it is read by no decision, and
-// expires (Redis) or is swept (memory) once fresh.
+// Reset forgets the client's state under the named policy: its state under every limit name,
+// the loaded policy's and those an earlier version of it named (limiter.Store.Reset), so that a
+// limit that a policy edit removed and a later edit re-adds starts fresh for the client too.
 func (e *Engine) Reset(ctx context.Context, policyID v1alpha1.PolicyID, key string) error {
 	b, err := e.find(policyID)
 	if err != nil {
 		return err
 	}
 	key = ClientKey(key)
-	if err := b.store.Reset(ctx, key, b.policy.LimitNames...); err != nil {
+	if err := b.store.Reset(ctx, key); err != nil {
 		return fmt.Errorf("reset client state: %w", err)
 	}
 	if b.local != nil {
-		_ = b.local.Reset(ctx, key, b.policy.LimitNames...)
+		_ = b.local.Reset(ctx, key)
 	}
 	return nil
 }

@@ -459,9 +459,13 @@ const (
 	opRefund           // refund cost units; a client not tracked has nothing to refund
 )
 
-// Reset implements Store: it forgets the client's state, and that of the named limits. It
-// never fails.
-func (m *Memory) Reset(_ context.Context, key string, limits ...string) error {
+// Reset implements Store: it forgets the client's state under every limit name, those of the
+// loaded policy and those a policy edit removed alike. A client's limits all live in the shard of
+// its stored key, so Reset visits that shard's clients (O(clients/256) under its lock: a reset is
+// an admin operation, rare, and a shard's scan takes microseconds at a million clients) and
+// forgets each state whose key is a stack key of the client (isStackKeyOf: exactly those, however
+// the client's key and its neighbours' are crafted). It never fails.
+func (m *Memory) Reset(_ context.Context, key string) error {
 	key = storedKey(key)
 	sh, h := m.shard(key, false)
 	if sh == nil {
@@ -469,19 +473,22 @@ func (m *Memory) Reset(_ context.Context, key string, limits ...string) error {
 	}
 	sh.Lock()
 	defer sh.Unlock()
-	forget := func(key string, h uint64) {
-		if i, ok := sh.buckets.find(key, h); ok {
-			forgetBucket(m, sh, i)
-		}
-		if _, ok := sh.windows[key]; ok {
-			forgetWindow(m, sh, key)
-		}
+	if i, ok := sh.buckets.find(key, h); ok {
+		forgetBucket(m, sh, i)
 	}
-	forget(key, h)
-	for _, name := range limits {
-		if name != DefaultLimitName {
-			k := string(appendStackKey(nil, key, name))
-			forget(k, sh.buckets.hash(k))
+	if _, ok := sh.windows[key]; ok {
+		forgetWindow(m, sh, key)
+	}
+	for t, i := &sh.buckets, 0; i < len(t.slots); {
+		if t.tags[i] != 0 && isStackKeyOf(t.slots[i].key, key) {
+			forgetBucket(m, sh, i)
+			continue // remove may have shifted an unvisited entry into slot i (see Sweep)
+		}
+		i++
+	}
+	for k := range sh.windows {
+		if isStackKeyOf(k, key) {
+			forgetWindow(m, sh, k)
 		}
 	}
 	return nil

@@ -277,3 +277,11 @@ func TestMemoryByteBudgetHoldsForALongKey(t *testing.T) {
 func TestMemoryRefundOnce(t *testing.T) {
 	limitertest.RunRefundOnce(t, func(*testing.T) limiter.Store { return limiter.NewMemory(nil) })
 }
+
+// TestMemoryReset runs the reset table. Two clients share a shard in one store of 256, so the
+// table runs on many stores; TestIsStackKeyOfIsExact covers every pair of keys on one shard.
+func TestMemoryReset(t *testing.T) {
+	for range 32 {
+		limitertest.RunReset(t, func(*testing.T) limiter.Store { return limiter.NewMemory(nil) })
+	}
+}

@@ -32,6 +32,16 @@ func appendStackKey(buf []byte, key, name string) []byte {
 	return append(buf, name...)
 }
 
+// isStackKeyOf reports whether k is the stack key of a limit of the client whose stored key is
+// key: key, 0xFF, and a name with no 0xFF. Exactly: a stored key has its 0xFF bytes in pairs and
+// a limit's name has none (NewStack), so the last 0xFF of a stack key is its separator, and the
+// stored key before it is the one client it belongs to. A key with key as a prefix, such as
+// another client's stored key key+"\xff\xff..." or its stack keys, is not one.
+func isStackKeyOf(k, key string) bool {
+	return len(k) > len(key)+1 && k[:len(key)] == key && k[len(key)] == stackKeySeparator &&
+		strings.IndexByte(k[len(key)+1:], stackKeySeparator) < 0
+}
+
 // stackLimit is one limit of a stack decision, under its shard's lock.
 type stackLimit struct {
 	h       uint64 // the table hash of the limit's stack key

@@ -3,6 +3,7 @@ package limiter
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -25,7 +26,8 @@ const DefaultLimitName = "default"
 // so the rule for parameter changes (see the package documentation) applies per limit name:
 // when a tier's limits change, a limit whose name was there before decides on the state that
 // name holds (kept, carried over or fresh by the usual rule), and a new name starts fresh. The
-// state of a limit that left the stack is not read any more and decays like an idle client's.
+// state of a limit that left the stack is not read any more and decays like an idle client's
+// (swept or expired once fresh); Store.Reset forgets it.
 // The limit named DefaultLimitName shares its state with the client's single-limit state.
 //
 // The answer to a stacked request is combined from the limits' decisions by Combine. A Stack is
@@ -36,7 +38,7 @@ type Stack struct {
 }
 
 // NewStack returns the stack of the given limits, in order: 1 to MaxStack token buckets,
-// sliding windows or quotas with distinct names.
+// sliding windows or quotas with distinct, non-empty names without a byte 0xFF.
 func NewStack(names []string, limits []RateLimiter) (*Stack, error) {
 	switch {
 	case len(names) != len(limits):
@@ -50,6 +52,10 @@ func NewStack(names []string, limits []RateLimiter) (*Stack, error) {
 		switch {
 		case names[i] == "":
 			return nil, fmt.Errorf("limit %d has no name", i)
+		case strings.IndexByte(names[i], 0xFF) >= 0:
+			// The API's names are DNS labels; a store finds a client's limits by the last 0xFF
+			// of their keys (Memory.Reset).
+			return nil, fmt.Errorf("limit %q: a name holds no byte 0xFF", names[i])
 		case rl == nil:
 			return nil, fmt.Errorf("limit %q is nil", names[i])
 		}

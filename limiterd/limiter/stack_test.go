@@ -26,6 +26,7 @@ func TestNewStackRejectsInvalidStacks(t *testing.T) {
 		{"nil", []string{"a"}, []limiter.RateLimiter{nil}, "nil"},
 		{"unlimited", []string{"a"}, []limiter.RateLimiter{limiter.Unlimited}, "not Unlimited"},
 		{"named twice", []string{"a", "a"}, []limiter.RateLimiter{tb, sw}, "named twice"},
+		{"0xFF in a name", []string{"a\xffb"}, []limiter.RateLimiter{tb}, "no byte 0xFF"},
 	} {
 		if _, err := limiter.NewStack(tc.names, tc.limits); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: NewStack = %v, want an error with %q", tc.name, err, tc.want)
@@ -259,7 +260,7 @@ func TestMemoryStackBookkeeping(t *testing.T) {
 	if d, _ := m.Decide(ctx, "k", st, t0.Add(2*time.Minute), 0, out); out[1].Remaining != 3 {
 		t.Fatalf("after the sweeps, the hourly window says %+v (stack %+v), want 3 remaining", out[1], d)
 	}
-	if err := m.Reset(ctx, "k", "hourly", "unknown"); err != nil {
+	if err := m.Reset(ctx, "k"); err != nil {
 		t.Fatal(err)
 	}
 	if m.Len() != 0 || budget.Tracked() != 0 || budget.Bytes() != 0 {
@@ -301,5 +302,33 @@ func TestMemoryStackKeysAreNotClientKeys(t *testing.T) {
 				t.Fatalf("reset of client %q: %v, %d clients left, want 6", client+"\xffa", err, m.Len())
 			}
 		}
+	}
+}
+
+// TestMemoryRemovedLimitIsSwept drops a limit from a client's stack (a policy edit): the state
+// it left is read by no decision any more, and is swept once fresh, when a limit still in the
+// stack would be, however the client keeps deciding on the stack without it.
+func TestMemoryRemovedLimitIsSwept(t *testing.T) {
+	ctx := t.Context()
+	t0 := limitertest.T0
+	tb := mustTB(t, 5, 1, time.Hour)
+	full := limitertest.Stack(limiter.DefaultLimitName, tb, "burst", mustTB(t, 2, 1, time.Second), "window", mustSW(t, 2, time.Second))
+	edited := limitertest.One(tb)
+	m := limiter.NewMemory(nil)
+	out := make([]limiter.Decision, full.Len())
+	if d, _ := m.Decide(ctx, "k", full, t0, 1, out); !d.Allowed || m.Len() != 3 {
+		t.Fatalf("first decision: %+v, %d states; want 3", d, m.Len())
+	}
+	for i := range 2 { // the edit: only the default limit is decided, and nothing refreshes the others
+		at := t0.Add(time.Duration(i) * 500 * time.Millisecond)
+		m.Decide(ctx, "k", edited, at, 1, nil)
+		m.Sweep(at)
+	}
+	if m.Len() != 3 {
+		t.Fatalf("before the removed limits are fresh: %d states, want 3", m.Len())
+	}
+	m.Sweep(t0.Add(time.Second))
+	if m.Len() != 1 {
+		t.Fatalf("once the removed limits are fresh: %d states, want the default limit's only", m.Len())
 	}
 }

@@ -38,9 +38,11 @@ type Store interface {
 	// each on the state the previous one left. A batch costs less than its requests one by one
 	// (one pass over process memory, one round trip per Redis node).
 	DecideBatch(ctx context.Context, reqs []Request, now time.Time, out []Answer)
-	// Reset forgets the client's state under the limit named DefaultLimitName and under each
-	// of the named limits. Its next request is decided as its first.
-	Reset(ctx context.Context, key string, limits ...string) error
+	// Reset forgets the client's state under every limit name it has state for: the names of
+	// the loaded policy's tiers, DefaultLimitName, and names that a policy edit removed (so that
+	// a limit re-added later starts fresh too). Its next request is decided as its first by
+	// any stack. It forgets no other client's state, whatever bytes the keys hold.
+	Reset(ctx context.Context, key string) error
 }
 
 var _ Store = (*Memory)(nil)

@@ -54,7 +54,7 @@ func TestShardWritersCountTheirStates(t *testing.T) {
 		case op < 93:
 			refundNoRecord(m, key, stack, now, 1, out)
 		case op < 98:
-			m.Reset(ctx, key, "burst")
+			m.Reset(ctx, key)
 		default:
 			m.Sweep(now)
 		}

@@ -8,7 +8,6 @@ package policy
 
 import (
 	"fmt"
-	"slices"
 
 	"github.com/limiterd/limiterd/api/v1alpha1"
 	"github.com/limiterd/limiterd/limiterd/limiter"
@@ -91,10 +90,6 @@ type Policy struct {
 	Default *Tier
 	// Source is the validated, defaulted policy it was compiled from. Do not modify it.
 	Source *v1alpha1.RateLimitPolicy
-	// LimitNames are the names of the limits of the policy's tiers, each once, in spec order
-	// (limiter.DefaultLimitName for a tier of one limit): a store keeps a client's state under
-	// each (see limiter.Stack).
-	LimitNames []string
 
 	exact    map[string]*Tier
 	prefixes trie
@@ -137,9 +132,6 @@ func Compile(p *v1alpha1.RateLimitPolicy) (*Policy, error) {
 				tier.headerNames = append(tier.headerNames, headerName+"/"+name)
 			} else {
 				tier.headerNames = append(tier.headerNames, headerName)
-			}
-			if !slices.Contains(c.LimitNames, name) {
-				c.LimitNames = append(c.LimitNames, name)
 			}
 		}
 		c.Tiers = append(c.Tiers, tier)

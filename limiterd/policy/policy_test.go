@@ -178,9 +178,6 @@ func TestCompileStackedTier(t *testing.T) {
 	if got := p.Tiers[2].AppendRateLimitPolicy([]byte("x")); string(got) != "x" {
 		t.Fatalf("an unlimited tier's RateLimit-Policy: %q, want none", got)
 	}
-	if fmt.Sprint(p.LimitNames) != "[default burst daily]" {
-		t.Fatalf("LimitNames = %v, want [default burst daily]", p.LimitNames)
-	}
 }
 
 // TestCompileQuota compiles calendar quotas, as a tier and as a stacked limit: each period of a

@@ -9,8 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/limiterd/limiterd/api/v1alpha1"
 	"github.com/limiterd/limiterd/internal/testsupport"
 	"github.com/limiterd/limiterd/limiterd/adminauth"
+	"github.com/limiterd/limiterd/limiterd/policy"
 )
 
 func TestAdminHealthAndReadiness(t *testing.T) {
@@ -138,5 +140,50 @@ func TestAdminClientsErrors(t *testing.T) {
 	}
 	if a := serve(t, NewAdmin(newEngine(t, clock), AdminOptions{Auth: adminauth.Open()}), http.MethodGet, "/v1/clients?key=k", ""); a.status != 503 {
 		t.Errorf("before policies: %d %s, want 503", a.status, a.body)
+	}
+}
+
+// TestAdminResetForgetsRemovedLimits resets a client through the admin API after a policy edit
+// removed one of its tier's limits: when a later edit re-adds the limit, the client's next
+// request is decided as its first by every limit, the re-added one included (issue 35).
+func TestAdminResetForgetsRemovedLimits(t *testing.T) {
+	clock := testsupport.NewClock()
+	stacked := newPolicy("api", testsupport.StackedTier("paid",
+		testsupport.TokenBucketLimit("burst", 2, 1, time.Hour), testsupport.SlidingWindowLimit("daily", 5, time.Hour)))
+	edited := newPolicy("api", testsupport.StackedTier("paid", testsupport.SlidingWindowLimit("daily", 5, time.Hour)))
+	e := newEngine(t, clock, stacked)
+	decisions := NewDecisions(e, nil)
+	admin := NewAdmin(e, AdminOptions{Auth: adminauth.Open()})
+	load := func(p *v1alpha1.RateLimitPolicy) {
+		t.Helper()
+		compiled, err := policy.Compile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		set, err := policy.NewSet(compiled)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.Swap(set)
+	}
+	allow := func() string {
+		t.Helper()
+		a := serve(t, decisions, http.MethodPost, "/v1/allow", `{"key":"alice"}`)
+		if a.status != 200 {
+			t.Fatalf("decision: %d %s", a.status, a.body)
+		}
+		return a.body
+	}
+	allow()
+	allow() // burst is empty
+	load(edited)
+	allow()
+	if a := serve(t, admin, http.MethodDelete, "/v1/clients?policy=default/api&key=alice", ""); a.status != http.StatusNoContent {
+		t.Fatalf("reset: %d %s", a.status, a.body)
+	}
+	load(stacked)
+	want := limitJSON("burst", true, 2, 1, time.Hour) + "," + limitJSON("daily", true, 5, 4, time.Hour)
+	if body := allow(); !strings.Contains(body, want) {
+		t.Fatalf("first decision after the reset and the re-added limit: %s\n want the limits %s", body, want)
 	}
 }

@@ -285,6 +285,7 @@ func TestReplicasOnCluster(t *testing.T) {
 	// keys share their client's slot: one script decides them on one master.
 	limitertest.Run(t, func(t *testing.T) limiter.Store { return c.Store(t.Name()) })
 	limitertest.RunConcurrent(t, c.Store(t.Name()), 16, 20, 50)
+	limitertest.RunReset(t, func(t *testing.T) limiter.Store { return c.Store(t.Name()) })
 }
 
 // failureModePolicies has one token-bucket policy of 3 units an hour per failure mode, named

@@ -2,11 +2,20 @@ package redis
 
 import (
 	"context"
+	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/limiterd/limiterd/api/v1alpha1"
+	"github.com/limiterd/limiterd/internal/testsupport"
+	"github.com/limiterd/limiterd/limiterd/engine"
 	"github.com/limiterd/limiterd/limiterd/limiter"
 	"github.com/limiterd/limiterd/limiterd/limiter/limitertest"
+	"github.com/limiterd/limiterd/limiterd/policy"
 	"github.com/limiterd/limiterd/limiterd/store/redis/redistest"
 )
 
@@ -133,9 +142,11 @@ func TestResetRace(t *testing.T) {
 	}
 }
 
-// TestResetForgetsNamedLimits resets a client with the names of stacked limits: the client's
-// state and every named limit's go, on the client's slot, and another client's stay.
-func TestResetForgetsNamedLimits(t *testing.T) {
+// TestResetForgetsEveryLimit resets a client: its state and that of every limit it has state
+// for go, on the client's slot, while another client's limits, the client's refund records
+// and another policy's state of the client stay. Enough other keys make the scan take several
+// steps.
+func TestResetForgetsEveryLimit(t *testing.T) {
 	c := newClient(t, testOptions(shared(t).Addr()))
 	cn, err := c.get()
 	if err != nil {
@@ -143,22 +154,131 @@ func TestResetForgetsNamedLimits(t *testing.T) {
 	}
 	policy := t.Name()
 	s := c.Store(policy)
-	keys := []string{Key(policy, "k"), LimitKey(policy, "k", "burst"), LimitKey(policy, "k", "daily"), LimitKey(policy, "other", "burst")}
-	for _, k := range keys {
+	gone := []string{Key(policy, "k"), LimitKey(policy, "k", "burst"), LimitKey(policy, "k", "daily"), LimitKey(policy, "k", "removed-long-ago")}
+	kept := []string{LimitKey(policy, "other", "burst"), Key(policy, "k") + refundSuffix([16]byte{1}),
+		LimitKey(policy+"2", "k", "burst"), Key(policy+"2", "k"), LimitKey(policy, "k:burst", "x"), Key(policy, "k:burst")}
+	for i := range 3 * resetScanCount {
+		kept = append(kept, LimitKey(policy, fmt.Sprint("c", i), "burst"))
+	}
+	for _, k := range append(gone, kept...) {
 		if err := cn.Do(t.Context(), cn.B().Set().Key(k).Value("x").Build()).Error(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := s.Reset(t.Context(), "k", "burst", limiter.DefaultLimitName, "daily", "unknown"); err != nil {
+	if err := s.Reset(t.Context(), "k"); err != nil {
 		t.Fatal(err)
 	}
-	for i, k := range keys {
+	for _, k := range append(gone, kept...) {
 		n, err := cn.Do(t.Context(), cn.B().Exists().Key(k).Build()).AsInt64()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if kept := i == 3; (n == 1) != kept {
-			t.Errorf("EXISTS %q = %d after the reset, want it kept: %t", k, n, kept)
+		if want := !slices.Contains(gone, k); (n == 1) != want {
+			t.Errorf("EXISTS %q = %d after the reset, want it kept: %t", k, n, want)
 		}
 	}
+}
+
+// TestResetTable runs the reset table of limitertest: limits a policy edit removed are reset,
+// and crafted keys (glob characters, '}', ':', escapes) reset no other client.
+func TestResetTable(t *testing.T) {
+	c := newClient(t, testOptions(shared(t).Addr()))
+	limitertest.RunReset(t, func(t *testing.T) limiter.Store { return c.Store(t.Name()) })
+}
+
+func TestGlobEscape(t *testing.T) {
+	for in, want := range map[string]string{"a": "a", `a*b?[c]\d`: `a\*b\?\[c\]\\d`, "": ""} {
+		if got := globEscape(in); got != want {
+			t.Errorf("globEscape(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestEngineResetForgetsRemovedLimits resets a client through the engine on Redis after a
+// policy edit removed one of its tier's limits: when a later edit re-adds the limit, the
+// client's next request is decided as its first by every limit (issue 35).
+func TestEngineResetForgetsRemovedLimits(t *testing.T) {
+	c := newClient(t, testOptions(shared(t).Addr()))
+	source := func(limits ...v1alpha1.Limit) *policy.Set {
+		t.Helper()
+		p, err := policy.Compile(&v1alpha1.RateLimitPolicy{
+			ObjectMeta: metav1.ObjectMeta{Name: "api", Namespace: strings.ToLower(t.Name())},
+			Spec:       v1alpha1.RateLimitPolicySpec{DefaultTier: "paid", Tiers: []v1alpha1.Tier{testsupport.StackedTier("paid", limits...)}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		set, err := policy.NewSet(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return set
+	}
+	burst, daily := testsupport.TokenBucketLimit("burst", 2, 1, time.Hour), testsupport.SlidingWindowLimit("daily", 5, time.Hour)
+	stacked, edited := source(burst, daily), source(daily)
+	id := v1alpha1.NewPolicyID(strings.ToLower(t.Name()), "api")
+	e := engine.New(engine.Options{NewStore: func(id v1alpha1.PolicyID) limiter.Store { return c.Store(id.String()) }})
+	allow := func() engine.Result {
+		t.Helper()
+		r, err := e.Decide(t.Context(), id, "alice", 1)
+		if err != nil || r.StoreError != nil {
+			t.Fatalf("decision: %+v, %v", r, err)
+		}
+		return r
+	}
+	e.Swap(stacked)
+	allow()
+	allow() // burst is empty
+	e.Swap(edited)
+	allow()
+	if err := e.Reset(t.Context(), id, "alice"); err != nil {
+		t.Fatal(err)
+	}
+	e.Swap(stacked)
+	if r := allow(); !r.Allowed || len(r.Limits) != 2 || r.Limits[0].Remaining != 1 || r.Limits[1].Remaining != 4 {
+		t.Fatalf("first decision after the reset and the re-added limit: %+v, want 1 and 4 remaining", r)
+	}
+}
+
+// TestRemovedLimitExpires drops a limit from a client's stack (a policy edit): the key of the
+// state it left keeps the expiry its last decision set, when its state is fresh again (plus
+// Options.ExpirySlack), however the client keeps deciding on the stack without it.
+func TestRemovedLimitExpires(t *testing.T) {
+	opts := testOptions(shared(t).Addr())
+	opts.ExpirySlack = 0
+	c := newClient(t, opts)
+	cn, err := c.get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := c.Store(t.Name())
+	tb := tokenBucket(t, 5, 1, time.Hour)
+	full := limitertest.Stack(limiter.DefaultLimitName, tb, "burst", tokenBucket(t, 2, 1, 10*time.Second))
+	decideStack(t, s, "k", full, limitertest.T0, 1)
+	pttl := func() int64 {
+		t.Helper()
+		ms, err := cn.Do(t.Context(), cn.B().Pttl().Key(LimitKey(t.Name(), "k", "burst")).Build()).AsInt64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ms
+	}
+	first := pttl()
+	if first <= 0 || first > 10_000 {
+		t.Fatalf("the burst limit's key expires in %d ms, want within the 10 s until it is fresh", first)
+	}
+	for range 3 { // the edit: only the default limit is decided
+		decideStack(t, s, "k", limitertest.One(tb), limitertest.T0.Add(time.Second), 1)
+	}
+	if ms := pttl(); ms <= 0 || ms > first {
+		t.Fatalf("after decisions without it, the burst limit's key expires in %d ms, want at most the %d ms it had", ms, first)
+	}
+}
+
+// TestResetOnCluster runs the reset table on a Redis Cluster of 3 masters: each step of a
+// reset's scan runs on the master of the client's slot, where every key of its limits is.
+func TestResetOnCluster(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	c := newClient(t, testOptions(cluster.Addrs()...))
+	limitertest.RunReset(t, func(t *testing.T) limiter.Store { return c.Store(t.Name()) })
 }

@@ -30,9 +30,12 @@ var (
 	decideEntry string
 	//go:embed reset.lua
 	resetSource string
+	//go:embed resetscan.lua
+	resetScanSource string
 
-	decideScripts = joinScripts(decideEntry)
-	resetScript   = rueidis.NewLuaScript(resetSource)
+	decideScripts   = joinScripts(decideEntry)
+	resetScript     = rueidis.NewLuaScript(resetSource)
+	resetScanScript = rueidis.NewLuaScript(resetScanSource)
 )
 
 // algorithms is the set of algorithms whose section of the library a script holds.

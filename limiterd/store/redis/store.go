@@ -500,23 +500,29 @@ func (s *Store) refunded(ctx context.Context, key string) {
 	}
 }
 
-// Reset implements limiter.Store: it deletes the client's state, and that of the named limits
-// (LimitKey: all on the client's slot), and, in the same step, publishes the reset on
+// Reset implements limiter.Store: it deletes the client's state and that of every limit it has
+// state for (LimitKey: all on the client's slot), and, in the same step, publishes the reset on
 // ResetChannel, so that every replica's reject cache forgets the client. The cache of this
 // process forgets it before Reset returns; other replicas' as soon as the message reaches them.
-func (s *Store) Reset(ctx context.Context, key string, limits ...string) error {
+//
+// The limits' keys are found first by limitKeys, a scan of the node that holds the client's
+// slot; then one script deletes them all with the client's key. A decision concurrent with the
+// reset is therefore wholly before it or wholly after it, except one that writes a limit's state
+// for the first time (a name the client had no state for) after the scan passed it: that state
+// is kept, as if that limit had been decided after the reset and the others before it, which
+// lets the racing request's cost through once more at most. Each round trip is bounded by
+// Options.Timeout, the whole reset by ctx only.
+func (s *Store) Reset(ctx context.Context, key string) error {
 	cn, err := s.c.get()
 	if err == nil {
-		ctx, cancel := context.WithTimeout(ctx, s.c.opts.Timeout)
-		defer cancel()
 		k := s.key(key)
-		keys := []string{k}
-		for _, name := range limits {
-			if name != limiter.DefaultLimitName {
-				keys = append(keys, k+limitSuffix(name))
-			}
+		var keys []string
+		if keys, err = s.limitKeys(ctx, cn, k); err == nil {
+			ctx, cancel := context.WithTimeout(ctx, s.c.opts.Timeout)
+			defer cancel()
+			keys = append([]string{k}, keys...)
+			err = resetScript.Exec(ctx, cn, keys, []string{ResetChannel, s.policy + "\x00" + key}).Error()
 		}
-		err = resetScript.Exec(ctx, cn, keys, []string{ResetChannel, s.policy + "\x00" + key}).Error()
 	}
 	if s.cache != nil {
 		s.c.trust.epoch.Add(1) // a rejection decided before the reset must not be cached after it
@@ -526,6 +532,78 @@ func (s *Store) Reset(ctx context.Context, key string, limits ...string) error {
 		return fmt.Errorf("redis store: policy %s: reset: %w", s.policy, err)
 	}
 	return nil
+}
+
+// resetScanCount is how many keys each step of limitKeys asks Redis to visit (SCAN's COUNT):
+// a step holds its node for well under a millisecond, and a node of a million keys takes a
+// thousand steps.
+const resetScanCount = 1000
+
+// limitKeys returns the keys of the limits of the client whose key is k (LimitKey with a name
+// other than limiter.DefaultLimitName): those of the loaded policy's limits and of limits a
+// policy edit removed alike. The keys of a client's limits are k, ':' and a name, on k's slot:
+// each step of the scan is a script sent with k (resetscan.lua), so it runs on the node holding
+// that slot, the only one to scan. The scan visits every key of that node, in steps of
+// resetScanCount: a reset is an admin operation, rare, and a cheaper index would cost every
+// decision a write. Nothing on the decision path is slower.
+//
+// The pattern is k with its glob characters escaped, then ":*". Since escape leaves no '}' in a
+// client key, the first '}' after the policy ends the client key, so a key beginning with k+":"
+// is one of this client's limits and of no other client's, however keys are crafted; the prefix
+// is checked again in Go. A refund's record (k, "#refund:", an ID) is not a limit and stays.
+// A slot that moves to another node during the scan may make the scan miss keys (the cursor is
+// the old node's): a reset retried after the move finds them.
+func (s *Store) limitKeys(ctx context.Context, cn *conn, k string) ([]string, error) {
+	prefix := k + ":"
+	pattern := globEscape(k) + ":*"
+	count := strconv.Itoa(resetScanCount)
+	var keys []string
+	for cursor := "0"; ; {
+		step, cancel := context.WithTimeout(ctx, s.c.opts.Timeout)
+		r, err := resetScanScript.Exec(step, cn, []string{k}, []string{cursor, pattern, count}).ToArray()
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("scan for the client's limits: %w", err)
+		}
+		if len(r) != 2 {
+			return nil, fmt.Errorf("scan for the client's limits: %d values in a SCAN reply", len(r))
+		}
+		if cursor, err = r[0].ToString(); err != nil {
+			return nil, fmt.Errorf("scan for the client's limits: cursor: %w", err)
+		}
+		found, err := r[1].AsStrSlice()
+		if err != nil {
+			return nil, fmt.Errorf("scan for the client's limits: keys: %w", err)
+		}
+		for _, f := range found {
+			if strings.HasPrefix(f, prefix) {
+				keys = append(keys, f)
+			}
+		}
+		if cursor == "0" {
+			return keys, nil
+		}
+	}
+}
+
+// globEscape returns s with the characters special in a Redis glob pattern ('*', '?', '[',
+// ']' and '\') escaped by a backslash, so that the pattern matches s literally.
+func globEscape(s string) string {
+	if !strings.ContainsAny(s, `*?[]\`) {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s) + 8)
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '*', '?', '[', ']', '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
 }
 
 func (s *Store) key(client string) string { return s.prefix + keySuffix(client) }
