@@ -372,3 +372,10 @@ func compareStackWithMemory(t *testing.T, store *Store, r *rand.Rand, steps int)
 		}
 	}
 }
+
+// TestSkew: replicas on different versions of a policy, alternating on one key of one Redis,
+// and a limit's flap, give a client at most the more generous version's allowance (issue 34).
+func TestSkew(t *testing.T) {
+	c := newClient(t, testOptions(shared(t).Addr()))
+	limitertest.RunSkew(t, func(t *testing.T) limiter.Store { return c.Store(t.Name()) })
+}
