@@ -189,13 +189,8 @@ local function swLoad(k, o)
   -- peek leaves in place.
   w.first = search(0, w.n, function(j) return swAt(w, j) + w.window <= w.t end)
   if w.first > 0 then w.base = swCum(w, w.first - 1) end
-  if w.convert and w.first < w.n then -- keep at most limit units, dropping the oldest
-    local excess = w.lastCum - w.base - w.limit
-    if excess > 0 then
-      w.base = w.base + excess
-      w.first = search(w.first, w.n, function(j) return swCum(w, j) <= w.base end)
-    end
-  end
+  -- A conversion keeps every entry still in the window, beyond the limit too: it never gives
+  -- usage back (SlidingWindow.carryFrom).
   w.live = w.n - w.first
   if w.live > 0 then w.used = w.lastCum - w.base end
   return w
