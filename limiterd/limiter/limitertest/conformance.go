@@ -202,6 +202,14 @@ func Cases() []Case {
 			{At: 0, Allowed: true, Remaining: 13, ResetAfter: 3500 * ms, Then: tb(3, 1, time.Second)},
 			{At: 0, Allowed: false, Remaining: 0, RetryAfter: time.Second, ResetAfter: 3 * time.Second},
 		}},
+		// A refund takes its tokens off a debt carried beyond the new capacity, not off a full
+		// refill: 10 tokens owed to a bucket of 2, 1 refunded, leave 9 to wait for.
+		{Name: "a refund comes off a carried debt beyond the capacity", Strategy: tb(10, 1, time.Second), Steps: []Step{
+			{At: 0, Cost: 10, Allowed: true, Remaining: 0, ResetAfter: 10 * time.Second, Then: tb(2, 1, time.Second)},
+			{At: 0, Refund: 1, Allowed: false, Remaining: 0, RetryAfter: time.Second, ResetAfter: 2 * time.Second},
+			{At: 7500 * ms, Peek: true, Allowed: false, Remaining: 0, RetryAfter: 500 * ms, ResetAfter: 1500 * ms},
+			{At: 8 * time.Second, Allowed: true, Remaining: 0, ResetAfter: 2 * time.Second},
+		}},
 		// Every admission still inside the new window stays, beyond the new limit too.
 		{Name: "sliding window carries usage to new parameters, unclamped", Strategy: sw(10, time.Second), Steps: []Step{
 			{At: 0, Cost: 3, Allowed: true, Remaining: 7, ResetAfter: time.Second},

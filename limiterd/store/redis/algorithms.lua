@@ -42,12 +42,14 @@ local function sub(rate, as, an, af, bs, bn, bf) -- a >= b
   return s, m, f
 end
 
--- tbDebt sets how far the bucket's TAT lies ahead of now: at most tau (a clock that jumped
--- backwards), 0 for a fresh bucket.
+-- tbDebt sets how far the bucket's TAT lies ahead of now: owed (os, on, of) unclamped, beyond a
+-- full refill for a debt carried from other parameters or after a clock that jumped backwards
+-- (TokenBucket.owed); the debt (ds, dn, df) at most tau (TokenBucket.debt); 0 for a fresh bucket.
 local function tbDebt(b)
-  b.ds, b.dn, b.df = 0, 0, 0
+  b.ds, b.dn, b.df, b.os, b.on, b.of = 0, 0, 0, 0, 0, 0
   if b.ts and less(nows, nown, 0, b.ts, b.tn, b.tf) then
-    b.ds, b.dn, b.df = sub(b.rate, b.ts, b.tn, b.tf, nows, nown, 0)
+    b.os, b.on, b.of = sub(b.rate, b.ts, b.tn, b.tf, nows, nown, 0)
+    b.ds, b.dn, b.df = b.os, b.on, b.of
     if not less(b.ds, b.dn, b.df, b.taus, b.taun, b.tauf) then b.ds, b.dn, b.df = b.taus, b.taun, b.tauf end
   end
 end
@@ -60,7 +62,7 @@ local function tbLoad(k, o)
   -- converted and other are nil until set.
   local b = {k = k, o = o, fp = ARGV[o + L_FINGERPRINT], rate = tonumber(ARGV[o + TB_RATE]),
     taus = tonumber(ARGV[o + TB_TAU_S]), taun = tonumber(ARGV[o + TB_TAU_N]), tauf = tonumber(ARGV[o + TB_TAU_F]),
-    ts = false, tn = 0, tf = 0, ds = 0, dn = 0, df = 0, xs = 0, xn = 0, xf = 0}
+    ts = false, tn = 0, tf = 0, ds = 0, dn = 0, df = 0, os = 0, on = 0, of = 0, xs = 0, xn = 0, xf = 0}
   local v = redis.pcall('GET', k)
   if type(v) == 'table' then
     b.other = true
@@ -124,19 +126,22 @@ end
 
 -- tbKeep writes the state read, when it differs from the key's: a conversion (kept even when
 -- full, as limiter.Memory keeps it: after a clock step backwards it still counts as used; a
--- fresh one deletes the key).
+-- fresh one deletes the key), expiring once the bucket is full again: after the debt owed,
+-- unclamped (a debt carried beyond a full refill must not expire before it is repaid).
 local function tbKeep(b)
   if not b.converted then return end
-  if b.ts then tbSet(b, b.ts, b.tn, b.tf, b.ds, b.dn, b.df) else redis.call('DEL', b.k) end
+  if b.ts then tbSet(b, b.ts, b.tn, b.tf, b.os, b.on, b.of) else redis.call('DEL', b.k) end
 end
 
--- tbRefund moves the TAT back by the refund's interval (the cost arguments), never before now.
+-- tbRefund moves the TAT back by the refund's interval (the cost arguments), never before now:
+-- off the debt owed, unclamped, as TokenBucket.Refund (only the refunded tokens come off a
+-- debt carried beyond a full refill).
 local function tbRefund(b)
-  if b.ds == 0 and b.dn == 0 and b.df == 0 then return tbKeep(b) end
+  if b.os == 0 and b.on == 0 and b.of == 0 then return tbKeep(b) end
   local o = b.o
   local cs, cn, cf = tonumber(ARGV[o + TB_COST_S]), tonumber(ARGV[o + TB_COST_N]), tonumber(ARGV[o + TB_COST_F])
   local rs, rn, rf = 0, 0, 0
-  if less(cs, cn, cf, b.ds, b.dn, b.df) then rs, rn, rf = sub(b.rate, b.ds, b.dn, b.df, cs, cn, cf) end
+  if less(cs, cn, cf, b.os, b.on, b.of) then rs, rn, rf = sub(b.rate, b.os, b.on, b.of, cs, cn, cf) end
   tbWrite(b, rs, rn, rf)
 end
 
