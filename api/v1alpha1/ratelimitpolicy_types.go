@@ -194,8 +194,8 @@ type Limit struct {
 	// name identifies the limit within its tier: a DNS label (lower-case letters, digits and
 	// '-', at most 63 characters), unique among the tier's limits. A client's usage is kept per
 	// limit name: when the policy changes, a limit of the same name keeps it (converted as for a
-	// changed tier: same parameters, kept; same algorithm, carried over and clamped; another
-	// algorithm, fresh), and a limit of a new name starts fresh. The limit named "default"
+	// changed tier: the units in use are carried over, never given back, to the same or another
+	// algorithm), and a limit of a new name starts fresh. The limit named "default"
 	// shares its usage with the single-limit form of a tier, so that rewriting a tier's
 	// algorithm as a limit named "default" among others keeps its clients' usage.
 	// +required

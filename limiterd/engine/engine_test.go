@@ -136,10 +136,11 @@ func TestSwapRule(t *testing.T) {
 	if got := allowedN(t, e, "team/a", "c", 10); got != 3 {
 		t.Fatalf("capacity 2→5: admitted %d, want 3", got)
 	}
-	// A new algorithm starts fresh.
-	e.Swap(set(t, compile(t, "a", func(s *v1alpha1.RateLimitPolicySpec) { s.Tiers[0] = slidingWindow("free", 4) })))
-	if got := allowedN(t, e, "team/a", "c", 10); got != 4 {
-		t.Fatalf("token bucket→sliding window: admitted %d, want 4", got)
+	// A new algorithm is charged the units in use (a conversion never gives usage back): the
+	// bucket's 5 tokens used take 5 of the window's 8.
+	e.Swap(set(t, compile(t, "a", func(s *v1alpha1.RateLimitPolicySpec) { s.Tiers[0] = slidingWindow("free", 8) })))
+	if got := allowedN(t, e, "team/a", "c", 10); got != 3 {
+		t.Fatalf("token bucket→sliding window: admitted %d, want 3", got)
 	}
 	// One client moved to its own tier by an override.
 	e.Swap(set(t, compile(t, "a", func(s *v1alpha1.RateLimitPolicySpec) {

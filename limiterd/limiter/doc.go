@@ -60,13 +60,23 @@
 // client converts its state lazily (O(1)):
 //
 //   - same strategy (parameters unchanged): the state is kept as it is;
-//   - same algorithm, new parameters: the usage carries over, clamped to the new limits (a token
-//     bucket keeps the tokens it had used, at most the new capacity; a sliding window keeps the
-//     admissions still inside the new window, at most the new limit, dropping the oldest; a
-//     quota, see below);
-//   - another algorithm: the client starts fresh.
+//   - otherwise a conversion never gives usage back. Same algorithm, new parameters: a token
+//     bucket keeps its debt exactly (the tokens used, fractions included, unclamped: a debt
+//     beyond the new capacity waits longer; capped at MaxRefillWindow); a sliding window keeps
+//     every admission still inside the new window, beyond the new limit too; a quota, see
+//     below. Another algorithm: the units in use (a bucket's used tokens rounded up, a window's
+//     units inside it, a quota's count) are charged to the new algorithm at the conversion.
 //
-// A quota's count, at most the new limit, carries into the new parameters' current period
+// The rule bounds a client while replicas serve different versions of a policy, and across a
+// limit's flap: the used amount rises only by admissions and falls only by the refill or
+// expiry of the version holding the state, and each version admits only within its own limit,
+// so whatever the sequence of versions, a client gets in any interval at most the largest limit
+// plus what the versions release in it: for versions of one algorithm and one window (token
+// buckets: the largest capacity at the fastest rate), the more generous version's allowance.
+// Sliding windows of different windows hold the bound over the shorter window only: the
+// shorter one forgets admissions the longer one would count.
+//
+// A quota's count, unclamped, carries into the new parameters' current period
 // (the one holding now), and lasts until the earlier of the stored period's end and that
 // period's end: a change never extends the count past either, and a raised limit gives the
 // difference at once, while a lowered one can leave the client rejected until the period

@@ -179,7 +179,9 @@ func adopt(own *stamp, s *State, now int64) {
 	}
 }
 
-// convert converts s, last written by another strategy, for a decision by rl.
+// convert converts s, last written by another strategy, for a decision by rl, by the rule for
+// parameter changes: a conversion never gives usage back. The same algorithm carries its state
+// (carryFrom); another algorithm's used units are charged to rl's state at now (chargeUnits).
 func convert(rl RateLimiter, s *State, now int64) {
 	switch to := rl.(type) {
 	case *TokenBucket:
@@ -187,18 +189,36 @@ func convert(rl RateLimiter, s *State, now int64) {
 			to.carryFrom(from, s, now)
 			return
 		}
+		to.chargeUnits(s, now, usedUnits(s, now))
 	case *SlidingWindow:
 		if _, ok := s.stamp.rl.(*SlidingWindow); ok {
 			to.carryFrom(s, now)
 			return
 		}
+		to.chargeUnits(s, now, usedUnits(s, now))
 	case *Quota:
 		if from, ok := s.stamp.rl.(*Quota); ok {
 			to.carryFrom(from, s, now)
 			return
 		}
+		to.chargeUnits(s, now, usedUnits(s, now))
+	default:
+		*s = State{}
 	}
-	*s = State{}
+}
+
+// usedUnits returns the units the strategy that wrote s counts as used at now, a started token
+// counting as used: what another algorithm charges when it converts s.
+func usedUnits(s *State, now int64) int64 {
+	switch from := s.stamp.rl.(type) {
+	case *TokenBucket:
+		return from.usedUnits(s, now)
+	case *SlidingWindow:
+		return from.usedUnits(s, now)
+	case *Quota:
+		return from.usedUnits(s, now)
+	}
+	return 0
 }
 
 // Bounds of the strategies' parameters: the ranges in which their exact integer arithmetic

@@ -421,6 +421,8 @@ func (m *Memory) applyOne(key string, rl RateLimiter, now time.Time, cost int64,
 	if tracked {
 		prev = sh.buckets.slots[i].state.by
 		s = sh.unpack(sh.buckets.slots[i].state)
+	} else if w, ok := sh.windows[key]; ok {
+		s = *w // another algorithm's state: converted (its usage charged) by the decision
 	}
 	switch {
 	case o == opPeek, o == opRefund && !tracked: // nothing to refund
@@ -445,7 +447,7 @@ func (m *Memory) applyOne(key string, rl RateLimiter, now time.Time, cost int64,
 		return d, false
 	}
 	if _, ok := sh.windows[key]; ok {
-		forgetWindow(m, sh, key) // the limit changed algorithm: it started fresh
+		forgetWindow(m, sh, key) // the limit changed algorithm: its usage was carried over
 	}
 	return d, m.keepBucket(sh, key, h, &s)
 }

@@ -285,3 +285,9 @@ func TestMemoryReset(t *testing.T) {
 		limitertest.RunReset(t, func(*testing.T) limiter.Store { return limiter.NewMemory(nil) })
 	}
 }
+
+// TestMemorySkew: while versions of a policy disagree (replicas alternating on one key, a
+// limit's flap), a client gets at most the more generous version's allowance (issue 34).
+func TestMemorySkew(t *testing.T) {
+	limitertest.RunSkew(t, func(*testing.T) limiter.Store { return limiter.NewMemory(nil) })
+}

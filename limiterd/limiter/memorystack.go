@@ -126,14 +126,14 @@ func (m *Memory) applyStack(key string, st *Stack, now time.Time, cost int64, o 
 		case AlgorithmTokenBucket, AlgorithmQuota: // compact states, in the bucket table
 			if j, ok := sh.buckets.find(keys[i], l.h); ok {
 				l.s, l.slot, l.tracked = sh.unpack(sh.buckets.slots[j].state), j, true
-			} else if _, ok := sh.windows[keys[i]]; ok {
-				l.other = true
+			} else if w, ok := sh.windows[keys[i]]; ok {
+				l.s, l.other = *w, true // converted (its usage charged) by the decision
 			}
 		case AlgorithmSlidingWindow:
 			if w, ok := sh.windows[keys[i]]; ok {
 				l.w, l.tracked = w, true
-			} else if _, ok := sh.buckets.find(keys[i], l.h); ok {
-				l.other = true
+			} else if j, ok := sh.buckets.find(keys[i], l.h); ok {
+				l.s, l.other = sh.unpack(sh.buckets.slots[j].state), true // converted by the decision
 			}
 		case AlgorithmUnlimited: // NewStack admits none
 		}
@@ -197,7 +197,11 @@ func (m *Memory) applyStack(key string, st *Stack, now time.Time, cost int64, o 
 				if l.w != nil {
 					s = l.w
 				} else if rl.Algorithm() == AlgorithmSlidingWindow {
-					l.s = State{} // untracked: fresh again
+					l.s = State{} // untracked: fresh again, or the other algorithm's state as read
+					if l.other {
+						j, _ := sh.buckets.find(keys[i], l.h)
+						l.s = sh.unpack(sh.buckets.slots[j].state)
+					}
 				}
 				out[i] = UnchargedDecision(rl, s, now)
 			}
@@ -221,7 +225,7 @@ func (m *Memory) applyStack(key string, st *Stack, now time.Time, cost int64, o 
 				continue
 			}
 			if l.other {
-				forgetWindow(m, sh, keys[i]) // the limit changed algorithm: it started fresh
+				forgetWindow(m, sh, keys[i]) // the limit changed algorithm: its usage was carried over
 			}
 			added = m.keepBucket(sh, keys[i], l.h, &l.next) || added
 		case AlgorithmSlidingWindow:

@@ -263,7 +263,7 @@ func (q *Quota) Decide(s *State, now time.Time, cost int64) Decision {
 // decision describes the count of a period that ends at end (Unix ns), with used units used,
 // for a decision of cost units at t (Unix ns) and whether it is admitted: cost is, if it fits.
 func (q *Quota) decision(t, end, used, cost int64) Decision {
-	d := Decision{Allowed: cost <= q.limit-used, Limit: q.limit, Remaining: q.limit - used}
+	d := Decision{Allowed: cost <= q.limit-used, Limit: q.limit, Remaining: max(0, q.limit-used)}
 	if used > 0 {
 		d.ResetAfter = time.Duration(end - t)
 	}
@@ -301,7 +301,7 @@ func (q *Quota) Fresh(s *State, now time.Time) bool {
 }
 
 // carryFrom converts a state written by another quota, from (see the package documentation):
-// its count, at most q's limit, carries into q's period that holds now, until the end of that
+// its count, unclamped (a count above q's limit keeps the client rejected), carries into q's period that holds now, until the end of that
 // period when the stored period is one of from's periods that started within it (a day into
 // its month: every unit counted was used in q's period), else until the earlier of the stored
 // end and the end of q's period (the count may hold units used before q's period started, as a
@@ -321,7 +321,22 @@ func (q *Quota) carryFrom(from *Quota, s *State, now int64) {
 	if fromEnd*int64(time.Second) != end || fromStart < start {
 		carried = min(carried, end)
 	}
-	*s = State{stamp: &q.stamp, tat: carried, frac: uint32(min(used, q.limit))}
+	*s = State{stamp: &q.stamp, tat: carried, frac: uint32(used)} // unclamped: never gives usage back
+}
+
+// usedUnits returns the count of the period that holds now (another algorithm carries it over).
+func (q *Quota) usedUnits(s *State, now int64) int64 {
+	_, used, _ := count(s, now)
+	return used
+}
+
+// chargeUnits sets s to a count of u units (at most MaxQuotaLimit) in q's period that holds now:
+// another algorithm's usage carried over.
+func (q *Quota) chargeUnits(s *State, now, u int64) {
+	*s = State{}
+	if u > 0 {
+		*s = State{stamp: &q.stamp, tat: q.periodEnd(time.Unix(0, now)), frac: uint32(min(u, MaxQuotaLimit))}
+	}
 }
 
 // floorSeconds returns the Unix second that holds the instant ns (Unix ns).

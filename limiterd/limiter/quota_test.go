@@ -418,10 +418,13 @@ func TestQuotaCarry(t *testing.T) {
 		// still ends there, rather than carrying January's units into February.
 		{"carried twice", []limiter.RateLimiter{monthUTC, dayKolkata}, utc(2026, 1, 31, 20, 0), mustQuota(t, 10, limiter.PeriodMonth, kolkata), utc(2026, 1, 31, 21, 0),
 			limiter.Decision{Allowed: true, Limit: 10, Remaining: 2, ResetAfter: 3 * time.Hour}},
+		// Another algorithm's used units are charged at the conversion (a conversion never gives
+		// usage back; it used to start fresh): 8 tokens used count 8 in the month...
 		{"from a token bucket", []limiter.RateLimiter{mustTB(t, 10, 1, time.Hour)}, jan15, monthUTC, jan15,
-			limiter.Decision{Allowed: true, Limit: 10, Remaining: 10}},
+			limiter.Decision{Allowed: true, Limit: 10, Remaining: 2, ResetAfter: 396 * time.Hour}},
+		// ...and 8 units of the month are 8 tokens' refill, 8 hours.
 		{"to a token bucket", []limiter.RateLimiter{monthUTC}, jan15, mustTB(t, 10, 1, time.Hour), jan15,
-			limiter.Decision{Allowed: true, Limit: 10, Remaining: 10}},
+			limiter.Decision{Allowed: true, Limit: 10, Remaining: 2, ResetAfter: 8 * time.Hour}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -38,9 +38,28 @@ func (w *SlidingWindow) Params() (limit int64, window time.Duration) {
 
 // Convert returns the state b decides on at now for a client whose state s another token bucket
 // wrote: its usage carried over by the rule for parameter changes (a state b wrote, or a fresh
-// one, is returned as it is; another algorithm's starts fresh). A shared store converts a state
-// so before deciding on it.
+// one, is returned as it is). A shared store converts a state so before deciding on it.
 func (b *TokenBucket) Convert(s State, now time.Time) State {
 	adopt(&b.stamp, &s, now.UnixNano())
+	return s
+}
+
+// UsedUnits returns the units the strategy that wrote s counts as used at now, a started token
+// counting as used (0 for a fresh state): what another algorithm is charged when it converts s,
+// by the rule for parameter changes. A shared store that keeps each algorithm's state in its own
+// form converts so between them.
+func UsedUnits(s State, now time.Time) int64 {
+	if s.stamp == nil {
+		return 0
+	}
+	return usedUnits(&s, now.UnixNano())
+}
+
+// Charged returns the state b decides on at now for a client that another algorithm's state
+// had charged units units at now (UsedUnits): a debt of their refill time, unclamped (capped at
+// MaxRefillWindow), as b converts that state itself.
+func (b *TokenBucket) Charged(units int64, now time.Time) State {
+	var s State
+	b.chargeUnits(&s, now.UnixNano(), units)
 	return s
 }

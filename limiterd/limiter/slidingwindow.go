@@ -216,21 +216,42 @@ func (w *SlidingWindow) Fresh(s *State, now time.Time) bool {
 	return s.log == nil || s.log.n == 0 || s.log.last().at+w.window <= now.UnixNano()
 }
 
-// carryFrom converts a state written by another sliding window: the admissions still inside
-// the new window stay, at most the new limit of them (the oldest units are dropped first).
+// carryFrom converts a state written by another sliding window (the rule for parameter
+// changes: a conversion never gives usage back): every admission still inside the new window
+// stays, however many units they hold; units beyond the new limit just keep the client waiting
+// until they leave the window.
 func (w *SlidingWindow) carryFrom(s *State, now int64) {
-	l := s.log
 	s.stamp = &w.stamp
-	if l == nil {
-		return
+	if l := s.log; l != nil {
+		l.expire(l.clamp(now), w.window)
 	}
-	l.expire(l.clamp(now), w.window)
-	if excess := l.used() - w.limit; excess > 0 {
-		l.base += excess
-		for l.n > 0 && l.at(0).cum <= l.base {
-			l.head = (l.head + 1) & (len(l.entries) - 1)
-			l.n--
-		}
+}
+
+// usedUnits returns the units admitted inside the window at now (another algorithm carries
+// them over), without changing the log.
+func (w *SlidingWindow) usedUnits(s *State, now int64) int64 {
+	l := s.log
+	if l == nil || l.n == 0 {
+		return 0
+	}
+	t := l.clamp(now)
+	i := sort.Search(l.n, func(i int) bool { return l.at(i).at+w.window > t })
+	if i == l.n {
+		return 0
+	}
+	if i == 0 {
+		return l.used()
+	}
+	return l.last().cum - l.at(i-1).cum
+}
+
+// chargeUnits sets s to a window of w holding u units admitted at now: another algorithm's
+// usage carried over, held for a whole window from the conversion.
+func (w *SlidingWindow) chargeUnits(s *State, now, u int64) {
+	*s = State{stamp: &w.stamp}
+	if u > 0 {
+		s.log = &windowLog{}
+		s.log.push(now, u)
 	}
 }
 

@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"fmt"
+	"math/big"
 	"math/bits"
 	"time"
 )
@@ -190,8 +191,10 @@ func (b *TokenBucket) Peek(s *State, now time.Time) Decision {
 func (b *TokenBucket) Refund(s *State, now time.Time, amount int64) Decision {
 	t := now.UnixNano()
 	adopt(&b.stamp, s, t)
-	if debt := b.debt(s, t); debt != (instant{}) {
-		back := b.tau // a refund of the capacity or more fills any bucket
+	// The debt unclamped: one carried from other parameters may exceed a full refill, and
+	// only the refunded tokens come off it.
+	if debt := b.owed(s, t); debt != (instant{}) {
+		back := b.tau // a refund of the capacity or more fills any bucket that is not overdrawn
 		if amount < b.capacity {
 			back = mulDiv(uint64(amount), b.period, b.rate)
 		}
@@ -210,17 +213,65 @@ func (b *TokenBucket) Fresh(s *State, now time.Time) bool {
 	return b.debt(s, now.UnixNano()) == instant{}
 }
 
-// carryFrom converts a state written by from: the tokens the client had used (rounded up) stay
-// used, at most the new capacity.
-func (b *TokenBucket) carryFrom(from *TokenBucket, s *State, now int64) {
-	debt := from.debt(s, now)
-	used := from.tokens(debt)
-	if from.sub(debt, mulDiv(uint64(used), from.period, from.rate)) != (instant{}) {
-		used++
+// owed returns how far the client's TAT lies ahead of now, unclamped: 0 when the bucket is
+// full; more than a full refill for a debt carried from other parameters (carryFrom) or after a
+// clock that jumped backwards. It is at most MaxRefillWindow beyond a full refill.
+func (b *TokenBucket) owed(s *State, now int64) instant {
+	tat := instant{ns: s.tat, frac: uint64(s.frac)}
+	if at := (instant{ns: now}); less(at, tat) {
+		return b.sub(tat, at)
 	}
-	used = min(used, b.capacity)
-	tat := b.add(instant{ns: now}, mulDiv(uint64(used), b.period, b.rate))
+	return instant{}
+}
+
+// carryFrom converts a state written by from (the rule for parameter changes: a conversion
+// never gives usage back): the tokens the client has used, a fraction of a token included, stay
+// used, unclamped. A debt of u tokens (from's debt times from's rate over its period) becomes
+// the time the new bucket takes to refill u tokens, rounded up to its resolution (1/rate ns);
+// a debt beyond the new capacity just waits longer. The carried debt is capped at
+// MaxRefillWindow, after which a bucket of any valid parameters is full again.
+func (b *TokenBucket) carryFrom(from *TokenBucket, s *State, now int64) {
+	d := from.owed(s, now)
+	// In units of 1/b.rate ns: ceil((d.ns*from.rate + d.frac) * b.period / from.period).
+	x := new(big.Int).Mul(big.NewInt(d.ns), new(big.Int).SetUint64(from.rate))
+	x.Add(x, new(big.Int).SetUint64(d.frac))
+	x.Mul(x, new(big.Int).SetUint64(b.period))
+	x.Add(x, new(big.Int).SetUint64(from.period-1))
+	x.Quo(x, new(big.Int).SetUint64(from.period))
+	b.charge(s, now, x)
+}
+
+// chargeUnits sets s to a bucket of b that has used u tokens at now (unclamped; capped at
+// MaxRefillWindow): another algorithm's usage carried over.
+func (b *TokenBucket) chargeUnits(s *State, now, u int64) {
+	x := new(big.Int).Mul(big.NewInt(u), new(big.Int).SetUint64(b.period))
+	b.charge(s, now, x)
+}
+
+// charge sets s to a debt of x/b.rate ns at now, at most MaxRefillWindow.
+func (b *TokenBucket) charge(s *State, now int64, x *big.Int) {
+	r := new(big.Int).SetUint64(b.rate)
+	q, m := new(big.Int).QuoRem(x, r, new(big.Int))
+	debt := instant{ns: int64(MaxRefillWindow)}
+	if q.IsInt64() && q.Int64() < int64(MaxRefillWindow) {
+		debt = instant{ns: q.Int64(), frac: m.Uint64()}
+	}
+	tat := b.add(instant{ns: now}, debt)
 	*s = State{stamp: &b.stamp, tat: tat.ns, frac: uint32(tat.frac)}
+}
+
+// usedUnits returns the tokens the client has used at now, a started token counting as used
+// (another algorithm carries them over), at most MaxCapacity.
+func (b *TokenBucket) usedUnits(s *State, now int64) int64 {
+	d := b.owed(s, now)
+	x := new(big.Int).Mul(big.NewInt(d.ns), new(big.Int).SetUint64(b.rate))
+	x.Add(x, new(big.Int).SetUint64(d.frac))
+	x.Add(x, new(big.Int).SetUint64(b.period-1))
+	x.Quo(x, new(big.Int).SetUint64(b.period))
+	if !x.IsInt64() || x.Int64() > MaxCapacity {
+		return MaxCapacity
+	}
+	return x.Int64()
 }
 
 // Algorithm implements RateLimiter.

@@ -196,22 +196,36 @@ func Cases() []Case {
 			{At: 0, Allowed: true, Remaining: 1, ResetAfter: time.Second, Then: tb(2, 1, time.Second)},
 			{At: 0, Allowed: true, Remaining: 0, ResetAfter: 2 * time.Second},
 		}},
-		{Name: "token bucket carries usage to new parameters, clamped", Strategy: tb(10, 1, time.Second), Steps: []Step{
+		// The usage carries over unclamped: a debt beyond the new capacity waits longer.
+		{Name: "token bucket carries usage to new parameters, unclamped", Strategy: tb(10, 1, time.Second), Steps: []Step{
 			{At: 0, Cost: 6, Allowed: true, Remaining: 4, ResetAfter: 6 * time.Second, Then: tb(20, 2, time.Second)},
 			{At: 0, Allowed: true, Remaining: 13, ResetAfter: 3500 * ms, Then: tb(3, 1, time.Second)},
 			{At: 0, Allowed: false, Remaining: 0, RetryAfter: time.Second, ResetAfter: 3 * time.Second},
 		}},
-		{Name: "sliding window carries usage to new parameters, clamped", Strategy: sw(10, time.Second), Steps: []Step{
+		// A refund takes its tokens off a debt carried beyond the new capacity, not off a full
+		// refill: 10 tokens owed to a bucket of 2, 1 refunded, leave 9 to wait for.
+		{Name: "a refund comes off a carried debt beyond the capacity", Strategy: tb(10, 1, time.Second), Steps: []Step{
+			{At: 0, Cost: 10, Allowed: true, Remaining: 0, ResetAfter: 10 * time.Second, Then: tb(2, 1, time.Second)},
+			{At: 0, Refund: 1, Allowed: false, Remaining: 0, RetryAfter: time.Second, ResetAfter: 2 * time.Second},
+			{At: 7500 * ms, Peek: true, Allowed: false, Remaining: 0, RetryAfter: 500 * ms, ResetAfter: 1500 * ms},
+			{At: 8 * time.Second, Allowed: true, Remaining: 0, ResetAfter: 2 * time.Second},
+		}},
+		// Every admission still inside the new window stays, beyond the new limit too.
+		{Name: "sliding window carries usage to new parameters, unclamped", Strategy: sw(10, time.Second), Steps: []Step{
 			{At: 0, Cost: 3, Allowed: true, Remaining: 7, ResetAfter: time.Second},
 			{At: 500 * ms, Cost: 5, Allowed: true, Remaining: 2, ResetAfter: time.Second, Then: sw(6, 2*time.Second)},
 			{At: 600 * ms, Allowed: false, Remaining: 0, RetryAfter: 1400 * ms, ResetAfter: 1900 * ms, Then: sw(10, 200*ms)},
 			{At: 700 * ms, Cost: 10, Allowed: true, Remaining: 0, ResetAfter: 200 * ms},
 		}},
-		{Name: "a new algorithm starts fresh", Strategy: tb(1, 1, time.Minute), Steps: []Step{
-			{At: 0, Allowed: true, Remaining: 0, ResetAfter: time.Minute},
-			{At: 0, Allowed: false, Remaining: 0, RetryAfter: time.Minute, ResetAfter: time.Minute, Then: sw(1, time.Minute)},
-			{At: 0, Allowed: true, Remaining: 0, ResetAfter: time.Minute, Then: tb(1, 1, time.Minute)},
-			{At: 0, Allowed: true, Remaining: 0, ResetAfter: time.Minute},
+		// A conversion never gives usage back (it used to start fresh, which let two replicas on
+		// different algorithms admit every request): the units in use are charged to the new
+		// algorithm at the conversion, and a rejection writes nothing, not even a conversion.
+		{Name: "a new algorithm is charged the units in use", Strategy: tb(2, 1, time.Minute), Steps: []Step{
+			{At: 0, Allowed: true, Remaining: 1, ResetAfter: time.Minute, Then: sw(2, time.Minute)},
+			{At: 0, Allowed: true, Remaining: 0, ResetAfter: time.Minute, Then: tb(2, 1, time.Minute)},
+			{At: 30 * time.Second, Allowed: false, Remaining: 0, RetryAfter: time.Minute, ResetAfter: 2 * time.Minute},
+			{At: 90 * time.Second, Allowed: true, Remaining: 1, ResetAfter: time.Minute, Then: sw(2, time.Minute)},
+			{At: 90 * time.Second, Cost: 2, Allowed: false, Remaining: 1, RetryAfter: time.Minute, ResetAfter: time.Minute},
 		}},
 	}
 }
@@ -340,8 +354,8 @@ func StackCases() []StackCase {
 				// daily's usage carries over to its new limit.
 				{At: 0, Allowed: true, Binding: 0, Limits: []LimitWant{{true, 0, 3 * s, 0}, {true, 6, time.Hour, 0}},
 					Then: Stack("burst", sw(3, time.Hour))},
-				// Another algorithm under a name starts fresh.
-				{At: 0, Allowed: true, Binding: 0, Limits: []LimitWant{{true, 2, time.Hour, 0}}},
+				// Another algorithm under a name is charged the units in use (3 tokens: a full window).
+				{At: 0, Allowed: false, RetryAfter: time.Hour, Binding: 0, Limits: []LimitWant{{false, 0, time.Hour, time.Hour}}},
 			}},
 		{Name: "the limit named default shares the single-limit state",
 			Stack: Stack("default", tb(3, 1, s), "daily", sw(5, time.Hour)), Steps: []StackStep{
@@ -355,13 +369,16 @@ func StackCases() []StackCase {
 			Stack: Stack("l", tb(2, 1, s)), Steps: []StackStep{
 				{At: 0, Allowed: true, Binding: 0, Limits: []LimitWant{{true, 1, s, 0}},
 					Then: Stack("l", sw(2, time.Hour), "m", tb(1, 1, time.Hour))},
-				{At: 0, Cost: 2, Allowed: false, RetryAfter: 0, Binding: 1, Limits: []LimitWant{{true, 2, 0, 0}, {false, 1, 0, 0}},
+				// l's bucket is full again: converted, it admits on its own; m rejects.
+				{At: 2 * s, Cost: 2, Allowed: false, RetryAfter: 0, Binding: 1, Limits: []LimitWant{{true, 2, 0, 0}, {false, 1, 0, 0}},
 					Then: Stack("l", tb(2, 1, s))},
-				{At: 0, Allowed: true, Binding: 0, Limits: []LimitWant{{true, 0, 2 * s, 0}},
+				{At: 2 * s, Allowed: true, Binding: 0, Limits: []LimitWant{{true, 1, s, 0}},
 					Then: Stack("l", sw(2, time.Hour), "m", tb(1, 1, time.Hour))},
-				{At: 0, Allowed: true, Binding: 1, Limits: []LimitWant{{true, 1, time.Hour, 0}, {true, 0, time.Hour, 0}},
+				// The token in use is charged to the window (a conversion never gives usage back).
+				{At: 2 * s, Allowed: true, Binding: 0, Limits: []LimitWant{{true, 0, time.Hour, 0}, {true, 0, time.Hour, 0}},
 					Then: Stack("l", tb(2, 1, s))},
-				{At: 0, Allowed: true, Binding: 0, Limits: []LimitWant{{true, 1, s, 0}}},
+				// And the window's 2 units to the bucket: empty, a token in 1s.
+				{At: 2 * s, Allowed: false, RetryAfter: s, Binding: 0, Limits: []LimitWant{{false, 0, 2 * s, s}}},
 			}},
 		{Name: "a rejected stack does not keep a token bucket's conversion",
 			Stack: Stack("b", tb(10, 1, s), "w", sw(10, time.Hour)), Steps: []StackStep{
@@ -369,9 +386,9 @@ func StackCases() []StackCase {
 				{At: 0, Cost: 6, Allowed: true, Binding: 1, Limits: []LimitWant{{true, 4, 6 * s, 0}, {true, 4, time.Hour, 0}},
 					Then: Stack("b", tb(20, 2, s), "w", sw(10, time.Hour))},
 				{At: 0, Cost: 5, Allowed: false, RetryAfter: time.Hour, Binding: 1, Limits: []LimitWant{{true, 14, 3 * s, 0}, {false, 4, time.Hour, time.Hour}}},
-				// Converted again at 300ms (6 tokens used, rounded up), not at 0: a full bucket in 3s.
-				{At: 300 * ms, Peek: true, Allowed: true, Binding: 1, Limits: []LimitWant{{true, 14, 3 * s, 0}, {true, 4, time.Hour - 300*ms, 0}}},
-				{At: 300 * ms, Allowed: true, Binding: 1, Limits: []LimitWant{{true, 13, 3500 * ms, 0}, {true, 3, time.Hour, 0}}},
+				// Converted again at 300ms (5.7 tokens used, exactly), not at 0: a full bucket in 2.85s.
+				{At: 300 * ms, Peek: true, Allowed: true, Binding: 1, Limits: []LimitWant{{true, 14, 2850 * ms, 0}, {true, 4, time.Hour - 300*ms, 0}}},
+				{At: 300 * ms, Allowed: true, Binding: 1, Limits: []LimitWant{{true, 13, 3350 * ms, 0}, {true, 3, time.Hour, 0}}},
 			}},
 	}
 }

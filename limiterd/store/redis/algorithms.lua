@@ -24,6 +24,9 @@ local function expiry(ms) return math.max(1, ms + slack) end
 -- Token buckets. An instant or duration is three exact integers (s, n, f): s seconds + n ns +
 -- f/rate ns, with 0 <= n < 1e9 and 0 <= f < rate <= 1e9. The state at the key is the string
 -- "<fingerprint> <s> <n> <f>", its TAT, or absent (fresh); a list there is a sliding window's.
+-- A conversion never gives usage back (the package documentation): a token bucket's state that
+-- other parameters wrote, or a sliding window's log, is answered to Go, which converts it
+-- exactly (tbConvert).
 local function less(as, an, af, bs, bn, bf)
   if as ~= bs then return as < bs end
   if an ~= bn then return an < bn end
@@ -42,28 +45,53 @@ local function sub(rate, as, an, af, bs, bn, bf) -- a >= b
   return s, m, f
 end
 
--- tbDebt sets how far the bucket's TAT lies ahead of now: at most tau (a clock that jumped
--- backwards), 0 for a fresh bucket.
+-- tbDebt sets how far the bucket's TAT lies ahead of now: owed (os, on, of) unclamped, beyond a
+-- full refill for a debt carried from other parameters or after a clock that jumped backwards
+-- (TokenBucket.owed); the debt (ds, dn, df) at most tau (TokenBucket.debt); 0 for a fresh bucket.
 local function tbDebt(b)
-  b.ds, b.dn, b.df = 0, 0, 0
+  b.ds, b.dn, b.df, b.os, b.on, b.of = 0, 0, 0, 0, 0, 0
   if b.ts and less(nows, nown, 0, b.ts, b.tn, b.tf) then
-    b.ds, b.dn, b.df = sub(b.rate, b.ts, b.tn, b.tf, nows, nown, 0)
+    b.os, b.on, b.of = sub(b.rate, b.ts, b.tn, b.tf, nows, nown, 0)
+    b.ds, b.dn, b.df = b.os, b.on, b.of
     if not less(b.ds, b.dn, b.df, b.taus, b.taun, b.tauf) then b.ds, b.dn, b.df = b.taus, b.taun, b.tauf end
   end
 end
 
 -- tbLoad reads the token bucket at key k whose block of arguments follows ARGV[o]. A state
--- that other parameters wrote is kept as raw (Go converts it: tbConvert); another algorithm's
--- state is other, and the bucket is fresh.
+-- that other parameters wrote is kept as raw (Go converts it: tbConvert). Another algorithm's
+-- state is other: a sliding window's log is raw too, identified by its header and newest entry,
+-- with the units it holds in its own window at now (used: SlidingWindow.usedUnits), which Go
+-- charges to the bucket; any other value is fresh.
 local function tbLoad(k, o)
   -- The fields a decision sets, made at once (growing a table costs more than making it); raw,
-  -- converted and other are nil until set.
+  -- used, converted and other are nil until set.
   local b = {k = k, o = o, fp = ARGV[o + L_FINGERPRINT], rate = tonumber(ARGV[o + TB_RATE]),
     taus = tonumber(ARGV[o + TB_TAU_S]), taun = tonumber(ARGV[o + TB_TAU_N]), tauf = tonumber(ARGV[o + TB_TAU_F]),
-    ts = false, tn = 0, tf = 0, ds = 0, dn = 0, df = 0, xs = 0, xn = 0, xf = 0}
+    ts = false, tn = 0, tf = 0, ds = 0, dn = 0, df = 0, os = 0, on = 0, of = 0, xs = 0, xn = 0, xf = 0}
   local v = redis.pcall('GET', k)
   if type(v) == 'table' then
     b.other = true
+    -- Written inline, not as a function of its own that every call would make: a conversion
+    -- is rare. The log's layout is the sliding windows' (below).
+    local h = redis.pcall('LRANGE', k, 0, 2)
+    if h.err == nil and #h == 3 then
+      local n = (redis.call('LLEN', k) - 3) / 2
+      local lastAt, lastCum = redis.call('LINDEX', k, -2), redis.call('LINDEX', k, -1)
+      b.raw, b.used = table.concat(h, ' ') .. ' ' .. n .. ' ' .. lastAt .. ' ' .. lastCum, 0
+      local window = tonumber(string.match(h[1], '^sw:%d+:(%d+)$') or '')
+      if window and n > 0 then
+        -- Entries [0, lo) left the window at t, now clamped to the newest entry.
+        local t = math.max((nows - tonumber(h[2])) * 1e9 + nown, tonumber(lastAt))
+        local lo, hi = 0, n
+        while lo < hi do
+          local mid = math.floor((lo + hi) / 2)
+          if tonumber(redis.call('LINDEX', k, 3 + 2 * mid)) + window <= t then lo = mid + 1 else hi = mid end
+        end
+        local base = tonumber(h[3])
+        if lo > 0 then base = tonumber(redis.call('LINDEX', k, 4 + 2 * (lo - 1))) end
+        if lo < n then b.used = tonumber(lastCum) - base end
+      end
+    end
   elseif v then
     local vfp, s, m, f = string.match(v, '^(%S+) (%-?%d+) (%d+) (%d+)$')
     if vfp == b.fp then
@@ -98,13 +126,19 @@ local function tbWrite(b, s, m, f)
   tbSet(b, ts, tn, tf, s, m, f)
 end
 
--- tbReply answers, at reply[at + R_*], the state the decision was made on: fresh, a TAT, or the
--- raw state Go must convert. Go derives the decision from it with the in-memory code.
+-- tbReply answers, at reply[at + R_*], the state the decision was made on: fresh, a TAT (charged
+-- when converted from another algorithm's state: a refund has nothing to refund on it), or the
+-- raw state Go must convert (with a sliding window's used units). Go derives the decision from it
+-- with the in-memory code.
 local function tbReply(reply, at, b)
-  if b.raw then
+  if b.raw and b.used then
+    reply[at + R_STATE], reply[at + R_RAW], reply[at + R_USED], reply[at + R_TAT_F] = STATE_USED, b.raw, b.used, 0
+  elseif b.raw then
     reply[at + R_STATE], reply[at + R_RAW], reply[at + R_TAT_N], reply[at + R_TAT_F] = STATE_RAW, b.raw, 0, 0
   elseif b.ts then
-    reply[at + R_STATE], reply[at + R_TAT_S], reply[at + R_TAT_N], reply[at + R_TAT_F] = STATE_TAT, b.ts, b.tn, b.tf
+    local state = STATE_TAT
+    if b.other then state = STATE_CHARGED end
+    reply[at + R_STATE], reply[at + R_TAT_S], reply[at + R_TAT_N], reply[at + R_TAT_F] = state, b.ts, b.tn, b.tf
   else
     reply[at + R_STATE], reply[at + R_TAT_S], reply[at + R_TAT_N], reply[at + R_TAT_F] = STATE_FRESH, 0, 0, 0
   end
@@ -114,7 +148,8 @@ end
 -- Token buckets: conversions and refunds, in the scripts of the calls that need them (a call
 -- that refunds or carries a conversion: script.go).
 -- tbConvert takes the TAT Go converted the raw state from to (s "": fresh), if the key still
--- holds that state.
+-- holds that state: another token bucket's debt carried exactly and unclamped, or a sliding
+-- window's used units charged (TokenBucket.Charged).
 local function tbConvert(b, from, s, m, f)
   if b.raw ~= from then return end
   b.raw, b.converted = false, true
@@ -124,27 +159,30 @@ end
 
 -- tbKeep writes the state read, when it differs from the key's: a conversion (kept even when
 -- full, as limiter.Memory keeps it: after a clock step backwards it still counts as used; a
--- fresh one deletes the key).
+-- fresh one deletes the key), expiring once the bucket is full again: after the debt owed,
+-- unclamped (a debt carried beyond a full refill must not expire before it is repaid).
 local function tbKeep(b)
   if not b.converted then return end
-  if b.ts then tbSet(b, b.ts, b.tn, b.tf, b.ds, b.dn, b.df) else redis.call('DEL', b.k) end
+  if b.ts then tbSet(b, b.ts, b.tn, b.tf, b.os, b.on, b.of) else redis.call('DEL', b.k) end
 end
 
--- tbRefund moves the TAT back by the refund's interval (the cost arguments), never before now.
+-- tbRefund moves the TAT back by the refund's interval (the cost arguments), never before now:
+-- off the debt owed, unclamped, as TokenBucket.Refund (only the refunded tokens come off a
+-- debt carried beyond a full refill).
 local function tbRefund(b)
-  if b.ds == 0 and b.dn == 0 and b.df == 0 then return tbKeep(b) end
+  if b.os == 0 and b.on == 0 and b.of == 0 then return tbKeep(b) end
   local o = b.o
   local cs, cn, cf = tonumber(ARGV[o + TB_COST_S]), tonumber(ARGV[o + TB_COST_N]), tonumber(ARGV[o + TB_COST_F])
   local rs, rn, rf = 0, 0, 0
-  if less(cs, cn, cf, b.ds, b.dn, b.df) then rs, rn, rf = sub(b.rate, b.ds, b.dn, b.df, cs, cn, cf) end
+  if less(cs, cn, cf, b.os, b.on, b.of) then rs, rn, rf = sub(b.rate, b.os, b.on, b.of, cs, cn, cf) end
   tbWrite(b, rs, rn, rf)
 end
 
 -- Sliding windows. The state at the key is the list [fingerprint, epoch, base, at_1, cum_1,
 -- ..., at_n, cum_n], oldest first: epoch is Unix seconds, at_i an admitted instant in ns since
 -- the epoch, cum_i the running total of units admitted up to it, base the total just before
--- at_1. Absent: fresh; a string there is a token bucket's state. Every duration is at most a
--- window (24h < 2^47 ns).
+-- at_1. Absent: fresh; a string there is a token bucket's state, raw until Go charges its used
+-- units (swConvert). Every duration is at most a window (24h < 2^47 ns).
 
 local function int(x) return string.format('%d', x) end
 
@@ -162,13 +200,19 @@ local function swCum(w, i) return tonumber(redis.call('LINDEX', w.k, 4 + 2 * i))
 
 -- swLoad reads the sliding window at key k whose block of arguments follows ARGV[o]: its
 -- entries still in the window at the decision's instant, converted when other parameters wrote
--- them (carryFrom). Another algorithm's state is other, and the window is fresh.
+-- them (carryFrom). Another algorithm's state is other: a token bucket's is raw, for Go to
+-- convert (swConvert); until then, as any other value, the window is fresh.
 local function swLoad(k, o)
   local w = {k = k, fp = ARGV[o + L_FINGERPRINT], limit = tonumber(ARGV[o + SW_LIMIT]),
     window = tonumber(ARGV[o + SW_WINDOW]), epoch = nows, base = 0, n = 0, convert = false,
-    other = false, list = false, now = 0, t = 0, lastAt = 0, lastCum = 0, first = 0, live = 0, used = 0}
+    other = false, raw = false, charged = false, list = false, now = 0, t = 0, lastAt = 0, lastCum = 0,
+    first = 0, live = 0, used = 0}
   local h = redis.pcall('LRANGE', k, 0, 2)
   w.other = h.err ~= nil
+  if w.other then
+    local v = redis.pcall('GET', k)
+    if type(v) == 'string' then w.raw = v end
+  end
   w.list = not w.other and #h > 0 -- a log: written over by an admission, deleted once empty
   if not w.other and #h == 3 then
     w.epoch, w.base = tonumber(h[2]), tonumber(h[3])
@@ -189,13 +233,8 @@ local function swLoad(k, o)
   -- peek leaves in place.
   w.first = search(0, w.n, function(j) return swAt(w, j) + w.window <= w.t end)
   if w.first > 0 then w.base = swCum(w, w.first - 1) end
-  if w.convert and w.first < w.n then -- keep at most limit units, dropping the oldest
-    local excess = w.lastCum - w.base - w.limit
-    if excess > 0 then
-      w.base = w.base + excess
-      w.first = search(w.first, w.n, function(j) return swCum(w, j) <= w.base end)
-    end
-  end
+  -- A conversion keeps every entry still in the window, beyond the limit too: it never gives
+  -- usage back (SlidingWindow.carryFrom).
   w.live = w.n - w.first
   if w.live > 0 then w.used = w.lastCum - w.base end
   return w
@@ -218,7 +257,11 @@ local function swAdmit(w, c)
     redis.call('RPUSH', w.k, w.fp, int(w.epoch), 0, int(w.t), int(c))
     w.lastAt, w.lastCum = w.t, c
   else
-    if w.first > 0 or w.convert then swHead(w) end
+    if w.charged then -- the log of another algorithm's usage (swConvert), written now
+      redis.call('RPUSH', w.k, w.fp, int(w.epoch), int(w.base), int(w.lastAt), int(w.lastCum))
+    elseif w.first > 0 or w.convert then
+      swHead(w)
+    end
     w.lastCum = w.lastCum + c
     if w.lastAt == w.t then
       redis.call('LSET', w.k, -1, int(w.lastCum))
@@ -262,7 +305,8 @@ local function swReply(reply, at, w, c, admitted)
         local mid = math.floor((lo + hi) / 2)
         if swCum(w, mid) >= need then hi = mid else lo = mid + 1 end
       end
-      retryAfter = swAt(w, lo) + w.window - w.t
+      -- The newest entry is read already (and is the only one of a charged log).
+      if lo == w.n - 1 then retryAfter = w.lastAt + w.window - w.t else retryAfter = swAt(w, lo) + w.window - w.t end
     end
   end
   reply[at + R_ADMITTED] = admitted and ADMITTED or REJECTED
@@ -272,7 +316,27 @@ local function swReply(reply, at, w, c, admitted)
 end
 
 
--- Sliding windows: refunds, in the scripts of the calls that refund (script.go).
+-- Sliding windows: conversions and refunds, in the scripts of the calls that need them (a call
+-- that refunds or carries a conversion: script.go).
+-- swConvert takes the units u Go charged for the raw state from, a token bucket's (its used
+-- tokens: limiter.UsedUnits), at the instant (s, m) the script read it, if the key still holds
+-- that state: a log of one entry of u units then (SlidingWindow.chargeUnits), kept here until an
+-- admission writes it (swAdmit), since a rejection writes nothing.
+local function swConvert(w, from, s, m, u)
+  if w.raw ~= from then return end
+  w.raw = false
+  u = tonumber(u)
+  if u <= 0 then return end -- fresh
+  w.epoch, w.base, w.n, w.lastAt, w.lastCum = tonumber(s), 0, 1, tonumber(m), u
+  w.now = (nows - w.epoch) * 1e9 + nown
+  w.t = math.max(w.now, w.lastAt)
+  if w.lastAt + w.window > w.t then
+    w.charged, w.live, w.used = true, 1, u
+  else -- it left the window already
+    w.first, w.base = 1, u
+  end
+end
+
 -- swKeep writes what reading the log changed: the entries that left the window dropped (the
 -- whole log once none is left), a conversion.
 local function swKeep(w)

@@ -106,7 +106,8 @@ func TestServerClock(t *testing.T) {
 		admitted := 0
 		for i := range 20 {
 			skewed := limitertest.T0.Add(time.Duration(i%3-1) * 24 * 365 * time.Hour)
-			if decide(t, s, "skewed", rl, skewed, 1).Allowed {
+			// A key per strategy: another algorithm's state would be charged (its usage carried).
+			if decide(t, s, "skewed-"+fingerprint(rl), rl, skewed, 1).Allowed {
 				admitted++
 			}
 		}

@@ -9,17 +9,21 @@
 --          the milliseconds added to a key's expiry and the sliding windows' rebase threshold;
 --          then one block a limit: its algorithm (L_ALGORITHM) and fingerprint, then its
 --          parameters, named by the TB_ locals (TB_ARGS in all) or the SW_ locals (SW_ARGS);
---          then, for token buckets whose state other parameters wrote, one block of
---          CONVERT_ARGS each, named by the C_ locals: the limit (1-based), the state read and
---          the TAT Go converted it to (s "": fresh), used only if the key still holds that state.
+--          then, for limits whose state other parameters or another algorithm wrote, one block
+--          of CONVERT_ARGS each, named by the C_ locals: the limit (1-based), the state read (as
+--          the script answered it) and what Go converted it to, used only if the key still holds
+--          that state: a token bucket's TAT (s "": fresh), or a sliding window's charge (its
+--          instant s, n and C_UNITS units: a log of that one entry).
 -- Returns  the OUTCOME, the instant decided at (NOW) and, from REPLY_LIMITS on, one block of
 --          LIMIT_REPLY elements a limit, named by the R_ locals: a token bucket's state the
 --          decision was made on (tbReply; with OUTCOME_CONVERT, the raw states Go must convert
 --          first, and nothing is written), a sliding window's decision (swReply: whether it
---          admits the cost on its own; with the stack rejected, the state as it is).
+--          admits the cost on its own; with the stack rejected, the state as it is; with
+--          OUTCOME_CONVERT, STATE_RAW and a token bucket's state Go must convert first).
 --
 -- A decision reads every limit, then writes every limit's new state if every limit admits the
--- cost (deleting a state that another algorithm left under a limit's key: it starts fresh).
+-- cost (replacing a state that another algorithm left under a limit's key, whose used units it
+-- was charged: a conversion never gives usage back).
 -- Otherwise it writes nothing, for one limit as for several: no conversion, no expired entry
 -- dropped, no other algorithm's state deleted (a rejected request charges no limit, as
 -- limiter.Memory.Decide).
@@ -39,8 +43,8 @@ local cost = tonumber(ARGV[ARG_COST])
 slack, rebase = tonumber(ARGV[ARG_SLACK_MS]), tonumber(ARGV[ARG_REBASE])
 
 -- decided writes limit l's new state (a token bucket's if tb) if the stack admits the cost
--- (all), deleting first a state that another algorithm left under its key (it starts fresh), and
--- answers its block after at.
+-- (all), deleting first a state that another algorithm left under its key (converted: its used
+-- units are charged to l), and answers its block after at.
 local function decided(reply, at, l, tb, all)
   if l.other and all then redis.call('DEL', l.k) end
   if tb then
@@ -57,8 +61,8 @@ local function decided(reply, at, l, tb, all)
 end
 
 -- The most common call, a decision on one limit and no conversion, goes the general way below
--- without its tables and loops: the same functions on the one limit. A token bucket whose state
--- other parameters wrote goes the general way.
+-- without its tables and loops: the same functions on the one limit. A limit whose state Go must
+-- convert goes the general way.
 if n == 1 and mode == MODE_DECIDE then
   local algorithm, l = ARGV[ARGS + L_ALGORITHM], nil
   local tb = algorithm == ALGORITHM_TOKEN_BUCKET
@@ -67,6 +71,7 @@ if n == 1 and mode == MODE_DECIDE then
     if l.raw then l = nil end
   elseif algorithm == ALGORITHM_SLIDING_WINDOW and #ARGV == ARGS + SW_ARGS then
     l = swLoad(KEYS[1], ARGS)
+    if l.raw then l = nil end
   end
   if l then
     local admits
@@ -98,9 +103,13 @@ if (#ARGV - o) % CONVERT_ARGS ~= 0 then
   return redis.error_reply('decide: ' .. #ARGV .. ' arguments for ' .. n .. ' limits')
 end
 for c = o, #ARGV - 1, CONVERT_ARGS do
-  local b = limits[tonumber(ARGV[c + C_LIMIT])]
-  if not (b and b.tb) then return redis.error_reply('decide: conversion of limit ' .. ARGV[c + C_LIMIT]) end
-  tbConvert(b, ARGV[c + C_FROM], ARGV[c + C_S], ARGV[c + C_N], ARGV[c + C_F])
+  local l = limits[tonumber(ARGV[c + C_LIMIT])]
+  if not l then return redis.error_reply('decide: conversion of limit ' .. ARGV[c + C_LIMIT]) end
+  if l.tb then
+    tbConvert(l, ARGV[c + C_FROM], ARGV[c + C_S], ARGV[c + C_N], ARGV[c + C_F])
+  else
+    swConvert(l, ARGV[c + C_FROM], ARGV[c + C_S], ARGV[c + C_N], ARGV[c + C_UNITS])
+  end
 end
 
 -- The reply, made at its size for MAX_LIMITS limits (growing a table costs more than making it),
@@ -111,23 +120,33 @@ reply[REPLY_LIMITS + n * LIMIT_REPLY] = nil
 reply[REPLY_NOW_S], reply[REPLY_NOW_N] = nows, nown
 local at = {REPLY_LIMITS - 1, REPLY_LIMITS - 1 + LIMIT_REPLY, REPLY_LIMITS - 1 + 2 * LIMIT_REPLY, REPLY_LIMITS - 1 + 3 * LIMIT_REPLY}
 local convert = false
-for i = 1, n do convert = convert or (limits[i].tb and limits[i].raw) end
+for i = 1, n do convert = convert or limits[i].raw end
 if convert then -- Go converts the raw states first; nothing is written
   reply[REPLY_OUTCOME] = OUTCOME_CONVERT
   for i = 1, n do
     local l = limits[i]
-    if l.tb then tbReply(reply, at[i], l) else swReply(reply, at[i], l, cost, false) end
+    if l.tb then
+      tbReply(reply, at[i], l)
+    elseif l.raw then
+      reply[at[i] + R_STATE], reply[at[i] + R_RAW] = STATE_RAW, l.raw
+    else
+      swReply(reply, at[i], l, cost, false)
+    end
   end
   return reply
 end
 
 if mode == MODE_REFUND then
+  -- Another algorithm's state, converted, has nothing to refund: answered as a peek, unwritten
+  -- (as limiter.Memory).
   reply[REPLY_OUTCOME] = OUTCOME_REFUNDED
   for i = 1, n do
     local l = limits[i]
     if l.tb then
       tbReply(reply, at[i], l) -- the state before the refund: Go refunds on it as Refund does
-      tbRefund(l)
+      if not l.other then tbRefund(l) end
+    elseif l.other then
+      swReply(reply, at[i], l, 1, swAdmits(l, 1))
     else
       swRefund(l, cost)
       swReply(reply, at[i], l, 1, swAdmits(l, 1))

@@ -35,13 +35,20 @@
 // A state records the fingerprint of the strategy that wrote it: its algorithm and exact
 // parameters ("tb:<capacity>:<rate>:<period ns>", "sw:<limit>:<window ns>"), the same on every
 // replica, unlike the process-local stamps of package limiter. The rule of package limiter
-// applies: same fingerprint, the state is kept; another algorithm, the client starts fresh;
-// same algorithm with new parameters, the usage carries over, clamped. A sliding window converts
-// inside its script. A token bucket's conversion needs products of the old and new parameters,
-// so the script hands the old state to Go, which converts it with limiter's code at the instant
-// the script read, and calls the script again with the conversion, which it uses only if the
-// state is still the one read (a second round trip, once per client after a change; if the
-// state changed meanwhile, the decision starts over).
+// applies, a conversion never gives usage back: same fingerprint, the state is kept; same
+// algorithm with new parameters, the usage carries over unclamped; another algorithm, the units
+// in use are charged to the new one. A sliding window converts another window's log inside its
+// script (every entry still in the new window stays). Every other conversion needs products of
+// the old and new parameters, so the script hands the state to Go: a token bucket's TAT as
+// stored (under a token bucket's key, Go carries its debt; under a sliding window's, Go counts
+// its used tokens, limiter.UsedUnits, charged as one entry at the instant read), or a sliding
+// window's log under a token bucket's key, identified by its header and newest entry, with the
+// units it holds in its own window (Go charges their refill time, TokenBucket.Charged). Go
+// converts with limiter's code at the instant the script read, and calls the script again with
+// the conversion, which it uses only if the state is still the one read (a second round trip,
+// once per client after a change; if the state changed meanwhile, the decision starts over). A
+// rejected decision writes no conversion, and a refund refunds nothing on another algorithm's
+// state (it answers as a peek), as in memory.
 //
 // # Stacks
 //

@@ -68,15 +68,19 @@ const (
 	swArgs                        // the number of arguments of the block
 )
 
-// A conversion's block (C_*), after the limits' blocks: a token bucket's state that other
-// parameters wrote, converted by Go.
+// A conversion's block (C_*), after the limits' blocks: a limit's state that other parameters
+// or another algorithm wrote, converted by Go (a conversion never gives usage back).
 const (
 	convertLimit = iota // the limit, 1-based
-	convertFrom         // the state read
-	convertS            // the converted TAT: seconds ("": fresh),
+	convertFrom         // the state read, as the script answered it (replyRaw)
+	convertS            // a token bucket's converted TAT: seconds ("": fresh),
 	convertN            // nanoseconds,
 	convertF            // and fraction
 	convertArgs         // the number of arguments of the block
+
+	// A sliding window's conversion, of a token bucket's state: its used tokens charged as one
+	// entry at the instant the script read them (convertS, convertN: seconds, nanoseconds).
+	convertUnits = convertF
 )
 
 // The script's reply: the outcome, the instant decided at, then a block a limit.
@@ -88,11 +92,13 @@ const (
 
 	// A token bucket's block: the state decided on (state*).
 	replyState = 0
-	replyTATS  = 1 // stateTAT: the theoretical arrival time, seconds,
+	replyTATS  = 1 // stateTAT, stateCharged: the theoretical arrival time, seconds,
 	replyTATN  = 2 // nanoseconds,
 	replyTATF  = 3 // and fraction
-	replyRaw   = 1 // stateRaw: the state as stored
-	// A sliding window's block: its decision (swAdmitted or swRejected: on its own).
+	replyRaw   = 1 // stateRaw, stateUsed: the state as stored (stateUsed: a sliding window's log, identified)
+	replyUsed  = 2 // stateUsed: the units the log holds in its own window at the instant decided at
+	// A sliding window's block: its decision (swAdmitted or swRejected: on its own), or with
+	// outcomeConvert, stateRaw and at replyRaw a token bucket's state for Go to convert.
 	replyAdmitted   = 0
 	replyRemaining  = 1
 	replyResetAfter = 2
@@ -104,13 +110,15 @@ const (
 const (
 	outcomeRejected = 0 // not admitted: nothing charged
 	outcomeAdmitted = 1 // admitted, and every new state written
-	outcomeConvert  = 2 // other parameters wrote token buckets' states (raw): Go converts them, and calls again
+	outcomeConvert  = 2 // other parameters or algorithms wrote limits' states (raw): Go converts them, and calls again
 	outcomeRefunded = 3 // refunded; a token bucket's state is the one before the refund
 	outcomePeeked   = 4 // peeked
 
-	stateFresh = 0 // no state
-	stateTAT   = 1 // replyTATS, replyTATN, replyTATF
-	stateRaw   = 2 // replyRaw
+	stateFresh   = 0 // no state
+	stateTAT     = 1 // replyTATS, replyTATN, replyTATF
+	stateRaw     = 2 // replyRaw
+	stateUsed    = 3 // replyRaw, replyUsed: a sliding window's log under a token bucket's key
+	stateCharged = 4 // as stateTAT, converted from another algorithm's state: nothing to refund
 
 	swRejected = 0
 	swAdmitted = 1
@@ -155,6 +163,7 @@ func protocolNames() map[string]string {
 	index("C_S", convertS)
 	index("C_N", convertN)
 	index("C_F", convertF)
+	index("C_UNITS", convertUnits)
 	value("CONVERT_ARGS", convertArgs)
 	index("REPLY_OUTCOME", replyOutcome)
 	index("REPLY_NOW_S", replyNowS)
@@ -165,6 +174,7 @@ func protocolNames() map[string]string {
 	index("R_TAT_N", replyTATN)
 	index("R_TAT_F", replyTATF)
 	index("R_RAW", replyRaw)
+	index("R_USED", replyUsed)
 	index("R_ADMITTED", replyAdmitted)
 	index("R_REMAINING", replyRemaining)
 	index("R_RESET_AFTER", replyResetAfter)
@@ -178,6 +188,8 @@ func protocolNames() map[string]string {
 	value("STATE_FRESH", stateFresh)
 	value("STATE_TAT", stateTAT)
 	value("STATE_RAW", stateRaw)
+	value("STATE_USED", stateUsed)
+	value("STATE_CHARGED", stateCharged)
 	value("REJECTED", swRejected)
 	value("ADMITTED", swAdmitted)
 	return names

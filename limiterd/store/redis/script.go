@@ -58,7 +58,7 @@ var sections = [...]struct {
 	{"\n-- Token buckets. ", withTokenBucket, false},
 	{"\n-- Token buckets: conversions and refunds", withTokenBucket, true},
 	{"\n-- Sliding windows. ", withSlidingWindow, false},
-	{"\n-- Sliding windows: refunds", withSlidingWindow, true},
+	{"\n-- Sliding windows: conversions and refunds", withSlidingWindow, true},
 }
 
 // script is the decision script of one set of algorithms.

@@ -75,8 +75,8 @@ func (s *Store) run(ctx context.Context, cn *conn, c *call, out []limiter.Decisi
 	})
 }
 
-// call is one request's script call: its keys, and the conversions of token-bucket states that
-// other parameters wrote, made after a first call answered them.
+// call is one request's script call: its keys, and the conversions of states that other
+// parameters or another algorithm wrote, made after a first call answered them.
 type call struct {
 	st       *limiter.Stack
 	keys     []string
@@ -89,12 +89,14 @@ type call struct {
 	algorithms algorithms // of the limits: the script that decides them
 }
 
-// conversion is a token bucket's state converted by Go: the state read (from: "" for none) and
-// the TAT it converts to at the instant the script read it (empty: fresh, which the script
-// reads as no TAT).
+// conversion is a limit's state converted by Go at the instant the script read it, by the rule
+// for parameter changes (a conversion never gives usage back): the state read (from: "" for
+// none) and the converted state's arguments (convertS, convertN, convertF): a token bucket's
+// TAT (empty: fresh, which the script reads as no TAT), or a sliding window's charge of a token
+// bucket's used tokens (the instant, and the units).
 type conversion struct {
 	from string
-	tat  [3]string
+	args [3]string
 }
 
 func (s *Store) newCall(key string, st *limiter.Stack, now time.Time, cost int64, mode mode) *call {
@@ -157,15 +159,15 @@ func (s *Store) callArgs(c *call) []string {
 	}
 	for i := range c.converts {
 		if cv := &c.converts[i]; cv.from != "" {
-			a = append(a, strconv.Itoa(i+1), cv.from, cv.tat[0], cv.tat[1], cv.tat[2])
+			a = append(a, strconv.Itoa(i+1), cv.from, cv.args[0], cv.args[1], cv.args[2])
 		}
 	}
 	return a
 }
 
 // answer reads the decision script's answer into out (nil: none) and returns the decision of every limit;
-// done is false when token-bucket states must be converted first (c.converts is then set, for
-// the next call).
+// done is false when states must be converted first (c.converts is then set, for the next
+// call).
 func (c *call) answer(arr []rueidis.RedisMessage, out []limiter.Decision) (d limiter.Decision, done bool, err error) {
 	var own [limiter.MaxStack]limiter.Decision
 	if out == nil {
@@ -195,22 +197,34 @@ func (c *call) answer(arr []rueidis.RedisMessage, out []limiter.Decision) (d lim
 		block := arr[replyLimits+i*limitReply : replyLimits+(i+1)*limitReply]
 		switch rl := c.st.Limiter(i).(type) {
 		case *limiter.TokenBucket:
-			state, raw, err := tokenBucketState(block, rl)
+			b, err := tokenBucketState(block, rl)
 			if err != nil {
 				return d, false, fmt.Errorf("decision script: limit %q: %w", c.st.Name(i), err)
 			}
 			if outcome == outcomeConvert {
-				if raw != nil {
-					if c.converts == nil {
-						c.converts = make([]conversion, n)
-					}
-					c.converts[i] = conversionOf(rl, *raw, at)
+				if b.raw != nil {
+					c.convert(i, conversionOf(rl, b, at))
 				}
 				continue
 			}
-			states[i] = state
-			out[i] = applyOn(rl, &state, at, c.cost, c.mode)
+			states[i] = b.state
+			m := c.mode
+			if m == modeRefund && b.charged {
+				m = modePeek // another algorithm's state, converted: nothing to refund
+			}
+			state := b.state
+			out[i] = applyOn(rl, &state, at, c.cost, m)
 		case *limiter.SlidingWindow:
+			if outcome == outcomeConvert {
+				raw, err := slidingWindowRaw(block)
+				if err != nil {
+					return d, false, fmt.Errorf("decision script: limit %q: %w", c.st.Name(i), err)
+				}
+				if raw != nil {
+					c.convert(i, chargeOf(*raw, head[replyNowS], head[replyNowN], at))
+					continue
+				}
+			}
 			ints, err := integers(block, limitReply)
 			if err == nil && ints[replyAdmitted] != swAdmitted && ints[replyAdmitted] != swRejected {
 				err = fmt.Errorf("admitted is %d", ints[replyAdmitted])
@@ -250,40 +264,96 @@ func (c *call) answer(arr []rueidis.RedisMessage, out []limiter.Decision) (d lim
 	return d, true, nil
 }
 
-// tokenBucketState reads a token bucket's block of the decision script's answer: the state
-// decided on, or the raw state another strategy wrote.
-func tokenBucketState(block []rueidis.RedisMessage, rl *limiter.TokenBucket) (limiter.State, *string, error) {
+// convert sets limit i's conversion for the next call.
+func (c *call) convert(i int, cv conversion) {
+	if c.converts == nil {
+		c.converts = make([]conversion, c.st.Len())
+	}
+	c.converts[i] = cv
+}
+
+// tokenBucketBlock is a token bucket's block of the decision script's answer: the state decided
+// on (charged: converted from another algorithm's state), or the raw state another strategy
+// wrote, with used >= 0 the units a sliding window's log holds.
+type tokenBucketBlock struct {
+	state   limiter.State
+	charged bool
+	raw     *string
+	used    int64
+}
+
+// tokenBucketState reads a token bucket's block of the decision script's answer.
+func tokenBucketState(block []rueidis.RedisMessage, rl *limiter.TokenBucket) (tokenBucketBlock, error) {
+	b := tokenBucketBlock{used: -1}
 	state, err := block[replyState].AsInt64()
 	if err != nil {
-		return limiter.State{}, nil, fmt.Errorf("malformed state: %w", err)
+		return b, fmt.Errorf("malformed state: %w", err)
 	}
 	switch state {
 	case stateFresh:
-		return limiter.State{}, nil, nil
-	case stateRaw:
+		return b, nil
+	case stateRaw, stateUsed:
 		raw, err := block[replyRaw].ToString()
 		if err != nil {
-			return limiter.State{}, nil, fmt.Errorf("malformed raw state: %w", err)
+			return b, fmt.Errorf("malformed raw state: %w", err)
 		}
-		return limiter.State{}, &raw, nil
-	case stateTAT:
-		st, err := stateAtTAT(rl, block[replyTATS:])
+		b.raw = &raw
+		if state == stateUsed {
+			if b.used, err = block[replyUsed].AsInt64(); err != nil || b.used < 0 {
+				return b, fmt.Errorf("malformed used units %d: %v", b.used, err)
+			}
+		}
+		return b, nil
+	case stateTAT, stateCharged:
+		b.state, err = stateAtTAT(rl, block[replyTATS:])
 		if err != nil {
-			return limiter.State{}, nil, fmt.Errorf("malformed state: %w", err)
+			return b, fmt.Errorf("malformed state: %w", err)
 		}
-		return st, nil, nil
+		b.charged = state == stateCharged
+		return b, nil
 	}
-	return limiter.State{}, nil, fmt.Errorf("state %d", state)
+	return b, fmt.Errorf("state %d", state)
 }
 
-// conversionOf converts a raw state another strategy wrote to rl's parameters at the instant the
-// script read it, as limiter.TokenBucket converts it: a state no known token bucket wrote is
+// conversionOf converts the raw state of b, which another strategy wrote, to rl's parameters at
+// the instant the script read it, as limiter.TokenBucket converts it: another token bucket's
+// debt carried, a sliding window's used units charged; a state no known token bucket wrote is
 // fresh.
-func conversionOf(rl *limiter.TokenBucket, raw string, at time.Time) conversion {
+func conversionOf(rl *limiter.TokenBucket, b tokenBucketBlock, at time.Time) conversion {
+	raw := *b.raw
+	if b.used > 0 {
+		charged := rl.Charged(b.used, at)
+		return conversion{from: raw, args: limbs(charged.TAT())}
+	}
 	old, known := parseTokenBucketState(raw)
-	if !known {
+	if b.used >= 0 || !known {
 		return conversion{from: raw}
 	}
 	converted := rl.Convert(old, at)
-	return conversion{from: raw, tat: limbs(converted.TAT())}
+	return conversion{from: raw, args: limbs(converted.TAT())}
+}
+
+// slidingWindowRaw reads, from a sliding window's block of an answer that asks for conversions,
+// the raw state another algorithm wrote (nil: none to convert).
+func slidingWindowRaw(block []rueidis.RedisMessage) (*string, error) {
+	state, err := block[replyState].AsInt64()
+	if err != nil || state != stateRaw {
+		return nil, nil //nolint:nilerr // a decision, read as one by the caller
+	}
+	raw, err := block[replyRaw].ToString()
+	if err != nil {
+		return nil, fmt.Errorf("malformed raw state: %w", err)
+	}
+	return &raw, nil
+}
+
+// chargeOf converts a raw state a token bucket wrote under a sliding window's key, read at the
+// instant (sec, ns) = at: its used tokens (limiter.UsedUnits) are charged to the window as one
+// entry at that instant; a state no known token bucket wrote is fresh.
+func chargeOf(raw string, sec, ns int64, at time.Time) conversion {
+	var used int64
+	if old, known := parseTokenBucketState(raw); known {
+		used = limiter.UsedUnits(old, at)
+	}
+	return conversion{from: raw, args: [3]string{strconv.FormatInt(sec, 10), strconv.FormatInt(ns, 10), strconv.FormatInt(used, 10)}}
 }

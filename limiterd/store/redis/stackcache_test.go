@@ -157,7 +157,7 @@ func TestRejectCacheServesStackedBatches(t *testing.T) {
 
 // TestRejectionKeepsAnotherAlgorithmsState: a rejected decision writes nothing, for a tier of one
 // limit as for a stack: the state that another algorithm left under the limit's key stays (and
-// counts again if the algorithm comes back); an admission replaces it.
+// counts again if the algorithm comes back); an admission replaces it, charged its used units.
 func TestRejectionKeepsAnotherAlgorithmsState(t *testing.T) {
 	c := newClient(t, testOptions(shared(t).Addr()))
 	s := c.Store(t.Name())
@@ -187,11 +187,23 @@ func TestRejectionKeepsAnotherAlgorithmsState(t *testing.T) {
 	if d, _ := decideStack(t, s, "b", tb, now, 1); !d.Allowed || d.Remaining != 0 {
 		t.Fatalf("bucket back: %+v, want its unit still counted", d)
 	}
-	// An admission replaces another algorithm's state.
-	if d, _ := decideStack(t, s, "k", tb, now, 1); !d.Allowed || d.Remaining != 1 {
-		t.Fatalf("bucket over the window: %+v, want a fresh bucket", d)
+	// The bucket is charged the units the window holds (a conversion never gives usage back):
+	// 3 units are a debt beyond its capacity of 2, rejected, and the log stays.
+	if d, _ := decideStack(t, s, "k", tb, now, 1); d.Allowed || d.Remaining != 0 {
+		t.Fatalf("bucket over a window of 3 units: %+v, want them charged (rejected)", d)
 	}
-	if typ := do(t, c, "TYPE", s.key("k")); typ != "string" {
+	if typ := do(t, c, "TYPE", s.key("k")); typ != "list" {
+		t.Fatalf("after the rejection the key holds a %s, want the window's list", typ)
+	}
+	// An admission replaces another algorithm's state, charged its units: 1 unit of the window
+	// and 1 admitted empty the bucket of 2.
+	if d, _ := decideStack(t, s, "r", sw, now, 1); !d.Allowed {
+		t.Fatalf("window: %+v", d)
+	}
+	if d, _ := decideStack(t, s, "r", tb, now, 1); !d.Allowed || d.Remaining != 0 {
+		t.Fatalf("bucket over a window of 1 unit: %+v, want it admitted with that unit charged", d)
+	}
+	if typ := do(t, c, "TYPE", s.key("r")); typ != "string" {
 		t.Fatalf("after the admission the key holds a %s, want the bucket's string", typ)
 	}
 }

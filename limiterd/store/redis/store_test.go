@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -371,4 +372,16 @@ func compareStackWithMemory(t *testing.T, store *Store, r *rand.Rand, steps int)
 			t.Fatalf("step %d: %s: the stack answered %+v, memory %+v", i, op, gotD, wantD)
 		}
 	}
+}
+
+// skewRuns numbers TestSkew's runs: each on policies of its own, since the shared redis-server
+// keeps the states of a previous run (go test -count) at the same instants.
+var skewRuns atomic.Int64
+
+// TestSkew: replicas on different versions of a policy, alternating on one key of one Redis,
+// and a limit's flap, give a client at most the more generous version's allowance (issue 34).
+func TestSkew(t *testing.T) {
+	c := newClient(t, testOptions(shared(t).Addr()))
+	run := skewRuns.Add(1)
+	limitertest.RunSkew(t, func(t *testing.T) limiter.Store { return c.Store(fmt.Sprintf("%s#%d", t.Name(), run)) })
 }
