@@ -27,6 +27,15 @@ const (
 	// (envoyrls.MaxHeaderBytes): room for a GET of a long key and a bearer token, where
 	// net/http's default of 1 MiB let each of --max-connections connections hold that much.
 	maxHeaderBytes = 16 << 10
+	// http2ReceiveBuffer bounds the request body bytes an HTTP/2 client (over TLS) may send
+	// ahead of the handler, per connection and per stream: HTTP/2's flow-control windows, which
+	// net/http sets to 1 MiB by default, so that each of --max-connections connections could
+	// hold a MiB that no body budget has granted. 64 KiB is the least a connection's window may
+	// be; a body larger than it arrives as the handler reads it.
+	http2ReceiveBuffer = 64 << 10
+	// http2MaxStreams bounds an HTTP/2 connection's concurrent requests, each of which may hold
+	// a header of maxHeaderBytes while it is read.
+	http2MaxStreams = 32
 )
 
 // httpConfig is what the HTTP server flags say: how long a client may hold a connection
@@ -74,8 +83,10 @@ func (c *httpConfig) check() error {
 // server returns an HTTP server of h with the configured timeouts. A request must arrive whole
 // (headers and body) within the read timeout of its first byte, so a client that stops sending
 // mid-request, or trickles its body, loses its connection then and never holds up a shutdown
-// past it; a header may hold at most maxHeaderBytes. Answers are small and written at once, so
-// there is no write timeout.
+// past it; a header may hold at most maxHeaderBytes. Over TLS, where HTTP/2 is offered, a
+// connection carries at most http2MaxStreams requests at once and may send at most
+// http2ReceiveBuffer body bytes ahead of what handlers read. Answers are small and written at
+// once, so there is no write timeout.
 func (c httpConfig) server(h http.Handler, errorLog *log.Logger) *http.Server {
 	return &http.Server{
 		Handler:           h,
@@ -84,6 +95,11 @@ func (c httpConfig) server(h http.Handler, errorLog *log.Logger) *http.Server {
 		ReadTimeout:       c.readTimeout,
 		IdleTimeout:       c.idleTimeout,
 		ErrorLog:          errorLog,
+		HTTP2: &http.HTTP2Config{
+			MaxConcurrentStreams:          http2MaxStreams,
+			MaxReceiveBufferPerConnection: http2ReceiveBuffer,
+			MaxReceiveBufferPerStream:     http2ReceiveBuffer,
+		},
 	}
 }
 

@@ -322,14 +322,14 @@ func serve(ctx context.Context, cfg config, stderr io.Writer, h hooks) error {
 		StatusChecks:    d.status,
 		Logger:          log,
 	})
-	decisionsLn, err := listen(ctx, cfg.addr, d.tls.decisions)
+	decisionsLn, err := listen(ctx, cfg.addr, cfg.http.limit, d.tls.decisions)
 	if err != nil {
 		return fmt.Errorf("listen for decisions: %w", err)
 	}
 	// The servers close their listeners when they stop; these Closes matter only on the early
 	// returns, whose errors are what to report, so theirs are ignored.
 	defer func() { _ = decisionsLn.Close() }()
-	adminLn, err := listen(ctx, cfg.adminAddr, d.tls.admin)
+	adminLn, err := listen(ctx, cfg.adminAddr, cfg.http.limit, d.tls.admin)
 	if err != nil {
 		return fmt.Errorf("listen for admin: %w", err)
 	}
@@ -340,7 +340,7 @@ func serve(ctx context.Context, cfg config, stderr io.Writer, h hooks) error {
 		cfg.http.server(d.closeWhenDraining(decisions), errorLog),
 		cfg.http.server(d.closeWhenDraining(admin), errorLog),
 	}
-	listeners := []net.Listener{cfg.http.limit(decisionsLn), cfg.http.limit(adminLn)}
+	listeners := []net.Listener{decisionsLn, adminLn}
 
 	bgCtx, stopBackground := context.WithCancel(context.Background())
 	defer stopBackground()

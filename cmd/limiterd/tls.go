@@ -67,11 +67,17 @@ func (d *daemon) addTLS(c tlsFlags) error {
 	return nil
 }
 
-// listen listens on addr, over TLS with cfg unless it is nil.
-func listen(ctx context.Context, addr string, cfg *tls.Config) (net.Listener, error) {
+// listen listens on addr, bounded by limit, over TLS with cfg unless it is nil. The bound
+// wraps the TCP listener, under TLS: an http.Server serves HTTP/2 and sets Request.TLS only for
+// the *tls.Conn its listener accepts, so a TLS listener must be the outermost.
+func listen(ctx context.Context, addr string, limit func(net.Listener) net.Listener, cfg *tls.Config) (net.Listener, error) {
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
-	if err != nil || cfg == nil {
-		return ln, err //nolint:wrapcheck // the callers say which listener
+	if err != nil {
+		return nil, err //nolint:wrapcheck // the callers say which listener
+	}
+	ln = limit(ln)
+	if cfg == nil {
+		return ln, nil
 	}
 	return tls.NewListener(ln, cfg), nil
 }

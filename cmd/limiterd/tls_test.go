@@ -12,6 +12,7 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"golang.org/x/net/http2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
@@ -139,5 +140,95 @@ func TestGRPCOverTLS(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("serveGRPC: %v", err)
+	}
+}
+
+// TestHTTP2IsBounded checks what the decisions and admin APIs grant an HTTP/2 client over TLS:
+// at most http2MaxStreams requests at once and http2ReceiveBuffer body bytes ahead of the
+// handlers, per stream and per connection (net/http's defaults, 1 MiB a connection, let each
+// connection hold a MiB of bodies that no body budget had granted).
+func TestHTTP2IsBounded(t *testing.T) {
+	dir := t.TempDir()
+	serverCA := testcerts.NewCA(t, "server-ca")
+	files := testcerts.Write(t, dir, serverCA.Server(t), testcerts.NewCA(t, "client-ca"))
+	d := start(t, hooks{}, "--policy-file", policyFile(t, dir, tokenBucketPolicy),
+		"--tls-cert-file", files.Cert, "--tls-key-file", files.Key)
+	for name, base := range map[string]string{"decisions": d.decisions, "admin": d.admin} {
+		t.Run(name, func(t *testing.T) {
+			c, err := tls.Dial("tcp", strings.TrimPrefix(base, "http://"),
+				&tls.Config{RootCAs: serverCA.Pool(), MinVersion: tls.VersionTLS12, NextProtos: []string{"h2"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if p := c.ConnectionState().NegotiatedProtocol; p != "h2" {
+				t.Fatalf("negotiated %q, want h2", p)
+			}
+			if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
+				t.Fatal(err)
+			}
+			fr := http2.NewFramer(c, c)
+			if err := fr.WriteSettings(); err != nil {
+				t.Fatal(err)
+			}
+			// The server's first frame is its SETTINGS; a WINDOW_UPDATE of the connection may
+			// follow at once. Read until the connection is quiet.
+			streams, streamWindow, connWindow := uint32(0), uint32(65535), uint32(65535)
+			sawSettings := false
+			for {
+				_ = c.SetReadDeadline(time.Now().Add(time.Second))
+				f, err := fr.ReadFrame()
+				if err != nil {
+					break
+				}
+				switch f := f.(type) {
+				case *http2.SettingsFrame:
+					if f.IsAck() {
+						continue
+					}
+					sawSettings = true
+					if v, ok := f.Value(http2.SettingMaxConcurrentStreams); ok {
+						streams = v
+					}
+					if v, ok := f.Value(http2.SettingInitialWindowSize); ok {
+						streamWindow = v
+					}
+				case *http2.WindowUpdateFrame:
+					if f.StreamID == 0 {
+						connWindow += f.Increment
+					}
+				}
+			}
+			if !sawSettings {
+				t.Fatal("no SETTINGS frame from the server")
+			}
+			if streams == 0 || streams > http2MaxStreams {
+				t.Errorf("MAX_CONCURRENT_STREAMS %d, want 1 to %d", streams, http2MaxStreams)
+			}
+			if streamWindow > http2ReceiveBuffer {
+				t.Errorf("a stream's window is %d bytes, want at most %d", streamWindow, http2ReceiveBuffer)
+			}
+			if connWindow > http2ReceiveBuffer {
+				t.Errorf("the connection's window is %d bytes, want at most %d", connWindow, http2ReceiveBuffer)
+			}
+
+			// And a request over HTTP/2 is served as one: the TLS listener is the outermost,
+			// so the server sees the TLS connection it negotiated h2 on.
+			hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{ForceAttemptHTTP2: true,
+				TLSClientConfig: &tls.Config{RootCAs: serverCA.Pool(), MinVersion: tls.VersionTLS12}}}
+			defer hc.CloseIdleConnections()
+			url := strings.Replace(base, "http://", "https://", 1) + "/healthz"
+			if name == "decisions" {
+				url = strings.Replace(base, "http://", "https://", 1) + "/v1/allow?policy=default/api&key=h2"
+			}
+			resp, err := hc.Get(url)
+			if err != nil {
+				t.Fatalf("GET over HTTP/2: %v", err)
+			}
+			_ = resp.Body.Close()
+			if resp.StatusCode != http.StatusOK || resp.ProtoMajor != 2 {
+				t.Errorf("GET %s: %d over %s, want 200 over HTTP/2", url, resp.StatusCode, resp.Proto)
+			}
+		})
 	}
 }
