@@ -95,6 +95,9 @@ type Policy struct {
 	// (limiter.DefaultLimitName for a tier of one limit): a store keeps a client's state under
 	// each (see limiter.Stack).
 	LimitNames []string
+	// Gateway derives the client keys of forward-auth requests (spec.gateway); nil when the
+	// policy has none, and then it does not answer forward-auth requests.
+	Gateway *KeyExtractor
 
 	exact    map[string]*Tier
 	prefixes trie
@@ -146,6 +149,9 @@ func Compile(p *v1alpha1.RateLimitPolicy) (*Policy, error) {
 		byName[t.Name] = tier
 	}
 	c.Default = byName[src.Spec.DefaultTier]
+	if src.Spec.Gateway != nil {
+		c.Gateway = compileGateway(src.Spec.Gateway)
+	}
 	for _, o := range src.Spec.Overrides {
 		for _, k := range o.Clients {
 			c.exact[k] = byName[o.Tier]
