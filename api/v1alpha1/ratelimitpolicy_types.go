@@ -416,7 +416,8 @@ const (
 	KeySourceHeader KeySourceType = "Header"
 	// KeySourceClientAddress takes the client's IP address from X-Forwarded-For, counting
 	// trustedHops entries from the right, else the address of the peer that sent the request:
-	// the key "ip:<address>".
+	// the key "ip:<address>" for IPv4, "ip:<network>/64" for IPv6 (a host picks the addresses
+	// of its /64 at will), as client/middleware keys them.
 	KeySourceClientAddress KeySourceType = "ClientAddress"
 	// KeySourceHost takes the original request's host (X-Forwarded-Host), in lower case: the
 	// key "host:<host>".
@@ -476,7 +477,7 @@ type Gateway struct {
 // +kubebuilder:validation:XValidation:rule="self.type == 'Path' || self.?pathSegments.orValue(0) == 0",message="pathSegments must be set only when type is Path",fieldPath=".pathSegments"
 type KeySource struct {
 	// type is where the key comes from: Header (the value of header), ClientAddress (the
-	// client's IP address, see trustedHops), Host (X-Forwarded-Host, in lower case), Method
+	// client's IPv4 address or IPv6 /64, see trustedHops), Host (X-Forwarded-Host, in lower case), Method
 	// (X-Forwarded-Method, else the method of the forward-auth request) or Path
 	// (X-Forwarded-Uri, else X-Original-URI, without its query; see pathSegments).
 	// +required

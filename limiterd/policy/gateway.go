@@ -214,8 +214,7 @@ func (s *keySource) appendClientAddress(dst []byte, r *ForwardedRequest) ([]byte
 		if !r.Peer.IsValid() {
 			return dst, false, nil
 		}
-		dst = append(dst, s.prefix...)
-		return r.Peer.Unmap().AppendTo(dst), true, nil
+		return appendAddr(append(dst, s.prefix...), r.Peer), true, nil
 	}
 	total := 0
 	for _, l := range lines {
@@ -236,8 +235,7 @@ func (s *keySource) appendClientAddress(dst []byte, r *ForwardedRequest) ([]byte
 				if !ok {
 					return dst, false, nil
 				}
-				dst = append(dst, s.prefix...)
-				return addr.Unmap().AppendTo(dst), true, nil
+				return appendAddr(append(dst, s.prefix...), addr), true, nil
 			}
 			if start == 0 {
 				break
@@ -246,6 +244,22 @@ func (s *keySource) appendClientAddress(dst []byte, r *ForwardedRequest) ([]byte
 		}
 	}
 	return dst, false, nil
+}
+
+// IPv6ClientBits is the prefix length by which a ClientAddress source keys an IPv6 client, as
+// client/middleware does by default: a host is usually given a /64 and picks its addresses in
+// it at will, and must not get a fresh budget with each.
+const IPv6ClientBits = 64
+
+// appendAddr appends a client's address as a key: an IPv4 address (an IPv4-mapped IPv6 one
+// too) as it is, an IPv6 address as its /64 in CIDR notation ("2001:db8:1:2::/64").
+func appendAddr(dst []byte, a netip.Addr) []byte {
+	a = a.Unmap()
+	if a.Is4() {
+		return a.AppendTo(dst)
+	}
+	p, _ := a.WithZone("").Prefix(IPv6ClientBits)
+	return p.AppendTo(dst)
 }
 
 // parseForwardedAddr parses an X-Forwarded-For entry: an IP address, optionally with a port
