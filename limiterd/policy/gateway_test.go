@@ -193,3 +193,66 @@ func BenchmarkKeyExtraction(b *testing.B) {
 		})
 	}
 }
+
+// FuzzClientAddress holds the X-Forwarded-For reader to a model: split every line on commas,
+// take the entry trustedHops from the right of all of them, and key it if it is an address.
+func FuzzClientAddress(f *testing.F) {
+	f.Add("203.0.113.9, 192.0.2.1", "10.0.0.5", uint8(2))
+	f.Add("[2001:db8::1]:443,,", "", uint8(1))
+	f.Add(" , ::ffff:1.2.3.4 ", "fe80::1%eth0", uint8(3))
+	f.Fuzz(func(t *testing.T, line1, line2 string, h uint8) {
+		n := int32(h%v1alpha1.MaxTrustedHops) + 1
+		x := gatewayPolicy(t, &v1alpha1.Gateway{KeySources: []v1alpha1.KeySource{
+			{Type: v1alpha1.KeySourceClientAddress, TrustedHops: &n}}}).Gateway
+		lines := []string{line1}
+		if line2 != "" {
+			lines = append(lines, line2)
+		}
+		key, ok, err := x.AppendKey(nil, &policy.ForwardedRequest{Header: http.Header{"X-Forwarded-For": lines}})
+		if len(line1)+len(line2) > v1alpha1.MaxGatewayHeaderBytes {
+			if !errors.Is(err, policy.ErrHeaderTooLarge) {
+				t.Fatalf("%d bytes: %v, want ErrHeaderTooLarge", len(line1)+len(line2), err)
+			}
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		var entries []string
+		for _, l := range lines {
+			entries = append(entries, strings.Split(l, ",")...)
+		}
+		want := ""
+		if int(n) <= len(entries) {
+			if a, ok := entryAddr(strings.TrimSpace(entries[len(entries)-int(n)])); ok {
+				a = a.Unmap()
+				if a.Is4() {
+					want = "ip:" + a.String()
+				} else {
+					p, _ := a.Prefix(policy.IPv6ClientBits)
+					want = "ip:" + p.String()
+				}
+			}
+		}
+		if got := string(key); ok != (want != "") || got != want {
+			t.Fatalf("X-Forwarded-For %q, hops %d: key %q (%v), want %q", lines, n, got, ok, want)
+		}
+	})
+}
+
+// entryAddr is the grammar of an X-Forwarded-For entry: an address, an address and a port, or
+// an IPv6 address in brackets; never with a zone.
+func entryAddr(e string) (netip.Addr, bool) {
+	if a, err := netip.ParseAddr(e); err == nil && a.Zone() == "" {
+		return a, true
+	}
+	if ap, err := netip.ParseAddrPort(e); err == nil && ap.Addr().Zone() == "" {
+		return ap.Addr(), true
+	}
+	if strings.HasPrefix(e, "[") && strings.HasSuffix(e, "]") {
+		if a, err := netip.ParseAddr(e[1 : len(e)-1]); err == nil && a.Is6() && a.Zone() == "" {
+			return a, true
+		}
+	}
+	return netip.Addr{}, false
+}
