@@ -20,6 +20,8 @@ const (
 	errNoGateway = "policy has no spec.gateway: it does not answer forward-auth requests (add spec.gateway to say where a forwarded request's client key comes from)"
 	errNoKey     = "no key: no key source of the policy's spec.gateway yielded a client key, and its missingKey is Reject"
 	errDeny      = "the only query parameter is deny, 403 or 429"
+
+	errForwardAuthPath = "no such path: " + forwardAuthPrefix + "<namespace>/<name> names a policy"
 )
 
 // allowedNoKey is the answer to a request without a key under missingKey Allow: nothing was
@@ -30,11 +32,14 @@ var allowedNoKey = []byte(`{"allowed":true}` + "\n")
 // derives the client key from the request's headers with the policy's spec.gateway and decides
 // cost 1 for it.
 func (h *Decisions) forwardAuth(w http.ResponseWriter, r *http.Request) {
-	id, err := v1alpha1.ParsePolicyID(r.URL.Path[len(forwardAuthPrefix):])
-	if err != nil {
-		writeError(w, http.StatusNotFound, "no such path: "+forwardAuthPrefix+"<namespace>/<name> names a policy: "+err.Error())
+	// The policy is looked up, not parsed: an ID of no loaded policy answers 404 either way,
+	// and the lookup costs no validation of names.
+	rest := r.URL.Path[len(forwardAuthPrefix):]
+	if ns, name, ok := strings.Cut(rest, "/"); !ok || ns == "" || name == "" || strings.IndexByte(name, '/') >= 0 {
+		writeError(w, http.StatusNotFound, errForwardAuthPath)
 		return
 	}
+	id := v1alpha1.PolicyID(rest)
 	deny := http.StatusTooManyRequests
 	switch r.URL.RawQuery {
 	case "":
