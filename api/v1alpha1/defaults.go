@@ -5,8 +5,9 @@ import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 // Default sets the defaults of unset optional fields, as the API server does from the CRD:
 // a token bucket's refillPeriod (a tier's, or a stacked tier's limit's) becomes
 // DefaultRefillPeriod (1s), a quota's timeZone DefaultTimeZone (UTC), failureMode
-// DefaultFailureMode (Open), tierNames DefaultTierNames (Shown) and refunds DefaultRefunds
-// (Disabled). It does not set the namespace (DecodePolicies does) and changes nothing else.
+// DefaultFailureMode (Open), tierNames DefaultTierNames (Shown), refunds DefaultRefunds
+// (Disabled) and a gateway's missingKey DefaultMissingKey (Reject). It does not set the
+// namespace (DecodePolicies does) and changes nothing else.
 // Default is idempotent.
 func (p *RateLimitPolicy) Default() {
 	defaultPeriod := func(tb *TokenBucket) {
@@ -36,5 +37,8 @@ func (p *RateLimitPolicy) Default() {
 	}
 	if p.Spec.Refunds == "" {
 		p.Spec.Refunds = DefaultRefunds
+	}
+	if g := p.Spec.Gateway; g != nil && g.MissingKey == "" {
+		g.MissingKey = DefaultMissingKey
 	}
 }

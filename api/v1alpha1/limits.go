@@ -59,6 +59,20 @@ const (
 	// make the operator and limiterd look up.
 	MaxTimeZoneLength = 64
 
+	// MaxKeySources is the most key sources of spec.gateway.
+	MaxKeySources = 8
+	// MaxHeaderNameLength is the longest header name of a key source.
+	MaxHeaderNameLength = 128
+	// MaxTrustedHops bounds a ClientAddress key source's trustedHops: how many entries of
+	// X-Forwarded-For limiterd reads, from the right.
+	MaxTrustedHops = 16
+	// MaxPathSegments bounds a Path key source's pathSegments.
+	MaxPathSegments = 16
+	// MaxGatewayHeaderBytes is the longest value of a header that a forward-auth request is
+	// decided from (a Header key source's header, X-Forwarded-For, -Host, -Method, -Uri,
+	// X-Original-URI); a longer one is refused rather than read.
+	MaxGatewayHeaderBytes = 4096
+
 	// MaxBatchItems is the most items of one batch of decisions (POST /v1/allow:batch).
 	MaxBatchItems = 1000
 )
@@ -86,3 +100,14 @@ const HiddenTierName = "limit"
 // DefaultRefunds is the refunds of a policy that sets none: refunds are off unless a policy
 // enables them.
 const DefaultRefunds = RefundsDisabled
+
+// DefaultMissingKey is the spec.gateway.missingKey of a policy that sets none.
+const DefaultMissingKey = MissingKeyReject
+
+// DefaultTrustedHops is the trustedHops of a ClientAddress key source that sets none: the
+// gateway that asks limiterd is the one trusted proxy.
+const DefaultTrustedHops = 1
+
+// SharedGatewayKey is the key of the requests that no key source gives one under
+// spec.gateway.missingKey Shared. Every key a source yields contains ':', this one does not.
+const SharedGatewayKey = "anonymous"

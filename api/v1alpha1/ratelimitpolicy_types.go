@@ -397,6 +397,121 @@ type RateLimitPolicySpec struct {
 	// request's descriptors into client keys of this policy.
 	// +optional
 	Envoy *Envoy `json:"envoy,omitempty"`
+
+	// gateway makes the policy answer forward-auth requests of gateways (nginx auth_request,
+	// Traefik ForwardAuth, Caddy forward_auth) at limiterd's /v1/forward-auth/<namespace>/<name>:
+	// it says where a forwarded request's client key comes from, and what happens to a request
+	// that yields none. A policy without it refuses forward-auth requests (409).
+	// +optional
+	Gateway *Gateway `json:"gateway,omitempty"`
+}
+
+// KeySourceType names where a forwarded request's client key comes from.
+// +kubebuilder:validation:Enum=Header;ClientAddress;Host;Method;Path
+type KeySourceType string
+
+const (
+	// KeySourceHeader takes the value of a request header: the key "header:<name in lower
+	// case>:<value>".
+	KeySourceHeader KeySourceType = "Header"
+	// KeySourceClientAddress takes the client's IP address from X-Forwarded-For, counting
+	// trustedHops entries from the right, else the address of the peer that sent the request:
+	// the key "ip:<address>" for IPv4, "ip:<network>/64" for IPv6 (a host picks the addresses
+	// of its /64 at will), as client/middleware keys them.
+	KeySourceClientAddress KeySourceType = "ClientAddress"
+	// KeySourceHost takes the original request's host (X-Forwarded-Host), in lower case: the
+	// key "host:<host>".
+	KeySourceHost KeySourceType = "Host"
+	// KeySourceMethod takes the original request's method (X-Forwarded-Method, else the
+	// method of the forward-auth request): the key "method:<method>".
+	KeySourceMethod KeySourceType = "Method"
+	// KeySourcePath takes the original request's path (X-Forwarded-Uri, else X-Original-URI,
+	// without its query), or its first pathSegments segments: the key "path:<path>".
+	KeySourcePath KeySourceType = "Path"
+)
+
+// MissingKey says what happens to a forwarded request from which no key source yields a key.
+// +kubebuilder:validation:Enum=Reject;Allow;Shared
+type MissingKey string
+
+const (
+	// MissingKeyReject rejects the request, with the deny status and no Retry-After: no wait
+	// admits it.
+	MissingKeyReject MissingKey = "Reject"
+	// MissingKeyAllow admits the request without deciding or charging anything.
+	MissingKeyAllow MissingKey = "Allow"
+	// MissingKeyShared decides the request for one key shared by every such request,
+	// SharedGatewayKey ("anonymous"), which no key source yields and an override may name.
+	MissingKeyShared MissingKey = "Shared"
+)
+
+// Gateway says how a request forwarded by a gateway (forward auth) yields its client key.
+type Gateway struct {
+	// keySources are tried in order until one yields a key: 1 to 8 sources. A source yields
+	// none when what it reads is absent or empty (a Header source's header, the X-Forwarded-Uri
+	// of a Path source), or when X-Forwarded-For has fewer entries than a ClientAddress
+	// source's trustedHops. Each key starts with its source ("header:x-api-key:", "ip:",
+	// "host:", "method:", "path:"), so that a value read from one source never names a client
+	// of another; overrides name keys in that form ("ip:192.0.2.7"). A header a client can set
+	// as it likes gives whoever sends it the allowance of its key: prefer a header the gateway
+	// sets after authenticating the client, or the client address.
+	// +required
+	// +listType=atomic
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=8
+	KeySources []KeySource `json:"keySources"`
+
+	// missingKey says what happens to a request from which no key source yields a key: Reject
+	// (the default) answers it with the deny status (429, or the status of the deny query
+	// parameter) without Retry-After; Allow admits it and charges nothing; Shared decides it
+	// for the one key "anonymous", which every such request shares and an override may name.
+	// +optional
+	// +kubebuilder:default=Reject
+	MissingKey MissingKey `json:"missingKey,omitempty"`
+}
+
+// KeySource is one place a forwarded request's client key may come from.
+// +kubebuilder:validation:XValidation:rule="self.type != 'Header' || has(self.header)",message="header is required when type is Header",fieldPath=".header"
+// +kubebuilder:validation:XValidation:rule="self.type == 'Header' || !has(self.header)",message="header must be set only when type is Header",fieldPath=".header"
+// +kubebuilder:validation:XValidation:rule="self.type == 'ClientAddress' || !has(self.trustedHops)",message="trustedHops must be set only when type is ClientAddress",fieldPath=".trustedHops"
+// +kubebuilder:validation:XValidation:rule="self.type == 'Path' || self.?pathSegments.orValue(0) == 0",message="pathSegments must be set only when type is Path",fieldPath=".pathSegments"
+type KeySource struct {
+	// type is where the key comes from: Header (the value of header), ClientAddress (the
+	// client's IPv4 address or IPv6 /64, see trustedHops), Host (X-Forwarded-Host, in lower case), Method
+	// (X-Forwarded-Method, else the method of the forward-auth request) or Path
+	// (X-Forwarded-Uri, else X-Original-URI, without its query; see pathSegments).
+	// +required
+	Type KeySourceType `json:"type"`
+
+	// header names the request header whose value is the key, for type Header: an HTTP field
+	// name (letters, digits and !#$%&'*+-.^_`|~), at most 128 characters, in any case. A
+	// header given more than once is refused (400), and a value over 4096 bytes too (431).
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:Pattern=`^[-!#$%&'*+.^_|~0-9A-Za-z\x60]+$`
+	Header string `json:"header,omitempty"`
+
+	// trustedHops is, for type ClientAddress, how many proxies (the gateway that asks limiterd
+	// included) append to X-Forwarded-For an entry that can be trusted; between 0 and 16,
+	// default 1. The client address is the entry trustedHops from the right: 1, the entry the
+	// gateway itself added (the address of its peer); 2, the one before it (the gateway
+	// behind one load balancer that appends the address it saw). Entries further left were
+	// sent by the client and are never read. When X-Forwarded-For has fewer entries, or an
+	// entry that is no IP address, the source yields no key; without X-Forwarded-For, or with
+	// trustedHops 0, the key is the address of the peer that sent the forward-auth request.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=16
+	TrustedHops *int32 `json:"trustedHops,omitempty"`
+
+	// pathSegments is, for type Path, how many leading segments of the path make the key:
+	// with 2, "/api/v1/users/7" gives "path:/api/v1". Between 0 and 16; 0 (the default) takes
+	// the whole path.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=16
+	PathSegments int32 `json:"pathSegments,omitempty"`
 }
 
 // Envoy maps the descriptors of Envoy rate-limit requests to client keys.

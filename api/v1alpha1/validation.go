@@ -19,6 +19,8 @@ var (
 	supportedFailureModes = []FailureMode{FailureModeOpen, FailureModeClosed, FailureModeLocal}
 	supportedTierNames    = []TierNames{TierNamesShown, TierNamesHidden}
 	supportedRefunds      = []Refunds{RefundsDisabled, RefundsEnabled}
+	supportedKeySources   = []KeySourceType{KeySourceHeader, KeySourceClientAddress, KeySourceHost, KeySourceMethod, KeySourcePath}
+	supportedMissingKeys  = []MissingKey{MissingKeyReject, MissingKeyAllow, MissingKeyShared}
 )
 
 // Validate reports every way p breaks the rules of a RateLimitPolicy; it is the one validation
@@ -133,7 +135,85 @@ func validateSpec(s *RateLimitPolicySpec, path *field.Path) field.ErrorList {
 	if s.Envoy != nil {
 		errs = append(errs, validateEnvoy(s.Envoy, path.Child("envoy"))...)
 	}
+	if s.Gateway != nil {
+		errs = append(errs, validateGateway(s.Gateway, path.Child("gateway"))...)
+	}
 	return errs
+}
+
+func validateGateway(g *Gateway, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	sourcesPath := path.Child("keySources")
+	switch {
+	case len(g.KeySources) == 0:
+		errs = append(errs, field.Required(sourcesPath, fmt.Sprintf("1 to %d key sources", MaxKeySources)))
+	case len(g.KeySources) > MaxKeySources:
+		errs = append(errs, field.TooMany(sourcesPath, len(g.KeySources), MaxKeySources))
+	}
+	for i := range g.KeySources {
+		errs = append(errs, validateKeySource(&g.KeySources[i], sourcesPath.Index(i))...)
+	}
+	if g.MissingKey != "" && !oneOf(g.MissingKey, supportedMissingKeys) {
+		errs = append(errs, field.NotSupported(path.Child("missingKey"), g.MissingKey, supportedMissingKeys))
+	}
+	return errs
+}
+
+func validateKeySource(k *KeySource, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	switch p := path.Child("type"); {
+	case k.Type == "":
+		errs = append(errs, field.Required(p, "one of Header, ClientAddress, Host, Method, Path"))
+	case !oneOf(k.Type, supportedKeySources):
+		errs = append(errs, field.NotSupported(p, k.Type, supportedKeySources))
+	}
+	headerPath := path.Child("header")
+	switch {
+	case k.Type == KeySourceHeader && k.Header == "":
+		errs = append(errs, field.Required(headerPath, "header is required when type is Header"))
+	case k.Type != KeySourceHeader && k.Header != "":
+		errs = append(errs, field.Forbidden(headerPath, "header must be set only when type is Header"))
+	case len(k.Header) > MaxHeaderNameLength:
+		errs = append(errs, field.TooLong(headerPath, k.Header, MaxHeaderNameLength))
+	case k.Header != "" && !isToken(k.Header):
+		errs = append(errs, field.Invalid(headerPath, k.Header, "must be an HTTP field name: letters, digits and !#$%&'*+-.^_`|~"))
+	}
+	if k.TrustedHops != nil {
+		p := path.Child("trustedHops")
+		if k.Type != KeySourceClientAddress {
+			errs = append(errs, field.Forbidden(p, "trustedHops must be set only when type is ClientAddress"))
+		}
+		if h := *k.TrustedHops; h < 0 || h > MaxTrustedHops {
+			errs = append(errs, field.Invalid(p, h, fmt.Sprintf("must be between 0 and %d", MaxTrustedHops)))
+		}
+	}
+	if k.PathSegments != 0 {
+		p := path.Child("pathSegments")
+		if k.Type != KeySourcePath {
+			errs = append(errs, field.Forbidden(p, "pathSegments must be set only when type is Path"))
+		}
+		if n := k.PathSegments; n < 0 || n > MaxPathSegments {
+			errs = append(errs, field.Invalid(p, n, fmt.Sprintf("must be between 0 and %d", MaxPathSegments)))
+		}
+	}
+	return errs
+}
+
+// isToken reports whether s is an HTTP token (RFC 9110, section 5.6.2): a field name.
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // usesAlgorithm says whether a tier of tiers, or a limit of a stacked tier, has algorithm a.

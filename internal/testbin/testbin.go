@@ -57,6 +57,9 @@ var (
 	// RedisServer and RedisCLI come from Debian's redis-server and redis-tools, on $PATH.
 	RedisServer = Program{name: "redis-server", install: "apt-get install redis-server redis-tools"}
 	RedisCLI    = Program{name: "redis-cli", install: "apt-get install redis-server redis-tools"}
+	// Nginx comes from Debian's nginx-light (with ngx_http_auth_request_module), on $PATH: the
+	// gateway tests (test/gateways) run it in front of limiterd.
+	Nginx = Program{name: "nginx", install: "apt-get install nginx-light"}
 )
 
 // Path returns the program's path, or an error naming the command that installs it (and, for a

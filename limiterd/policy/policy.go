@@ -90,6 +90,9 @@ type Policy struct {
 	Default *Tier
 	// Source is the validated, defaulted policy it was compiled from. Do not modify it.
 	Source *v1alpha1.RateLimitPolicy
+	// Gateway derives the client keys of forward-auth requests (spec.gateway); nil when the
+	// policy has none, and then it does not answer forward-auth requests.
+	Gateway *KeyExtractor
 
 	exact    map[string]*Tier
 	prefixes trie
@@ -138,6 +141,9 @@ func Compile(p *v1alpha1.RateLimitPolicy) (*Policy, error) {
 		byName[t.Name] = tier
 	}
 	c.Default = byName[src.Spec.DefaultTier]
+	if src.Spec.Gateway != nil {
+		c.Gateway = compileGateway(src.Spec.Gateway)
+	}
 	for _, o := range src.Spec.Overrides {
 		for _, k := range o.Clients {
 			c.exact[k] = byName[o.Tier]

@@ -85,6 +85,37 @@
 // policy is loaded, and 503 with Retry-After when the server holds too many request bodies
 // (WithBodyBudget).
 //
+// # Forward auth
+//
+//	<any method> /v1/forward-auth/<namespace>/<name>[?deny=403]
+//
+// answers the "may this request pass?" of a gateway that asks an outside service before it
+// proxies a request: nginx auth_request, Traefik ForwardAuth, Caddy forward_auth. The policy
+// must have spec.gateway, whose key sources derive the client key from the headers the gateway
+// sends (the original request's, X-Forwarded-For, X-Forwarded-Host, X-Forwarded-Method,
+// X-Forwarded-Uri or nginx's X-Original-URI; see v1alpha1.KeySource); the request is decided at
+// cost 1 for that key. The body, if any, is not read, and the method is any: the gateways send
+// the original one (nginx) or GET with X-Forwarded-Method (Traefik, Caddy).
+//
+// Allowed: 200 with the body and header fields of a decision (RateLimit-Policy, RateLimit),
+// which a gateway may copy to the request or the client. Rejected: 429 with Retry-After and the
+// same fields, which Traefik and Caddy return to the client as they are. nginx's auth_request
+// understands only 2xx, 401 and 403 and turns any other status into 500: with ?deny=403 a
+// rejection answers 403 instead (with Retry-After all the same), which an nginx location turns
+// back into 429 (README, "At the gateway"). A request from which no key source yields a key
+// follows the policy's missingKey: Reject answers the deny status (429 or 403) without
+// Retry-After, Allow answers 200 {"allowed":true} and charges nothing, Shared decides for the
+// key "anonymous".
+//
+// Errors answer {"error": "..."} and charge nothing: 400 for a header the key is read from that
+// is given more than once, or a query other than deny=403 or deny=429; 404 for a path that
+// names no policy, or a policy that is not loaded; 409 for a policy without spec.gateway; 431
+// for a header the key is read from longer than v1alpha1.MaxGatewayHeaderBytes (4096 bytes);
+// 503 before any policy is loaded. nginx shows each of them to its client as 500. The checks
+// for browsers below do not apply (the Origin and Sec-Fetch-Site a forward-auth request
+// carries are the forwarded request's), so the forward-auth path should be reachable by the
+// gateways only; the Host check of WithAllowedHosts does.
+//
 // # Browsers
 //
 // A web page can make a browser on the network send requests to the decisions API without
@@ -295,6 +326,13 @@ func (h *Decisions) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "/v1/allow:batch":
 		serve = (*Decisions).batch
 	default:
+		if isForwardAuth(r.URL.Path) {
+			// Any method, and no browser checks: the method and the headers are those of the
+			// request the gateway forwards, and a browser's Origin or Sec-Fetch-Site in them
+			// is about that request, not this one.
+			h.forwardAuth(w, r)
+			return
+		}
 		writeError(w, http.StatusNotFound, "no such path")
 		return
 	}
@@ -542,7 +580,8 @@ func writeDecision(w http.ResponseWriter, res *engine.Result) {
 }
 
 // writeAnswer writes a decision's JSON and header fields with status, with one allocation for
-// the header values. Retry-After is sent with a 429 only.
+// the header values. Retry-After is sent with a rejection's status only (429, or the 403 a
+// forward-auth request may ask for), never with a 200.
 func writeAnswer(w http.ResponseWriter, res *engine.Result, status int) {
 	h := w.Header()
 	h["Content-Type"] = jsonContentType
@@ -552,7 +591,7 @@ func writeAnswer(w http.ResponseWriter, res *engine.Result, status int) {
 	limited := res.Tier.Limited()
 	// A rejection without a retry time (a cost above the limit) has no Retry-After: no wait
 	// admits it.
-	retry := status == http.StatusTooManyRequests && res.RetryAfter > 0
+	retry := status != http.StatusOK && res.RetryAfter > 0
 	if limited || retry {
 		// Header values: RateLimit-Policy, RateLimit, Retry-After, in one string.
 		var ends [3]int
