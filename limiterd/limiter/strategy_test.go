@@ -2,12 +2,12 @@ package limiter_test
 
 import (
 	"math/big"
-	"math/rand/v2"
 	"runtime"
 	"testing"
 	"time"
 
 	"github.com/limiterd/limiterd/internal/testsupport"
+	"github.com/limiterd/limiterd/internal/testsupport/testseed"
 	"github.com/limiterd/limiterd/limiterd/limiter"
 	"github.com/limiterd/limiterd/limiterd/limiter/limitertest"
 )
@@ -138,7 +138,7 @@ func TestTokenBucketNoDrift(t *testing.T) {
 // TestTokenBucketMatchesExactModel compares random decisions with a model in exact rational
 // arithmetic: tokens = min(capacity, tokens + elapsed*rate/period).
 func TestTokenBucketMatchesExactModel(t *testing.T) {
-	rng := rand.New(rand.NewPCG(1, 2))
+	rng := testseed.Rand(t, 2)
 	for round := 0; round < 200; round++ {
 		capacity := rng.Int64N(20) + 1
 		rate := rng.Int64N(7) + 1
@@ -178,7 +178,7 @@ func TestTokenBucketMatchesExactModel(t *testing.T) {
 // TestSlidingWindowMatchesLog compares random decisions with the definition: a request is
 // admitted iff the units admitted in (now-window, now] plus its cost are at most the limit.
 func TestSlidingWindowMatchesLog(t *testing.T) {
-	rng := rand.New(rand.NewPCG(3, 4))
+	rng := testseed.Rand(t, 4)
 	type adm struct {
 		at   time.Time
 		cost int64

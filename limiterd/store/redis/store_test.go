@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/limiterd/limiterd/internal/testsupport/testseed"
 	"github.com/limiterd/limiterd/limiterd/limiter"
 	"github.com/limiterd/limiterd/limiterd/limiter/limitertest"
 )
@@ -71,7 +72,8 @@ func forEachRebaseAndSeed(t *testing.T, compare func(t *testing.T, s *Store, see
 			defer func(old string) { rebaseThreshold = old }(rebaseThreshold)
 			rebaseThreshold = tc.rebase
 			c := newClient(t, testOptions(shared(t).Addr()))
-			for seed := uint64(1); seed <= seeds; seed++ {
+			base := testseed.Seed(t)
+			for seed := base; seed < base+seeds; seed++ {
 				t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
 					compare(t, c.Store(t.Name()), seed)
 				})
