@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -140,7 +141,11 @@ func compareWithMemory(t *testing.T, store limiter.Store, r *rand.Rand, steps in
 		cost := []int64{1, 1, 1, 2, limit / 3, limit, limit + 1, 1 + r.Int64N(limit)}[r.IntN(8)]
 		cost = max(1, cost)
 		if r.IntN(6) == 0 {
-			want := ok(limitertest.Refund(mem, key, limitertest.One(rl), now, cost, nil))
+			want, err := limitertest.Refund(mem, key, limitertest.One(rl), now, cost, nil)
+			if errors.Is(err, limiter.ErrRefundTooLate) {
+				continue // see refundTooLateForMemory
+			}
+			want = ok(want, err)
 			got := ok(limitertest.Refund(store, key, limitertest.One(rl), now, cost, nil))
 			if got != want {
 				t.Fatalf("step %d: refund %q of %d by %s at %v:\n redis  %+v\n memory %+v", i, key, cost, fingerprint(rl), now, got, want)
@@ -275,6 +280,10 @@ func TestStackMatchesMemory(t *testing.T) {
 	})
 }
 
+// refundTooLateForMemory: after a few steps of the clock backwards in a row, a refund may be
+// more than limiter.RefundRecordGrace behind the newest instant. limiter.Memory refuses it
+// (ErrRefundTooLate, which its contract allows, and Redis's does not), so the comparisons make
+// such a refund on neither store.
 func compareStackWithMemory(t *testing.T, store *Store, r *rand.Rand, steps int) {
 	t.Helper()
 	ctx := t.Context()
@@ -327,7 +336,9 @@ func compareStackWithMemory(t *testing.T, store *Store, r *rand.Rand, steps int)
 			gotD, err = store.Decide(ctx, key, st, now, 0, got)
 		case 2:
 			op = "refund"
-			wantD, _ = limitertest.Refund(mem, key, st, now, cost, want)
+			if wantD, err = limitertest.Refund(mem, key, st, now, cost, want); errors.Is(err, limiter.ErrRefundTooLate) {
+				continue // see refundTooLateForMemory
+			}
 			gotD, err = limitertest.Refund(store, key, st, now, cost, got)
 		case 3: // a batch: the stack twice and a single-limit request between
 			// (on another key: in one batch, the engine sends a key one tier's requests)
