@@ -261,3 +261,25 @@ func TestPeekDoesNotConsume(t *testing.T) {
 		}
 	}
 }
+
+// TestTokenBucketRefundBehindTheClock: a refund whose instant lags behind a later decision (a
+// request that read the clock first and reached the store last) gives back its own units only.
+// Taking the bucket as empty at the refund's instant, as a decision does, gave back the later
+// decisions' units too.
+func TestTokenBucketRefundBehindTheClock(t *testing.T) {
+	b, err := limiter.NewTokenBucket(10, 1, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := limitertest.T0
+	var s limiter.State
+	if d := b.Decide(&s, t0.Add(5*time.Second), 10); !d.Allowed {
+		t.Fatalf("emptying the bucket at t0+5s: %+v", d)
+	}
+	if d := b.Refund(&s, t0, 1); d.Remaining != 0 { // at t0 the bucket is still more than empty
+		t.Errorf("a refund of 1 at t0, 5s behind: %d remaining at t0, want 0", d.Remaining)
+	}
+	if d := b.Peek(&s, t0.Add(5*time.Second)); d.Remaining != 1 {
+		t.Errorf("a refund of 1 at t0, 5s behind: %d remaining at t0+5s, want 1", d.Remaining)
+	}
+}

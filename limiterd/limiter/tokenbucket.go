@@ -186,12 +186,15 @@ func (b *TokenBucket) Peek(s *State, now time.Time) Decision {
 }
 
 // Refund implements RateLimiter: the TAT moves back by amount tokens' refill time, never before
-// now (a full bucket).
+// now (a full bucket). The TAT moves from where it is, even when it lies more than a full refill
+// ahead of now (a refund whose instant lags behind a later decision's): taking the bucket as
+// empty there, as a decision does, would give back the units of the later decisions too.
 func (b *TokenBucket) Refund(s *State, now time.Time, amount int64) Decision {
 	t := now.UnixNano()
 	adopt(&b.stamp, s, t)
-	if debt := b.debt(s, t); debt != (instant{}) {
-		back := b.tau // a refund of the capacity or more fills any bucket
+	if cur, at := (instant{ns: s.tat, frac: uint64(s.frac)}), (instant{ns: t}); less(at, cur) {
+		debt := b.sub(cur, at) // not bounded by tau, as b.debt bounds it
+		back := b.tau          // a refund of the capacity or more moves it back by a full refill
 		if amount < b.capacity {
 			back = mulDiv(uint64(amount), b.period, b.rate)
 		}

@@ -130,13 +130,16 @@ local function tbKeep(b)
   if b.ts then tbSet(b, b.ts, b.tn, b.tf, b.ds, b.dn, b.df) else redis.call('DEL', b.k) end
 end
 
--- tbRefund moves the TAT back by the refund's interval (the cost arguments), never before now.
+-- tbRefund moves the TAT back by the refund's interval (the cost arguments), never before now,
+-- from where it is: a TAT more than tau ahead (a refund whose now lags behind a later
+-- decision's) moves back by the interval only, as limiter.TokenBucket.Refund does.
 local function tbRefund(b)
   if b.ds == 0 and b.dn == 0 and b.df == 0 then return tbKeep(b) end
   local o = b.o
   local cs, cn, cf = tonumber(ARGV[o + TB_COST_S]), tonumber(ARGV[o + TB_COST_N]), tonumber(ARGV[o + TB_COST_F])
+  local ds, dn, df = sub(b.rate, b.ts, b.tn, b.tf, nows, nown, 0) -- the debt, not bounded by tau
   local rs, rn, rf = 0, 0, 0
-  if less(cs, cn, cf, b.ds, b.dn, b.df) then rs, rn, rf = sub(b.rate, b.ds, b.dn, b.df, cs, cn, cf) end
+  if less(cs, cn, cf, ds, dn, df) then rs, rn, rf = sub(b.rate, ds, dn, df, cs, cn, cf) end
   tbWrite(b, rs, rn, rf)
 end
 
