@@ -43,6 +43,11 @@ func TestConcurrent(t *testing.T) {
 	limitertest.RunConcurrent(t, c.Store(t.Name()), 32, 40, 200)
 }
 
+func TestConcurrentAsTheClockMoves(t *testing.T) {
+	c := newClient(t, testOptions(shared(t).Addr()))
+	limitertest.RunConcurrentMovingClock(t, c.Store(t.Name()), 32, 40, 200)
+}
+
 // seeds is how many random sequences TestMatchesMemory runs (go test -args -seeds N).
 var seeds = uint64(16)
 
