@@ -120,8 +120,22 @@ $(HELM_DOCS):
 test: test-tools verify-generated build node-deps ## CI: install the tools, check generated files, build the binaries and images, run every test with -race, then the chart on a real node (test-cluster).
 	$(GO) vet -tags soak ./test/soak/ # make soak is not part of make test: check it still builds
 	$(TEST_ENV) $(GO) test $(TEST_FLAGS) -count=1 -timeout 30m ./...
+	$(BENCH_TEST)
 	$(MEMORY_TEST)
 	$(CLUSTER_TEST)
+
+# Every benchmark once (-benchtime 1x), so that a broken one fails make test: the packages of this
+# module with a Benchmark function (clientbench is a module of its own), with the -race test run's
+# flags so that its test binaries are reused. BENCH_TEST_SKIPPED are the benchmarks whose setup alone
+# takes minutes under -race (a million clients, 10,000 policies); make bench runs them. On a loaded
+# 2-core machine this adds about 50 s to make test, half of it linking.
+BENCH_TEST_SKIPPED := ManyClients|Load10000Policies
+BENCH_TEST = $(TEST_ENV) $(GO) test $(TEST_FLAGS) -count=1 -run '^$$' -bench . -benchtime 1x -skip '$(BENCH_TEST_SKIPPED)' \
+	$$(grep -rl --include='*_test.go' '^func Benchmark' . | xargs -n1 dirname | sort -u | grep -v /clientbench)
+
+.PHONY: test-bench
+test-bench: ## Every benchmark once (-benchtime 1x) as make test runs them, but the slowest: a smoke test, not a measurement.
+	$(BENCH_TEST)
 
 # The tests that hold a bound against the process's real memory (limiterd/limiter/rss_test.go,
 # whose tests all have RSS in their name). The race detector's shadow memory would count in RSS,

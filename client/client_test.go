@@ -393,9 +393,25 @@ func TestUnavailable(t *testing.T) {
 		}
 		return c
 	}
-	gone := httptest.NewServer(http.NotFoundHandler())
-	gone.Close()
-	down, err := client.New(gone.URL)
+	// No answer from an address nobody else can take: a listener the test holds until it ends,
+	// which resets every connection it accepts. (A closed server's port could be reused by the
+	// next server of this very test, and answer 404.)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return // closed
+			}
+			_ = conn.(*net.TCPConn).SetLinger(0) // close with a reset, not a clean end
+			_ = conn.Close()
+		}
+	}()
+	down, err := client.New("http://" + ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,13 +2,13 @@ package engine_test
 
 import (
 	"errors"
-	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/limiterd/limiterd/api/v1alpha1"
 	"github.com/limiterd/limiterd/internal/testsupport"
+	"github.com/limiterd/limiterd/internal/testsupport/testseed"
 	"github.com/limiterd/limiterd/limiterd/engine"
 	"github.com/limiterd/limiterd/limiterd/limiter/limitertest"
 )
@@ -204,7 +204,7 @@ func TestRefundsNeverExceedTheLimit(t *testing.T) {
 			testsupport.TokenBucketLimit("minutely", minutely.capacity, minutely.rate, minutely.period)), []bucketLimit{burst, minutely}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			rng := rand.New(rand.NewPCG(1, 2))
+			rng := testseed.Rand(t, 2)
 			c := newRefundClient(t, func(s *v1alpha1.RateLimitPolicySpec) { s.Tiers[0] = tc.tier })
 			var issued, unrefunded []string // every reservation; those no refund has named yet
 			const latest = 3                // a recent refund names one of the latest unrefunded

@@ -4,6 +4,8 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/limiterd/limiterd/internal/testsupport/testseed"
 )
 
 // TestApplyOneMatchesStack: the one-limit path of the memory store (applyOne) answers and keeps
@@ -17,7 +19,8 @@ func TestApplyOneMatchesStack(t *testing.T) {
 	quota, _ := NewQuota(6, PeriodDay, time.UTC)
 	stacks := []*Stack{one(tbA), one(tbB), one(sw), one(quota)}
 	steps := []time.Duration{0, 1, time.Millisecond, 90 * time.Millisecond, 700 * time.Millisecond, 3 * time.Second, 25 * time.Hour}
-	for seed := range uint64(50) {
+	base := testseed.Seed(t)
+	for seed := base; seed < base+50; seed++ {
 		rng := rand.New(rand.NewPCG(seed, 21))
 		fast, slow := NewMemory(nil), NewMemory(nil)
 		now := time.Date(2026, 12, 5, 23, 59, 0, 0, time.UTC)

@@ -19,6 +19,10 @@ func TestMemoryConcurrentDecisionsOnOneKey(t *testing.T) {
 	limitertest.RunConcurrent(t, limiter.NewMemory(nil), 16, 200, 300)
 }
 
+func TestMemoryConcurrentDecisionsOnOneKeyAsTheClockMoves(t *testing.T) {
+	limitertest.RunConcurrentMovingClock(t, limiter.NewMemory(nil), 16, 200, 300)
+}
+
 // TestMemoryKeepsTheStrategiesItsClientsNeed: a store keeps the strategies that wrote its
 // clients' states in use, so a client's usage carries over exactly whatever the garbage
 // collector does, and lets them go with the last of those states. Before, the intern table kept

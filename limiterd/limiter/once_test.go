@@ -3,9 +3,10 @@ package limiter
 import (
 	"encoding/binary"
 	"errors"
-	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/limiterd/limiterd/internal/testsupport/testseed"
 )
 
 func recordID(n uint64) [16]byte {
@@ -20,7 +21,7 @@ func recordID(n uint64) [16]byte {
 // newest instant seen, an add more than the grace behind it is refused as too late, and the
 // records kept are exactly the unexpired ones.
 func TestRefundRecordsMatchAModel(t *testing.T) {
-	rng := rand.New(rand.NewPCG(1, 2))
+	rng := testseed.Rand(t, 2)
 	var r refundRecords
 	model := map[[16]byte]int64{}
 	var newest int64

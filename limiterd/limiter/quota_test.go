@@ -1,11 +1,11 @@
 package limiter_test
 
 import (
-	"math/rand/v2"
 	"testing"
 	"time"
 	_ "time/tzdata" // the zones below, whatever the machine has installed
 
+	"github.com/limiterd/limiterd/internal/testsupport/testseed"
 	"github.com/limiterd/limiterd/limiterd/limiter"
 )
 
@@ -273,7 +273,7 @@ func FuzzQuotaPeriod(f *testing.F) {
 // TestQuotaPeriodProperties runs the fuzz test's check on random instants in every zone and
 // period, and on the instants around every offset change of those zones from 1970 to 2040.
 func TestQuotaPeriodProperties(t *testing.T) {
-	rng := rand.New(rand.NewPCG(5, 6))
+	rng := testseed.Rand(t, 6)
 	for _, name := range quotaZones {
 		loc := mustZone(t, name)
 		for _, p := range quotaPeriods {

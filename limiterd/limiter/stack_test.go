@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/limiterd/limiterd/internal/testsupport/testseed"
 	"github.com/limiterd/limiterd/limiterd/limiter"
 	"github.com/limiterd/limiterd/limiterd/limiter/limitertest"
 )
@@ -136,7 +137,8 @@ func randomStack(r *rand.Rand) *limiter.Stack {
 // admits. The memory store must answer the model's decisions exactly: all or nothing, each
 // limit on its own state, and a rejected stack leaving every state as it was.
 func TestStackMatchesReplay(t *testing.T) {
-	for seed := range uint64(30) {
+	base := testseed.Seed(t)
+	for seed := base; seed < base+30; seed++ {
 		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
 			r := rand.New(rand.NewPCG(seed, 13))
 			ctx := t.Context()

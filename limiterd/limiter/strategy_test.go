@@ -2,12 +2,12 @@ package limiter_test
 
 import (
 	"math/big"
-	"math/rand/v2"
 	"runtime"
 	"testing"
 	"time"
 
 	"github.com/limiterd/limiterd/internal/testsupport"
+	"github.com/limiterd/limiterd/internal/testsupport/testseed"
 	"github.com/limiterd/limiterd/limiterd/limiter"
 	"github.com/limiterd/limiterd/limiterd/limiter/limitertest"
 )
@@ -138,7 +138,7 @@ func TestTokenBucketNoDrift(t *testing.T) {
 // TestTokenBucketMatchesExactModel compares random decisions with a model in exact rational
 // arithmetic: tokens = min(capacity, tokens + elapsed*rate/period).
 func TestTokenBucketMatchesExactModel(t *testing.T) {
-	rng := rand.New(rand.NewPCG(1, 2))
+	rng := testseed.Rand(t, 2)
 	for round := 0; round < 200; round++ {
 		capacity := rng.Int64N(20) + 1
 		rate := rng.Int64N(7) + 1
@@ -178,7 +178,7 @@ func TestTokenBucketMatchesExactModel(t *testing.T) {
 // TestSlidingWindowMatchesLog compares random decisions with the definition: a request is
 // admitted iff the units admitted in (now-window, now] plus its cost are at most the limit.
 func TestSlidingWindowMatchesLog(t *testing.T) {
-	rng := rand.New(rand.NewPCG(3, 4))
+	rng := testseed.Rand(t, 4)
 	type adm struct {
 		at   time.Time
 		cost int64
@@ -259,5 +259,27 @@ func TestPeekDoesNotConsume(t *testing.T) {
 		if d := rl.Decide(&s, limitertest.T0, 1); !d.Allowed {
 			t.Fatalf("%v: first decision after peeks rejected", rl.Algorithm())
 		}
+	}
+}
+
+// TestTokenBucketRefundBehindTheClock: a refund whose instant lags behind a later decision (a
+// request that read the clock first and reached the store last) gives back its own units only.
+// Taking the bucket as empty at the refund's instant, as a decision does, gave back the later
+// decisions' units too.
+func TestTokenBucketRefundBehindTheClock(t *testing.T) {
+	b, err := limiter.NewTokenBucket(10, 1, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := limitertest.T0
+	var s limiter.State
+	if d := b.Decide(&s, t0.Add(5*time.Second), 10); !d.Allowed {
+		t.Fatalf("emptying the bucket at t0+5s: %+v", d)
+	}
+	if d := b.Refund(&s, t0, 1); d.Remaining != 0 { // at t0 the bucket is still more than empty
+		t.Errorf("a refund of 1 at t0, 5s behind: %d remaining at t0, want 0", d.Remaining)
+	}
+	if d := b.Peek(&s, t0.Add(5*time.Second)); d.Remaining != 1 {
+		t.Errorf("a refund of 1 at t0, 5s behind: %d remaining at t0+5s, want 1", d.Remaining)
 	}
 }

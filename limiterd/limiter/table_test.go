@@ -3,14 +3,15 @@ package limiter
 import (
 	"fmt"
 	"hash/maphash"
-	"math/rand/v2"
 	"testing"
+
+	"github.com/limiterd/limiterd/internal/testsupport/testseed"
 )
 
 // TestBucketTableMatchesMap drives the table and a map with the same random inserts, updates
 // and removals and checks they agree after every step.
 func TestBucketTableMatchesMap(t *testing.T) {
-	rng := rand.New(rand.NewPCG(5, 6))
+	rng := testseed.Rand(t, 6)
 	tbl := bucketTable{seed: maphash.MakeSeed()}
 	ref := map[string]int64{}
 	for step := 0; step < 50_000; step++ {

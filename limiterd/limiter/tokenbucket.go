@@ -187,7 +187,9 @@ func (b *TokenBucket) Peek(s *State, now time.Time) Decision {
 }
 
 // Refund implements RateLimiter: the TAT moves back by amount tokens' refill time, never before
-// now (a full bucket).
+// now (a full bucket). The TAT moves from where it is, even when it lies more than a full refill
+// ahead of now (a refund whose instant lags behind a later decision's): taking the bucket as
+// empty there, as a decision does, would give back the units of the later decisions too.
 func (b *TokenBucket) Refund(s *State, now time.Time, amount int64) Decision {
 	t := now.UnixNano()
 	adopt(&b.stamp, s, t)

@@ -3,9 +3,10 @@ package limiter
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/limiterd/limiterd/internal/testsupport/testseed"
 )
 
 // TestShardWritersCountTheirStates drives a store with random decisions, peeks, refunds,
@@ -15,7 +16,7 @@ import (
 // would then be read.
 func TestShardWritersCountTheirStates(t *testing.T) {
 	ctx := context.Background()
-	rng := rand.New(rand.NewPCG(7, 8))
+	rng := testseed.Rand(t, 8)
 	var strategies []RateLimiter
 	for i := range int64(6) {
 		tb, err := NewTokenBucket(3+i, 1+i%2, time.Duration(50+i)*time.Millisecond)

@@ -5,7 +5,9 @@ package limitertest
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -684,55 +686,7 @@ func RunConcurrent(t *testing.T, store limiter.Store, workers, perWorker int, li
 	for name, st := range concurrentStacks(limit) {
 		t.Run(name, func(t *testing.T) {
 			key := "race-" + name
-			var (
-				wg             sync.WaitGroup
-				mu             sync.Mutex
-				held, admitted int64
-				rejected       int
-				errs           []error
-			)
-			fail := func(err error) {
-				mu.Lock()
-				errs = append(errs, err)
-				mu.Unlock()
-			}
-			for w := range workers {
-				wg.Go(func() {
-					var h, a int64
-					var r int
-					limits := make([]limiter.Decision, st.Len())
-					for i := range perWorker {
-						cost := int64(1 + (w+i)%3)
-						d, err := store.Decide(ctx, key, st, T0, cost, limits)
-						if err != nil {
-							fail(err)
-							return
-						}
-						if !d.Allowed {
-							r++
-							continue
-						}
-						h += cost
-						a++
-						if a%3 != 0 {
-							continue
-						}
-						// This worker holds the units it was just admitted: the refund returns one to each limit.
-						if _, err := Refund(store, key, st, T0, 1, limits); err != nil {
-							fail(err)
-							return
-						}
-						h--
-					}
-					mu.Lock()
-					held, admitted, rejected = held+h, admitted+a, rejected+r
-					mu.Unlock()
-				})
-			}
-			wg.Wait()
-			if len(errs) > 0 {
-				t.Fatalf("%d calls failed, the first: %v", len(errs), errs[0])
-			}
+			held, admitted, rejected := race(t, store, key, st, workers, perWorker, func() time.Time { return T0 })
 			if held > limit || held < 0 {
 				t.Fatalf("%d units held after %d admissions, limit %d", held, admitted, limit)
 			}
@@ -752,4 +706,133 @@ func RunConcurrent(t *testing.T, store limiter.Store, workers, perWorker int, li
 			t.Logf("%d workers: %d admitted, %d rejected, %d units held of %d", workers, admitted, rejected, held, limit)
 		})
 	}
+}
+
+// RunConcurrentMovingClock is RunConcurrent with the clock moving, so that refills and window
+// expiries race the decisions: every decision takes the next instant of a shared clock that
+// advances by one step per decision (workers may reach the store slightly out of that order, as
+// replicas do), and the run lasts about two full refills. Whatever the interleaving, the units
+// held (admitted costs minus refunds) never exceed what each limit allows over the elapsed time:
+// a token bucket its capacity plus its refill, a sliding window its limit in each window the run
+// touches. And more than limit units must have been admitted: refills were used.
+func RunConcurrentMovingClock(t *testing.T, store limiter.Store, workers, perWorker int, limit int64) {
+	decisions := int64(workers * perWorker)
+	step := 2 * time.Duration(limit) * movingRefill / time.Duration(decisions)
+	// One clock for the three stacks, which never goes back: a store's refund records refuse a
+	// refund much older than the newest instant they have seen.
+	var tick atomic.Int64
+	for name, st := range movingClockStacks(limit) {
+		t.Run(name, func(t *testing.T) {
+			start := tick.Load()
+			next := func() time.Time { return T0.Add(time.Duration(tick.Add(1)) * step) }
+			// A key of its own for every run: a store that outlives a run (Redis, go test -count)
+			// keeps the states of the last, whose clock ran ahead of this one's.
+			key := fmt.Sprintf("moving-%s-%d", name, movingRuns.Add(1))
+			held, admitted, rejected := race(t, store, key, st, workers, perWorker, next)
+			elapsed := time.Duration(tick.Load()-start) * step
+			allowed := int64(math.MaxInt64) // the least any limit allows
+			for j := range st.Len() {
+				var bound int64
+				switch l := st.Limiter(j).(type) {
+				case *limiter.TokenBucket:
+					bound = l.Limit() + int64(elapsed/movingRefill)
+				case *limiter.SlidingWindow:
+					bound = l.Limit() * (int64(elapsed/(time.Duration(limit)*movingRefill)) + 1)
+				default:
+					t.Fatalf("limit %q: no bound for %T", st.Name(j), l)
+				}
+				if held > bound {
+					t.Fatalf("%d units held after %d admissions over %v: limit %q allows %d", held, admitted, elapsed, st.Name(j), bound)
+				}
+				allowed = min(allowed, bound)
+			}
+			if held <= limit || rejected == 0 {
+				t.Fatalf("%d units held, %d rejected over %v: the run did not use refills and reach the limit (limit %d)",
+					held, rejected, elapsed, limit)
+			}
+			t.Logf("%d workers over %v: %d admitted, %d rejected, %d units held of %d allowed", workers, elapsed, admitted, rejected, held, allowed)
+		})
+	}
+}
+
+// movingRuns numbers the runs of RunConcurrentMovingClock in this process.
+var movingRuns atomic.Uint64
+
+// movingRefill is how often the stacks of RunConcurrentMovingClock give back one unit: a token
+// bucket refills 1 per movingRefill, and a sliding window of limit spans limit*movingRefill.
+const movingRefill = time.Second
+
+// movingClockStacks are the stacks RunConcurrentMovingClock races on: a token bucket of capacity
+// limit refilled by 1 every movingRefill, a sliding window of limit over limit*movingRefill, each
+// alone, and both stacked (the window a half larger, so that either may bind).
+func movingClockStacks(limit int64) map[string]*limiter.Stack {
+	tb := must(limiter.NewTokenBucket(limit, 1, movingRefill))
+	window := time.Duration(limit) * movingRefill
+	return map[string]*limiter.Stack{
+		"TokenBucket":   One(tb),
+		"SlidingWindow": One(must(limiter.NewSlidingWindow(limit, window))),
+		"Stack":         Stack("burst", tb, "daily", must(limiter.NewSlidingWindow(limit+limit/2, window))),
+	}
+}
+
+// race runs workers goroutines that each decide perWorker times on key at the instants at
+// returns, with costs of 1 to 3, refunding one unit of every third admission (at the next
+// instant). It returns the units held (admitted costs minus refunds), the admissions and the
+// rejections, and fails t if any call failed.
+func race(t *testing.T, store limiter.Store, key string, st *limiter.Stack, workers, perWorker int, at func() time.Time) (held, admitted int64, rejected int) {
+	t.Helper()
+	ctx := context.Background()
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	fail := func(err error) {
+		mu.Lock()
+		errs = append(errs, err)
+		mu.Unlock()
+	}
+	for w := range workers {
+		wg.Go(func() {
+			var h, a int64
+			var r int
+			limits := make([]limiter.Decision, st.Len())
+			for i := range perWorker {
+				cost := int64(1 + (w+i)%3)
+				d, err := store.Decide(ctx, key, st, at(), cost, limits)
+				if err != nil {
+					fail(err)
+					return
+				}
+				if !d.Allowed {
+					r++
+					continue
+				}
+				h += cost
+				a++
+				if a%3 != 0 {
+					continue
+				}
+				// This worker holds the units it was just admitted: the refund returns one to each limit.
+				switch _, err := Refund(store, key, st, at(), 1, limits); {
+				case errors.Is(err, limiter.ErrRefundTooLate):
+					// Behind the newest instant by more than the records keep (a worker that
+					// lagged while the clock moved): nothing was refunded.
+				case err != nil:
+					fail(err)
+					return
+				default:
+					h--
+				}
+			}
+			mu.Lock()
+			held, admitted, rejected = held+h, admitted+a, rejected+r
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		t.Fatalf("%d calls failed, the first: %v", len(errs), errs[0])
+	}
+	return held, admitted, rejected
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/limiterd/limiterd/internal/testsupport/testseed"
 	"github.com/limiterd/limiterd/limiterd/limiter"
 	"github.com/limiterd/limiterd/limiterd/limiter/limitertest"
 )
@@ -51,7 +52,8 @@ func compareBatchesWithMemory(t *testing.T, store limiter.Store, r *rand.Rand, b
 // and costs above the capacity against Redis and limiter.Memory.
 func TestBatchMatchesMemory(t *testing.T) {
 	c := newClient(t, testOptions(shared(t).Addr()))
-	for seed := uint64(1); seed <= seeds; seed++ {
+	base := testseed.Seed(t)
+	for seed := base; seed < base+seeds; seed++ {
 		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
 			compareBatchesWithMemory(t, c.Store(t.Name()), rand.New(rand.NewPCG(seed, 13)), 50, nil)
 		})
@@ -62,7 +64,7 @@ func TestBatchMatchesMemory(t *testing.T) {
 // calls answer NOSCRIPT, and the batch still answers as memory does, in order.
 func TestBatchAfterScriptFlush(t *testing.T) {
 	c := newClient(t, testOptions(shared(t).Addr()))
-	compareBatchesWithMemory(t, c.Store(t.Name()), rand.New(rand.NewPCG(3, 13)), 20, func() { do(t, c, "SCRIPT", "FLUSH") })
+	compareBatchesWithMemory(t, c.Store(t.Name()), testseed.Rand(t, 13), 20, func() { do(t, c, "SCRIPT", "FLUSH") })
 }
 
 // TestBatchRejectCache checks that a batch answers cached rejections without Redis and caches
