@@ -84,9 +84,10 @@ func TestRawStateAt(t *testing.T) {
 	}
 }
 
-// TestRawConvert: the rule for parameter changes. The tokens a client had used under the old
-// bucket (rounded up) stay used under the new one, at most its capacity; a state the new bucket
-// wrote, or a fresh one, is kept as it is; another algorithm's state starts fresh.
+// TestRawConvert: the rule for parameter changes, which never gives usage back. The debt a
+// client owed the old bucket carries to the new one exactly, unclamped (beyond its capacity it
+// just waits longer); a state the new bucket wrote, or a fresh one, is kept as it is; another
+// algorithm's units in use are charged as the new bucket's debt.
 func TestRawConvert(t *testing.T) {
 	now := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 	ns := now.UnixNano()
@@ -111,17 +112,17 @@ func TestRawConvert(t *testing.T) {
 		{"its own state, even a TAT beyond a full refill", used(time.Hour), old, int64(time.Hour), 0, 0},
 		{"the same parameters, another bucket", used(4 * time.Second), bucket(t, 10, 1, time.Second), int64(4 * time.Second), 0, 6},
 		{"a smaller capacity still above the usage", used(4 * time.Second), bucket(t, 5, 1, time.Second), int64(4 * time.Second), 0, 1},
-		{"a capacity below the usage: all used", used(4 * time.Second), bucket(t, 3, 1, time.Second), int64(3 * time.Second), 0, 0},
+		{"a capacity below the usage: the debt carries, unclamped", used(4 * time.Second), bucket(t, 3, 1, time.Second), int64(4 * time.Second), 0, 0},
 		{"a faster refill: the same tokens, refilled sooner", used(4 * time.Second), bucket(t, 10, 2, time.Second), int64(2 * time.Second), 0, 6},
-		{"a fraction of a token used counts as one", used(2500 * time.Millisecond), bucket(t, 10, 2, time.Second), int64(1500 * time.Millisecond), 0, 7},
+		{"a fraction of a token carries exactly", used(2500 * time.Millisecond), bucket(t, 10, 2, time.Second), int64(1250 * time.Millisecond), 0, 7},
 		{"an inexact refill keeps its fraction", used(time.Second), bucket(t, 10, 3, time.Second), 333_333_333, 1, 9},
 		{"a full bucket: nothing used", used(-time.Minute), bucket(t, 20, 1, time.Second), 0, 0, 20},
 		{"a fresh state", func() limiter.State { return limiter.State{} }, bucket(t, 20, 1, time.Second), fresh, 0, 20},
-		{"a sliding window's state starts fresh", func() limiter.State {
+		{"a sliding window's units in use are charged", func() limiter.State {
 			var s limiter.State
 			window.Decide(&s, now, 7)
 			return s
-		}, bucket(t, 20, 1, time.Second), fresh, 0, 20},
+		}, bucket(t, 20, 1, time.Second), int64(7 * time.Second), 0, 13},
 	} {
 		s := tc.to.Convert(tc.state(), now)
 		tat, frac := s.TAT()
