@@ -18,6 +18,12 @@ import (
 	"testing"
 	"time"
 
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -100,6 +106,7 @@ func TestCluster(t *testing.T) {
 		t.FailNow()
 	}
 	step("decisions", func(t *testing.T) { testDecisions(t, n) })
+	step("grpc decisions", func(t *testing.T) { testGRPCDecisions(t, n) })
 	step("own lease only", func(t *testing.T) { testForgedLease(t, n) })
 	step("algorithm change", func(t *testing.T) { testAlgorithmChange(t, n) })
 	step("rolling restart", func(t *testing.T) { testRollingRestart(t, n) })
@@ -127,7 +134,8 @@ func testInstall(t *testing.T, n *node) {
 		"--set", "limiterd.image.repository="+lRepo, "--set", "limiterd.image.tag="+lTag,
 		"--set", "operator.image.repository="+mRepo, "--set", "operator.image.tag="+mTag,
 		"--set", "limiterd.image.pullPolicy=Never", "--set", "operator.image.pullPolicy=Never",
-		"--set", "limiterd.podDisruptionBudget.enabled=true", "--set", "limiterd.podDisruptionBudget.minAvailable=1")
+		"--set", "limiterd.podDisruptionBudget.enabled=true", "--set", "limiterd.podDisruptionBudget.minAvailable=1",
+		"--set", "limiterd.grpc.enabled=true")
 
 	// The operator and 2 limiterd replicas are Ready, through their real probes, and stay up.
 	pods := readyPods(t, n, "app.kubernetes.io/instance="+release, 3)
@@ -245,14 +253,24 @@ func waitEnforced(t *testing.T, n *node, want string) {
 
 func serviceURL(t *testing.T, n *node, name string, port int32) string {
 	t.Helper()
+	return "http://" + net.JoinHostPort(clusterIP(t, getService(t, n, name)), fmt.Sprint(port))
+}
+
+func getService(t *testing.T, n *node, name string) *corev1.Service {
+	t.Helper()
 	svc, err := n.cs.CoreV1().Services(namespace).Get(t.Context(), name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return svc
+}
+
+func clusterIP(t *testing.T, svc *corev1.Service) string {
+	t.Helper()
 	if svc.Spec.ClusterIP == "" || svc.Spec.ClusterIP == "None" {
-		t.Fatalf("service %s has no ClusterIP", name)
+		t.Fatalf("service %s has no ClusterIP", svc.Name)
 	}
-	return "http://" + net.JoinHostPort(svc.Spec.ClusterIP, fmt.Sprint(port))
+	return svc.Spec.ClusterIP
 }
 
 func podURL(p corev1.Pod, port int) string {
@@ -285,6 +303,65 @@ func testDecisions(t *testing.T, n *node) {
 	if got := admitted(t, []corev1.Pod{pods[0]}, "pod-client", 15); got != 10 {
 		t.Errorf("pod %s admitted %d of 15, want the capacity 10", pods[0].Name, got)
 	}
+}
+
+// testGRPCDecisions asks Envoy's rate-limit service (ShouldRateLimit) through the decisions
+// Service's port "grpc", from the host, as Envoy's ratelimit filter does. The domain is the
+// policy; the policy has no spec.envoy.descriptorKey, so the whole descriptor is the client key.
+// One connection stays on one replica (kube-proxy balances connections, not calls), so its
+// token bucket of 10 decides exactly: 10 OK, then OVER_LIMIT.
+func testGRPCDecisions(t *testing.T, n *node) {
+	svc := getService(t, n, release)
+	var port int32
+	for _, p := range svc.Spec.Ports {
+		if p.Name == "grpc" {
+			port = p.Port
+		}
+	}
+	if port != 8081 {
+		t.Fatalf("decisions Service ports %+v: no port grpc 8081 with limiterd.grpc.enabled", svc.Spec.Ports)
+	}
+	conn, err := grpc.NewClient(net.JoinHostPort(clusterIP(t, svc), fmt.Sprint(port)),
+		grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithNoProxy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := rlsv3.NewRateLimitServiceClient(conn)
+	req := &rlsv3.RateLimitRequest{Domain: policy, Descriptors: []*ratelimitv3.RateLimitDescriptor{{
+		Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "remote_address", Value: "grpc-client"}},
+	}}}
+	// The policy's standard tier, a token bucket of 10 refilled 1 a day: its window is the full
+	// refill, 10 days.
+	wantLimit := &rlsv3.RateLimitResponse_RateLimit{
+		Name: "standard", RequestsPerUnit: 10, Unit: rlsv3.RateLimitResponse_RateLimit_DAY, UnitMultiplier: wrapperspb.UInt32(10),
+	}
+	for i := range 12 {
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		resp, err := c.ShouldRateLimit(ctx, req)
+		cancel()
+		if err != nil {
+			t.Fatalf("ShouldRateLimit %d through the Service: %v", i, err)
+		}
+		want := rlsv3.RateLimitResponse_OK
+		if i >= 10 {
+			want = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+		if len(resp.GetStatuses()) != 1 {
+			t.Fatalf("ShouldRateLimit %d: %d statuses, want 1: %v", i, len(resp.GetStatuses()), resp)
+		}
+		st := resp.GetStatuses()[0]
+		if resp.GetOverallCode() != want || st.GetCode() != want {
+			t.Errorf("ShouldRateLimit %d: overall %v, descriptor %v, want %v", i, resp.GetOverallCode(), st.GetCode(), want)
+		}
+		if !proto.Equal(st.GetCurrentLimit(), wantLimit) {
+			t.Errorf("ShouldRateLimit %d: current_limit %v, want %v", i, st.GetCurrentLimit(), wantLimit)
+		}
+		if i < 10 && st.GetLimitRemaining() != uint32(9-i) {
+			t.Errorf("ShouldRateLimit %d: limit_remaining %d, want %d", i, st.GetLimitRemaining(), 9-i)
+		}
+	}
+	t.Logf("12 ShouldRateLimit calls through %s:%d: 10 OK, then OVER_LIMIT, current_limit %v", svc.Spec.ClusterIP, port, wantLimit)
 }
 
 // admitted sends total requests for key, round robin over pods, and returns how many were allowed;
