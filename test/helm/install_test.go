@@ -421,6 +421,9 @@ func TestInstall(t *testing.T) {
 			"STATUS: deployed",
 			"kubectl port-forward -n " + namespace + " svc/" + limiterdName + " 8080:8080",
 			"curl -sS -X POST http://127.0.0.1:8080/v1/allow",
+			// /metrics answers 401 without a token (test/cluster): NOTES shows how to get one.
+			"--clusterrole=" + limiterdName + "-metrics-reader",
+			`curl -sS -H "Authorization: Bearer $(kubectl create token metrics-probe -n ` + namespace + `)"`,
 			"kind: RateLimitPolicy",
 			"NetworkPolicies are on (enforced only by a network plugin that implements them)",
 			"the admin port admits pods of monitoring, platform-ops only",
