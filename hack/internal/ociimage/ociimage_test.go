@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -263,6 +264,12 @@ func TestRepositoryDockerfiles(t *testing.T) {
 			}
 			if tc.file == "hack/node/pause/Dockerfile" {
 				return
+			}
+			if tc.file == "Dockerfile.limiterd" {
+				// The ports of SECURITY.md: decisions, gRPC (Envoy's rate-limit service), admin.
+				if want := []string{"8080/tcp", "8081/tcp", "9090/tcp"}; !slices.Equal(slices.Sorted(maps.Keys(c.ExposedPorts)), want) {
+					t.Errorf("exposed ports %v, want %v", c.ExposedPorts, want)
+				}
 			}
 			if c.User != "65532:65532" || c.Labels["org.opencontainers.image.version"] != "9.9.9" ||
 				c.Labels["org.opencontainers.image.revision"] != "abc" || c.Labels["org.opencontainers.image.source"] == "" {
