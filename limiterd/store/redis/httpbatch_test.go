@@ -8,10 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/limiterd/limiterd/api/v1alpha1"
-	"github.com/limiterd/limiterd/limiterd/engine"
-	"github.com/limiterd/limiterd/limiterd/limiter"
-	"github.com/limiterd/limiterd/limiterd/policy"
 	limiterdserver "github.com/limiterd/limiterd/limiterd/server"
 	"github.com/limiterd/limiterd/limiterd/store/redis/redistest"
 )
@@ -28,7 +24,7 @@ func TestHTTPBatchCannotChooseFailureMode(t *testing.T) {
 	// CPU on a shared test machine (TestLargeBatchIsDecidedByRedis checks the bound against a
 	// batch of more than a timeout's worth of Redis time on any machine).
 	c := newClient(t, Options{Addrs: []string{srv.Addr()}, Timeout: 500 * time.Millisecond})
-	docs, err := v1alpha1.DecodePolicies([]byte(`apiVersion: limiterd.dev/v1alpha1
+	e := engineWith(t, c, `apiVersion: limiterd.dev/v1alpha1
 kind: RateLimitPolicy
 metadata: {name: stacked, namespace: default}
 spec:
@@ -40,20 +36,7 @@ spec:
     - {name: minute, algorithm: SlidingWindow, slidingWindow: {limit: 50, window: 1m}}
     - {name: second, algorithm: TokenBucket, tokenBucket: {capacity: 500, refillRate: 1, refillPeriod: 1s}}
     - {name: daily, algorithm: SlidingWindow, slidingWindow: {limit: 5000, window: 24h}}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := policy.Compile(&docs[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	set, err := policy.NewSet(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := engine.New(engine.Options{NewStore: func(id v1alpha1.PolicyID) limiter.Store { return c.Store(id.String()) }})
-	e.Swap(set)
+`)
 	hs := httptest.NewServer(limiterdserver.NewDecisions(e, nil))
 	defer hs.Close()
 
