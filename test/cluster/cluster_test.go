@@ -744,8 +744,15 @@ func testRedis(t *testing.T, n *node) {
 		}
 	}
 	waitEnforced(t, n, "2/2")
-	// Both replicas share the window: exactly the limit, together.
-	if got := admitted(t, pods, "shared-client", 30); got != 10 {
+	// Both replicas share the window: exactly the limit, together, every request decided by
+	// Redis (a store error would have the failure mode, Local, decide from one replica's memory).
+	token := prometheusToken(t, n)
+	before := storeErrors(t, pods, token)
+	got := admitted(t, pods, "shared-client", 30)
+	if errs := storeErrors(t, pods, token) - before; errs != 0 {
+		t.Errorf("%v store errors while 2 replicas decided 30 requests on a running Redis, want none", errs)
+	}
+	if got != 10 {
 		t.Errorf("2 replicas on one Redis admitted %d of 30, want exactly the limit 10", got)
 	}
 	// Redis gone: failureMode Local keeps answering from each replica's memory, and the store
@@ -759,6 +766,39 @@ func testRedis(t *testing.T, n *node) {
 			}
 		}
 	}
+}
+
+// storeErrors returns the sum of limiterd_store_errors_total over pods, scraped from their admin
+// port with token.
+func storeErrors(t *testing.T, pods []corev1.Pod, token string) float64 {
+	t.Helper()
+	total := 0.0
+	for _, p := range pods {
+		req, err := http.NewRequest(http.MethodGet, podURL(p, 9090)+"/metrics", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := freshClient.Do(req)
+		if err == nil && resp.StatusCode != http.StatusOK {
+			_ = resp.Body.Close()
+			err = fmt.Errorf("status %d", resp.StatusCode)
+		}
+		if err != nil {
+			t.Fatalf("scrape %s: %v", p.Name, err)
+		}
+		ss, err := parseMetrics(resp.Body)
+		_ = resp.Body.Close()
+		if err != nil {
+			t.Fatalf("scrape %s: %v", p.Name, err)
+		}
+		for _, s := range ss {
+			if s.name == "limiterd_store_errors_total" {
+				total += s.value
+			}
+		}
+	}
+	return total
 }
 
 // ---------------------------------------------------------------------------------------- metrics

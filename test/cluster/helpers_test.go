@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -223,9 +224,10 @@ func allow(c *http.Client, url, policy, key string) (decision, error) {
 type series struct {
 	name   string
 	labels map[string]string
+	value  float64
 }
 
-var sampleLine = regexp.MustCompile(`^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? \S+`)
+var sampleLine = regexp.MustCompile(`^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)`)
 var labelPair = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"`)
 
 // parseMetrics reads the samples of a Prometheus text exposition.
@@ -242,7 +244,11 @@ func parseMetrics(r io.Reader) ([]series, error) {
 		if m == nil {
 			return nil, fmt.Errorf("unparsable metrics line %q", line)
 		}
-		se := series{name: m[1], labels: map[string]string{}}
+		v, err := strconv.ParseFloat(m[3], 64)
+		if err != nil {
+			return nil, fmt.Errorf("metrics line %q: value: %w", line, err)
+		}
+		se := series{name: m[1], labels: map[string]string{}, value: v}
 		for _, p := range labelPair.FindAllStringSubmatch(m[2], -1) {
 			se.labels[p[1]] = p[2]
 		}

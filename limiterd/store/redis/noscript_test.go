@@ -254,3 +254,66 @@ func delayCopy(dst, src net.Conn, d time.Duration, done <-chan struct{}) {
 		}
 	}
 }
+
+// TestScriptsLoadedOnConnect checks that a client loads every script of the store on every node
+// as it connects, before any decision: the first decision on a fresh Redis must not pay for
+// NOSCRIPT, a second round trip with the script's source and its compilation. On the test node
+// that pushed the first decisions of freshly started replicas past the 50 ms timeout, and failure
+// mode Local admitted them from each replica's memory (13 admitted against a shared limit of 10).
+func TestScriptsLoadedOnConnect(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		addrs func(t *testing.T) []string
+	}{
+		{"one server", func(t *testing.T) []string { return []string{redistest.Start(t).Addr()} }},
+		{"cluster", func(t *testing.T) []string { return redistest.StartCluster(t, 3).Addrs() }},
+		{"server started after the client", nil}, // the connection made in the background
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var srv *redistest.Server
+			var c *Client
+			if tc.addrs != nil {
+				c = newClient(t, Options{Addrs: tc.addrs(t)})
+			} else {
+				srv = redistest.Start(t)
+				addr := srv.Addr()
+				srv.Stop()
+				c = newClient(t, Options{Addrs: []string{addr}})
+				srv.Restart(t)
+				select {
+				case <-c.done:
+				case <-time.After(10 * time.Second):
+					t.Fatal("client not connected 10 s after the server started")
+				}
+			}
+			cn, err := c.get()
+			if err != nil {
+				t.Fatal(err)
+			}
+			scripts := allScripts()
+			if len(scripts) != 8 {
+				t.Fatalf("%d scripts, want 8: the reset scripts and 3 sets of algorithms, lean and full", len(scripts))
+			}
+			for addr, node := range cn.Nodes() {
+				cmd := node.B().ScriptExists().Sha1(shas(scripts)...).Build()
+				exists, err := node.Do(t.Context(), cmd).AsIntSlice()
+				if err != nil {
+					t.Fatalf("%s: SCRIPT EXISTS: %v", addr, err)
+				}
+				for i, e := range exists {
+					if e != 1 {
+						t.Errorf("%s: script %d (%.40q) not loaded on connect", addr, i, scripts[i].source)
+					}
+				}
+			}
+		})
+	}
+}
+
+func shas(scripts []*script) []string {
+	out := make([]string, len(scripts))
+	for i, s := range scripts {
+		out[i] = s.sha
+	}
+	return out
+}

@@ -34,8 +34,8 @@ var (
 	resetScanSource string
 
 	decideScripts   = joinScripts(decideEntry)
-	resetScript     = rueidis.NewLuaScript(resetSource)
-	resetScanScript = rueidis.NewLuaScript(resetScanSource)
+	resetScript     = newScript(resetSource)
+	resetScanScript = newScript(resetScanSource)
 )
 
 // algorithms is the set of algorithms whose section of the library a script holds.
@@ -104,10 +104,22 @@ func joinScripts(entry string) *scripts {
 				}
 			}
 			src = withProtocol(src + "\n" + entry)
-			all[set][full] = script{source: src, lua: rueidis.NewLuaScript(src), sha: scriptSHA(src)}
+			all[set][full] = newScript(src)
 		}
 	}
 	return &all
+}
+
+// allScripts returns every script the store runs: the decision scripts of each set of
+// algorithms, lean and full, and the reset scripts.
+func allScripts() []*script {
+	all := []*script{&resetScript, &resetScanScript}
+	for set := withTokenBucket; set <= withAll; set++ {
+		for full := range 2 {
+			all = append(all, &decideScripts[set][full])
+		}
+	}
+	return all
 }
 
 // protocolName is a name the protocol may define (protocolNames): a word in capitals.
@@ -132,6 +144,11 @@ func withProtocol(source string) string {
 		lines[i] = code
 	}
 	return strings.Join(lines, "")
+}
+
+// newScript returns the script of source.
+func newScript(source string) script {
+	return script{source: source, lua: rueidis.NewLuaScript(source), sha: scriptSHA(source)}
 }
 
 // scriptSHA returns the SHA-1 digest that EVALSHA names a script by.

@@ -205,6 +205,7 @@ func New(opts Options) (*Client, error) {
 	} else {
 		close(c.done)
 		c.checkEviction(ctx)
+		c.preloadScripts(ctx)
 	}
 	if opts.RejectCache > 0 {
 		c.resetsDone = make(chan struct{})
@@ -259,6 +260,7 @@ func (c *Client) connectLoop(ctx context.Context) {
 		if err == nil {
 			c.log.Info("redis connected", "addrs", c.opts.Addrs)
 			c.checkEviction(ctx)
+			c.preloadScripts(ctx)
 			return
 		}
 		c.log.Debug("redis connect failed", "error", err)
@@ -297,6 +299,26 @@ func (c *Client) get() (*conn, error) {
 // every key limiterd writes has an expiry, and volatile-ttl evicts the state closest to being
 // fresh again, whose loss gives its client back least.
 const RecommendedEvictionPolicy = "volatile-ttl"
+
+// preloadScripts loads every script of the store on every node (SCRIPT LOAD), once a
+// connection is made, so that no decision pays for it: otherwise the first call of each script
+// is answered NOSCRIPT and sent again with its source, which Redis then compiles, two round trips
+// and a compilation within the decision's timeout. Right after start-up, on a busy machine, that
+// missed the timeout, and the failure mode answered the first decisions (failure mode Local
+// admitted them from each replica's memory: 13 admitted against a shared limit of 10). It waits
+// at most the connection's dial timeout; a failure is logged, and calls load the scripts
+// themselves as before.
+func (c *Client) preloadScripts(ctx context.Context) {
+	cn, err := c.get()
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, max(c.opts.Timeout, time.Second))
+	defer cancel()
+	if err := loadScripts(ctx, cn, allScripts()); err != nil {
+		c.log.Warn("redis scripts not loaded ahead of decisions", "error", err)
+	}
+}
 
 // checkEviction warns, once a connection is made, about each Redis node whose memory settings
 // leave client state unbounded (maxmemory 0: it grows with the number of client keys, which
@@ -521,7 +543,7 @@ func (s *Store) Reset(ctx context.Context, key string) error {
 			ctx, cancel := context.WithTimeout(ctx, s.c.opts.Timeout)
 			defer cancel()
 			keys = append([]string{k}, keys...)
-			err = resetScript.Exec(ctx, cn, keys, []string{ResetChannel, s.policy + "\x00" + key}).Error()
+			err = resetScript.lua.Exec(ctx, cn, keys, []string{ResetChannel, s.policy + "\x00" + key}).Error()
 		}
 	}
 	if s.cache != nil {
@@ -560,7 +582,7 @@ func (s *Store) limitKeys(ctx context.Context, cn *conn, k string) ([]string, er
 	var keys []string
 	for cursor := "0"; ; {
 		step, cancel := context.WithTimeout(ctx, s.c.opts.Timeout)
-		r, err := resetScanScript.Exec(step, cn, []string{k}, []string{cursor, pattern, count}).ToArray()
+		r, err := resetScanScript.lua.Exec(step, cn, []string{k}, []string{cursor, pattern, count}).ToArray()
 		cancel()
 		if err != nil {
 			return nil, fmt.Errorf("scan for the client's limits: %w", err)
