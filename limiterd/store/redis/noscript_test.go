@@ -38,11 +38,13 @@ func TestBatchAfterScriptFlushUnderFailureModeOpen(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := redistest.Start(t)
-			// Redis a network away (a round trip of 10 ms), and a timeout of 500 ms that
-			// holds a piece's pipeline with room to spare on a loaded machine (with 50 ms,
-			// the default, a test machine's starved CPU fails pieces even without a flush).
-			// One round trip per item, as before the fix, is 1.28 s for a piece of 128.
-			c := newClient(t, Options{Addrs: []string{delayedLink(t, srv.Addr(), 5*time.Millisecond)}, Timeout: 500 * time.Millisecond})
+			// Redis a network away (a round trip of 20 ms), and a timeout of 2 s that holds
+			// a piece's few round trips with room to spare on a loaded machine (with 50 ms,
+			// the default, a test machine's starved CPU fails pieces even without a flush;
+			// with 500 ms, 4 pieces of the stack case timed out in a make test run beside
+			// other builds, load average 9 on 2 cores). One round trip per item, as before
+			// the fix, is 2.56 s for a piece of 128: past the timeout.
+			c := newClient(t, Options{Addrs: []string{delayedLink(t, srv.Addr(), 10*time.Millisecond)}, Timeout: 2 * time.Second})
 			e := engineWith(t, c, `apiVersion: limiterd.dev/v1alpha1
 kind: RateLimitPolicy
 metadata: {name: noscript, namespace: default}
