@@ -8,6 +8,7 @@ import (
 	"net"
 	"time"
 
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/limiterd/limiterd/limiterd/engine"
 	"github.com/limiterd/limiterd/limiterd/envoyrls"
+	"github.com/limiterd/limiterd/limiterd/extauthz"
 )
 
 // Bounds of the gRPC server that no flag sets.
@@ -106,7 +108,7 @@ func (l grpcLimits) options() []grpc.ServerOption {
 	}, envoyrls.ServerOptions()...)
 }
 
-// addGRPC adds Envoy's rate-limit service on cfg.grpcAddr to d's background loops, unless the
+// addGRPC adds Envoy's rate-limit and external authorization services on cfg.grpcAddr to d's background loops, unless the
 // address is empty. A listen failure is reported as the loop's error, which stops limiterd.
 func (d *daemon) addGRPC(cfg config) {
 	if cfg.grpcAddr == "" {
@@ -121,8 +123,8 @@ func (d *daemon) addGRPC(cfg config) {
 	})
 }
 
-// knownServiceHealth serves grpc.health.v1.Health for the server as a whole ("") and the
-// rate-limit service, and answers NotFound for any other name without passing it to grpc-go's
+// knownServiceHealth serves grpc.health.v1.Health for the server as a whole ("") and its
+// services (rate limit, external authorization), and answers NotFound for any other name without passing it to grpc-go's
 // health server, whose Watch keeps every name it was asked about for the life of the process
 // (grpc-go v1.84; grpc/grpc-go#9411 fixes it upstream): 4,000 watches of 60 KB names, each
 // ended, held 251 MiB.
@@ -130,10 +132,11 @@ type knownServiceHealth struct {
 	*health.Server
 }
 
-var errUnknownHealthService = status.Errorf(codes.NotFound, "unknown service: this server reports the health of \"\" and %s", rlsv3.RateLimitService_ServiceDesc.ServiceName)
+var errUnknownHealthService = status.Errorf(codes.NotFound, "unknown service: this server reports the health of \"\", %s and %s",
+	rlsv3.RateLimitService_ServiceDesc.ServiceName, authv3.Authorization_ServiceDesc.ServiceName)
 
 func knownHealthService(name string) bool {
-	return name == "" || name == rlsv3.RateLimitService_ServiceDesc.ServiceName
+	return name == "" || name == rlsv3.RateLimitService_ServiceDesc.ServiceName || name == authv3.Authorization_ServiceDesc.ServiceName
 }
 
 // Check answers the health of a known service.
@@ -152,8 +155,9 @@ func (h knownServiceHealth) Watch(req *healthpb.HealthCheckRequest, stream healt
 	return h.Server.Watch(req, stream) //nolint:wrapcheck // grpc-go's status, answered as is
 }
 
-// serveGRPC serves envoy.service.ratelimit.v3.RateLimitService and grpc.health.v1.Health on
-// addr, within limits, until ctx is done, then stops gracefully: new calls are refused, and
+// serveGRPC serves envoy.service.ratelimit.v3.RateLimitService, envoy.service.auth.v3.Authorization
+// (ext_authz) and grpc.health.v1.Health on addr, within limits (the calls in flight of both
+// services counted together), until ctx is done, then stops gracefully: new calls are refused, and
 // calls in flight finish, for at most timeout, after which their connections are closed and
 // their contexts cancelled. Health turns NOT_SERVING as soon as draining is closed (nil: when
 // ctx is done), while calls are still served, so that clients that check health move away
@@ -171,8 +175,10 @@ func serveGRPC(ctx context.Context, draining <-chan struct{}, addr string, timeo
 	ln = netutil.LimitListener(ln, limits.maxConnections)
 	srv := grpc.NewServer(append(limits.options(), opts...)...)
 	rlsv3.RegisterRateLimitServiceServer(srv, envoyrls.New(e, log))
+	authv3.RegisterAuthorizationServer(srv, extauthz.New(e, log))
 	healthSrv := health.NewServer()
 	healthSrv.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	healthSrv.SetServingStatus(authv3.Authorization_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(srv, knownServiceHealth{healthSrv})
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"golang.org/x/net/http2"
 	"google.golang.org/grpc"
@@ -92,6 +93,7 @@ func startGRPCWith(t *testing.T, clock func() time.Time, timeout time.Duration, 
 			DefaultTier: "standard",
 			Tiers: []v1alpha1.Tier{{Name: "standard", Algorithm: v1alpha1.AlgorithmTokenBucket,
 				TokenBucket: &v1alpha1.TokenBucket{Capacity: 2, RefillRate: 1}}},
+			Gateway: &v1alpha1.Gateway{KeySources: []v1alpha1.KeySource{{Type: v1alpha1.KeySourceHeader, Header: "X-Api-Key"}}},
 		},
 	})
 	if err != nil {
@@ -387,6 +389,37 @@ func TestServeGRPCClosesConnectionsThatHoldNothing(t *testing.T) {
 	})
 }
 
+// checkRequest is an ext_authz check of default/api for the client key.
+func checkRequest(key string) *authv3.CheckRequest {
+	return &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
+		ContextExtensions: map[string]string{"namespace": "default", "policy": "api"},
+		Request: &authv3.AttributeContext_Request{Http: &authv3.AttributeContext_HttpRequest{
+			Method: "GET", Host: "shop.example", Path: "/", Headers: map[string]string{"x-api-key": key},
+		}},
+	}}
+}
+
+// TestServeGRPCServesExtAuthz: the ext_authz service shares the server, its engine and its
+// message bound with the rate-limit service.
+func TestServeGRPCServesExtAuthz(t *testing.T) {
+	g := startGRPC(t, time.Now, time.Minute)
+	c := authv3.NewAuthorizationClient(g.conn)
+	for i, want := range []codes.Code{codes.OK, codes.OK, codes.ResourceExhausted} {
+		resp, err := c.Check(t.Context(), checkRequest("alice"))
+		if err != nil || codes.Code(resp.GetStatus().GetCode()) != want {
+			t.Fatalf("check %d: %v %v, want %v", i, resp, err, want)
+		}
+	}
+	req := checkRequest("bob")
+	req.Attributes.Request.Http.Headers["x-pad"] = strings.Repeat("x", envoyrls.MaxRequestBytes)
+	if _, err := c.Check(t.Context(), req); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("a check over %d bytes: %v, want ResourceExhausted", envoyrls.MaxRequestBytes, err)
+	}
+	if resp, err := c.Check(t.Context(), checkRequest("bob")); err != nil || resp.GetStatus().GetCode() != 0 {
+		t.Fatalf("bob after the refused check: %v %v, want OK (nothing charged)", resp, err)
+	}
+}
+
 func TestServeGRPCRefusesOversizeMessages(t *testing.T) {
 	g := startGRPC(t, time.Now, time.Minute)
 	req := allowRequest()
@@ -479,7 +512,7 @@ func TestServeGRPCGrantsBoundedWindows(t *testing.T) {
 func TestServeGRPCHealthAnswersOnlyItsServices(t *testing.T) {
 	g := startGRPC(t, time.Now, time.Minute)
 	hc := healthpb.NewHealthClient(g.conn)
-	for _, name := range []string{"", rlsv3.RateLimitService_ServiceDesc.ServiceName} {
+	for _, name := range []string{"", rlsv3.RateLimitService_ServiceDesc.ServiceName, authv3.Authorization_ServiceDesc.ServiceName} {
 		if h, err := hc.Check(t.Context(), &healthpb.HealthCheckRequest{Service: name}); err != nil || h.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 			t.Errorf("Check %q: %v %v, want SERVING", name, h, err)
 		}

@@ -292,7 +292,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		}
 	}
 	if picked {
-		resp.ResponseHeadersToAdd = headers(&pick)
+		resp.ResponseHeadersToAdd = HeaderValues(&pick)
 	}
 	return resp, nil
 }
@@ -456,8 +456,10 @@ type headerMessages struct {
 	ptrs   [3]*corev3.HeaderValue
 }
 
-// headers returns the header fields describing res, as the HTTP API writes them.
-func headers(res *engine.Result) []*corev3.HeaderValue {
+// HeaderValues returns the header fields describing res, as the HTTP API writes them:
+// RateLimit-Policy and RateLimit for a tier with a limit, Retry-After for a rejection that a
+// wait admits; nil when there are none.
+func HeaderValues(res *engine.Result) []*corev3.HeaderValue {
 	m := &headerMessages{}
 	out := m.ptrs[:0]
 	add := func(key, value string) {

@@ -10,17 +10,43 @@ import (
 	"github.com/limiterd/limiterd/api/v1alpha1"
 )
 
-// ForwardedRequest holds what a gateway's forward-auth request says of the request it forwards:
-// the headers the gateway sent (the original request's and its X-Forwarded-* fields) and the
-// address of the peer that sent it (the gateway, or the client when nothing is in between).
+// ForwardedRequest holds what a gateway says of the request it asks about, in one of two forms:
+//
+//   - a forward-auth request (nginx, Traefik, Caddy): Header, Peer and Method are the
+//     forward-auth request's own; the original request's host, method and path are in its
+//     X-Forwarded-Host, X-Forwarded-Method and X-Forwarded-Uri (or X-Original-URI) fields;
+//   - an Envoy ext_authz check (Checked not nil): Envoy reports the original request's
+//     headers, host, method and path itself, and Peer is the address of Envoy's peer (the
+//     client, or the last proxy in front of Envoy). X-Forwarded-Host, X-Forwarded-Method,
+//     X-Forwarded-Uri and X-Original-URI are then never read: they are whatever the client
+//     sent. X-Forwarded-For is read as from a forward-auth request (Envoy appends its peer
+//     to it under use_remote_address).
+//
+// The same key sources read either form, in the same way otherwise.
 type ForwardedRequest struct {
 	// Header is the forward-auth request's header, with canonical keys (as net/http gives it).
 	Header http.Header
-	// Peer is the address of the peer that sent the forward-auth request; invalid when unknown.
+	// Peer is the address of the peer that sent the forward-auth request, or that Envoy's
+	// ext_authz reports as the request's source; invalid when unknown.
 	Peer netip.Addr
 	// Method is the method of the forward-auth request, which some gateways (nginx) give the
 	// same as the original request's; X-Forwarded-Method takes precedence.
 	Method string
+	// Checked, when not nil, is what Envoy's ext_authz reports of the request; Header and
+	// Method are then not read.
+	Checked *CheckedRequest
+}
+
+// CheckedRequest is what Envoy's ext_authz reports of a request (CheckRequest
+// attributes.request.http).
+type CheckedRequest struct {
+	// Headers are the request's header fields, by lower-case name (as Envoy sends them: a
+	// name in another case is never found), each with one value: Envoy joins a field given
+	// several times into one value, separated by commas.
+	Headers map[string]string
+	// Host, Method and Path are the request's own (:authority, :method, :path); Path may hold
+	// a query.
+	Host, Method, Path string
 }
 
 // Errors of KeyExtractor.AppendKey: the request is refused, and nothing is charged.
@@ -45,6 +71,7 @@ type KeyExtractor struct {
 type keySource struct {
 	typ    v1alpha1.KeySourceType
 	header string // canonical key of the header to read: the source's own, or X-Forwarded-*
+	lower  string // header in lower case: its name in an ext_authz check
 	prefix string // the start of the key: "header:<name in lower case>:", "ip:", ...
 	hops   int    // ClientAddress: trusted entries of X-Forwarded-For
 	segs   int    // Path: leading segments; 0 for the whole path
@@ -83,6 +110,7 @@ func compileGateway(g *v1alpha1.Gateway) *KeyExtractor {
 		case v1alpha1.KeySourcePath:
 			ks.header, ks.prefix, ks.segs = headerXForwardedURI, "path:", int(s.PathSegments)
 		}
+		ks.lower = strings.ToLower(ks.header)
 		x.sources[i] = ks
 	}
 	return x
@@ -133,6 +161,15 @@ func single(h http.Header, name string) (string, error) {
 	return v[0], nil
 }
 
+// bounded returns v, the value of the header name of an ext_authz check, unless it is over
+// v1alpha1.MaxGatewayHeaderBytes.
+func bounded(v, name string) (string, error) {
+	if len(v) > v1alpha1.MaxGatewayHeaderBytes {
+		return "", &HeaderError{Name: name, Err: ErrHeaderTooLarge}
+	}
+	return v, nil
+}
+
 // HeaderError says which header made a forwarded request unusable, and why.
 type HeaderError struct {
 	Name string
@@ -146,12 +183,24 @@ func (e *HeaderError) Unwrap() error { return e.Err }
 // appendValue yields a header's value: the source's own header, X-Forwarded-Host (in lower
 // case) or X-Forwarded-Method (else the forward-auth request's method).
 func (s *keySource) appendValue(dst []byte, r *ForwardedRequest) ([]byte, bool, error) {
-	v, err := single(r.Header, s.header)
+	var (
+		v   string
+		err error
+	)
+	switch c := r.Checked; {
+	case c == nil:
+		if v, err = single(r.Header, s.header); v == "" && err == nil && s.typ == v1alpha1.KeySourceMethod {
+			v = r.Method
+		}
+	case s.typ == v1alpha1.KeySourceHost:
+		v, err = bounded(c.Host, ":authority")
+	case s.typ == v1alpha1.KeySourceMethod:
+		v, err = bounded(c.Method, ":method")
+	default:
+		v, err = bounded(c.Headers[s.lower], s.lower)
+	}
 	if err != nil {
 		return dst, false, err
-	}
-	if v == "" && s.typ == v1alpha1.KeySourceMethod {
-		v = r.Method
 	}
 	if v == "" {
 		return dst, false, nil
@@ -170,17 +219,20 @@ func (s *keySource) appendValue(dst []byte, r *ForwardedRequest) ([]byte, bool, 
 	return append(dst, v...), true, nil
 }
 
-// appendPath yields the path of X-Forwarded-Uri, else X-Original-URI, without its query or
-// fragment, cut after s.segs segments when s.segs > 0.
+// appendPath yields the path of X-Forwarded-Uri, else X-Original-URI (of an ext_authz check:
+// its path), without its query or fragment, cut after s.segs segments when s.segs > 0.
 func (s *keySource) appendPath(dst []byte, r *ForwardedRequest) ([]byte, bool, error) {
-	uri, err := single(r.Header, headerXForwardedURI)
+	var (
+		uri string
+		err error
+	)
+	if r.Checked != nil {
+		uri, err = bounded(r.Checked.Path, ":path")
+	} else if uri, err = single(r.Header, headerXForwardedURI); uri == "" && err == nil {
+		uri, err = single(r.Header, headerXOriginalURI)
+	}
 	if err != nil {
 		return dst, false, err
-	}
-	if uri == "" {
-		if uri, err = single(r.Header, headerXOriginalURI); err != nil {
-			return dst, false, err
-		}
 	}
 	if i := strings.IndexAny(uri, "?#"); i >= 0 {
 		uri = uri[:i]
@@ -210,6 +262,14 @@ func (s *keySource) appendPath(dst []byte, r *ForwardedRequest) ([]byte, bool, e
 // address, yield nothing.
 func (s *keySource) appendClientAddress(dst []byte, r *ForwardedRequest) ([]byte, bool, error) {
 	lines := r.Header[headerXForwardedFor]
+	var checked [1]string
+	if r.Checked != nil {
+		lines = nil
+		if v, ok := r.Checked.Headers[s.lower]; ok {
+			checked[0] = v
+			lines = checked[:]
+		}
+	}
 	if s.hops == 0 || len(lines) == 0 {
 		if !r.Peer.IsValid() {
 			return dst, false, nil

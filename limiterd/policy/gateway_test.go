@@ -256,3 +256,86 @@ func entryAddr(e string) (netip.Addr, bool) {
 	}
 	return netip.Addr{}, false
 }
+
+// checkedPair returns the same request as a forward-auth request (the original request's host,
+// method and path in X-Forwarded-* fields) and as an Envoy ext_authz check.
+func checkedPair(apiKey, xff, host, method, path string) (forwarded, checked *policy.ForwardedRequest) {
+	forwarded = &policy.ForwardedRequest{Header: http.Header{
+		"X-Api-Key": {apiKey}, "X-Forwarded-For": {xff}, "X-Forwarded-Host": {host},
+		"X-Forwarded-Method": {method}, "X-Forwarded-Uri": {path},
+	}, Peer: netip.MustParseAddr("10.0.0.1")}
+	checked = &policy.ForwardedRequest{Checked: &policy.CheckedRequest{
+		Headers: map[string]string{"x-api-key": apiKey, "x-forwarded-for": xff},
+		Host:    host, Method: method, Path: path,
+	}, Peer: netip.MustParseAddr("10.0.0.1")}
+	return forwarded, checked
+}
+
+// TestCheckedRequestIgnoresForwardedFields: an ext_authz check's host, method and path are its
+// own, whatever X-Forwarded-* fields the client sent; its header names are lower case.
+func TestCheckedRequestIgnoresForwardedFields(t *testing.T) {
+	r := &policy.ForwardedRequest{
+		Header: http.Header{"X-Api-Key": {"ignored"}}, Method: "IGNORED",
+		Checked: &policy.CheckedRequest{Headers: map[string]string{
+			"x-forwarded-host": "forged", "x-forwarded-method": "FORGED", "x-forwarded-uri": "/forged", "x-original-uri": "/forged",
+			"X-Api-Key": "not lower case",
+		}, Host: "Shop.Example", Method: "GET", Path: "/a/b/c?q"},
+	}
+	for typ, want := range map[v1alpha1.KeySourceType]string{
+		v1alpha1.KeySourceHost: "host:shop.example", v1alpha1.KeySourceMethod: "method:GET", v1alpha1.KeySourcePath: "path:/a/b/c",
+		v1alpha1.KeySourceHeader: "",
+	} {
+		s := v1alpha1.KeySource{Type: typ}
+		if typ == v1alpha1.KeySourceHeader {
+			s.Header = "X-Api-Key"
+		}
+		x := gatewayPolicy(t, &v1alpha1.Gateway{KeySources: []v1alpha1.KeySource{s}}).Gateway
+		key, ok, err := x.AppendKey(nil, r)
+		if err != nil || ok != (want != "") || string(key) != want {
+			t.Errorf("%s: %q %v %v, want %q", typ, key, ok, err, want)
+		}
+	}
+}
+
+func TestCheckedKeyExtractionAllocatesNothing(t *testing.T) {
+	x := gatewayPolicy(t, &v1alpha1.Gateway{KeySources: []v1alpha1.KeySource{
+		{Type: v1alpha1.KeySourceHeader, Header: "X-Api-Key"},
+		{Type: v1alpha1.KeySourceClientAddress, TrustedHops: hops(2)},
+	}}).Gateway
+	buf := make([]byte, 0, 256)
+	for _, r := range []*policy.ForwardedRequest{
+		{Checked: &policy.CheckedRequest{Headers: map[string]string{"x-api-key": "k1"}}},
+		{Checked: &policy.CheckedRequest{Headers: map[string]string{"x-forwarded-for": "203.0.113.9, 2001:db8::7, 10.0.0.5"}}},
+	} {
+		if n := testing.AllocsPerRun(100, func() { _, _, _ = x.AppendKey(buf[:0], r) }); n != 0 {
+			t.Errorf("%v: %v allocations, want 0", r.Checked.Headers, n)
+		}
+	}
+}
+
+// FuzzCheckedMatchesForwarded holds the two forms of a request to one answer: every key
+// source derives the same key (or the same error) from an ext_authz check as from the
+// forward-auth request that carries its host, method and path in X-Forwarded-* fields.
+func FuzzCheckedMatchesForwarded(f *testing.F) {
+	f.Add("k1", "203.0.113.9, 192.0.2.1", "Shop.Example", "GET", "/api/v1/users?x", uint8(1), uint8(2))
+	f.Add("", "[2001:db8::1]:443,,", "", "", "", uint8(0), uint8(0))
+	f.Add(strings.Repeat("k", 5000), " , ::ffff:1.2.3.4 ", "h", "M", "/a#b", uint8(3), uint8(1))
+	f.Fuzz(func(t *testing.T, apiKey, xff, host, method, path string, h, segs uint8) {
+		n := int32(h % (v1alpha1.MaxTrustedHops + 1))
+		for _, s := range []v1alpha1.KeySource{
+			{Type: v1alpha1.KeySourceHeader, Header: "X-Api-Key"},
+			{Type: v1alpha1.KeySourceClientAddress, TrustedHops: &n},
+			{Type: v1alpha1.KeySourceHost},
+			{Type: v1alpha1.KeySourceMethod},
+			{Type: v1alpha1.KeySourcePath, PathSegments: int32(segs % 8)},
+		} {
+			x := gatewayPolicy(t, &v1alpha1.Gateway{KeySources: []v1alpha1.KeySource{s}}).Gateway
+			forwarded, checked := checkedPair(apiKey, xff, host, method, path)
+			fk, fok, ferr := x.AppendKey(nil, forwarded)
+			ck, cok, cerr := x.AppendKey(nil, checked)
+			if string(fk) != string(ck) || fok != cok || errors.Is(ferr, policy.ErrHeaderTooLarge) != errors.Is(cerr, policy.ErrHeaderTooLarge) || (ferr == nil) != (cerr == nil) {
+				t.Fatalf("%s: forward-auth %q %v %v, ext_authz %q %v %v", s.Type, fk, fok, ferr, ck, cok, cerr)
+			}
+		}
+	})
+}

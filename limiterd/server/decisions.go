@@ -729,3 +729,9 @@ func writeJSON(w http.ResponseWriter, status int, v any, log *slog.Logger) {
 	w.WriteHeader(status)
 	_, _ = w.Write(append(body, '\n'))
 }
+
+// AppendDecision appends the JSON object that answers a decision, as the body of /v1/allow and
+// of forward-auth requests: with a retry time when res is a rejection that a wait admits.
+func AppendDecision(b []byte, res *engine.Result) []byte {
+	return appendDecision(b, res, !res.Allowed && res.RetryAfter > 0)
+}
