@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/encoding"
@@ -33,6 +34,14 @@ const (
 	// ask: the answer to MaxDescriptors descriptors of a tier without headers fits. With
 	// MaxCallsInFlight it bounds what the calls in flight hold.
 	MaxRequestBytes = 64 << 10
+	// MaxCheckHeaders is the most header fields of one ext_authz check (an
+	// envoy.service.auth.v3.CheckRequest, served beside this service): the entries of its
+	// attributes.request.http headers and header_map together. Envoy refuses a request of more
+	// than 100 header fields unless its max_request_headers_count is raised. grpc-go decodes a
+	// check with proto.Unmarshal, and a message of MaxRequestBytes packed with the most
+	// distinct one-byte headers (7,426) held about 700 KiB decoded; a check of MaxCheckHeaders
+	// holds at most what its bytes do, a few times over.
+	MaxCheckHeaders = 512
 )
 
 // Errors of a request the Codec refuses as it decodes. grpc-go answers a request its codec
@@ -42,6 +51,9 @@ var (
 	ErrTooManyDescriptors = fmt.Errorf("envoyrls: the request has more than %d descriptors", MaxDescriptors)
 	// ErrTooManyEntries is the error of a descriptor with more than MaxDescriptorEntries entries.
 	ErrTooManyEntries = fmt.Errorf("envoyrls: a descriptor has more than %d entries", MaxDescriptorEntries)
+	// ErrTooManyCheckHeaders is the error of an ext_authz check with more than
+	// MaxCheckHeaders header fields.
+	ErrTooManyCheckHeaders = fmt.Errorf("envoyrls: the ext_authz check has more than %d header fields", MaxCheckHeaders)
 	// errMalformed is the error of bytes that are not a RateLimitRequest in the wire format.
 	errMalformed = errors.New("envoyrls: malformed RateLimitRequest")
 )
@@ -78,10 +90,30 @@ func (Codec) Marshal(v any) (mem.BufferSlice, error) {
 }
 
 // Unmarshal decodes data into v: a *rlsv3.RateLimitRequest with DecodeRateLimitRequest, any
-// other message with grpc-go's proto codec.
+// other message with grpc-go's proto codec, an ext_authz *authv3.CheckRequest once
+// CheckHeaders has found it within MaxCheckHeaders.
 func (Codec) Unmarshal(data mem.BufferSlice, v any) error {
 	req, ok := v.(*rlsv3.RateLimitRequest)
 	if !ok {
+		if _, check := v.(*authv3.CheckRequest); check {
+			var (
+				n   int
+				err error
+			)
+			if len(data) == 1 {
+				n, err = CheckHeaders(data[0].ReadOnlyData())
+			} else {
+				buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+				n, err = CheckHeaders(buf.ReadOnlyData())
+				buf.Free()
+			}
+			if err == nil && n > MaxCheckHeaders {
+				err = ErrTooManyCheckHeaders
+			}
+			if err != nil {
+				return err
+			}
+		}
 		if err := protoCodec().Unmarshal(data, v); err != nil {
 			return fmt.Errorf("envoyrls: unmarshal %T: %w", v, err)
 		}
@@ -224,6 +256,59 @@ const (
 	bytesType          = protowire.BytesType
 	varintType         = protowire.VarintType
 )
+
+// Field numbers of the fields of an ext_authz CheckRequest that lead to its header fields.
+const (
+	checkAttributes   = 1  // CheckRequest.attributes
+	attributesRequest = 4  // AttributeContext.request
+	requestHTTP       = 2  // AttributeContext.Request.http
+	httpHeaders       = 3  // AttributeContext.HttpRequest.headers (map entries)
+	httpHeaderMap     = 13 // AttributeContext.HttpRequest.header_map
+	headerMapHeaders  = 1  // HeaderMap.headers
+)
+
+// CheckHeaders returns the number of header fields of the ext_authz check b (an
+// envoy.service.auth.v3.CheckRequest in the wire format): the entries of every occurrence of
+// attributes.request.http.headers and .header_map.headers, which proto.Unmarshal merges, or
+// an error as soon as b is malformed on the way to them. It allocates nothing.
+func CheckHeaders(b []byte) (int, error) {
+	n := 0
+	// in calls fn with each field of number num and type bytes of the message b[i:end].
+	in := func(i, end int, num protowire.Number, fn func(f field) error) error {
+		return fields(b, i, end, func(f field) error {
+			if f.num == num && f.typ == bytesType {
+				return fn(f)
+			}
+			return nil
+		})
+	}
+	err := in(0, len(b), checkAttributes, func(a field) error {
+		return in(a.start, a.end, attributesRequest, func(r field) error {
+			return in(r.start, r.end, requestHTTP, func(h field) error {
+				return fields(b, h.start, h.end, func(f field) error {
+					switch {
+					case f.typ != bytesType:
+					case f.num == httpHeaders:
+						n++
+					case f.num == httpHeaderMap:
+						return in(f.start, f.end, headerMapHeaders, func(field) error {
+							n++
+							return nil
+						})
+					}
+					return nil
+				})
+			})
+		})
+	})
+	if err != nil {
+		return 0, errMalformedCheck
+	}
+	return n, nil
+}
+
+// errMalformedCheck is the error of bytes that are not a CheckRequest in the wire format.
+var errMalformedCheck = errors.New("envoyrls: malformed CheckRequest")
 
 // countRequest returns the number of descriptors of the request b and the number of their
 // entries, or an error as soon as b is malformed or past a bound. It allocates nothing.
