@@ -41,8 +41,8 @@ func TestShippedEnvoyConfig(t *testing.T) {
 		t.Fatalf("the first filter: %v", err)
 	}
 	if filter.GetGrpcService().GetEnvoyGrpc().GetClusterName() == "" || filter.GetFailureModeAllow() ||
-		filter.GetWithRequestBody() != nil || filter.GetEncodeRawHeaders() {
-		t.Errorf("ext_authz filter %v: want a gRPC service, failure_mode_allow false, no body, no raw headers", &filter)
+		filter.GetWithRequestBody() != nil {
+		t.Errorf("ext_authz filter %v: want a gRPC service, failure_mode_allow false, no body", &filter)
 	}
 	var per extauthzv3.ExtAuthzPerRoute
 	route := hcm.GetRouteConfig().GetVirtualHosts()[0].GetRoutes()[0]

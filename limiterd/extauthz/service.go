@@ -33,9 +33,12 @@
 //     (without the query), never X-Forwarded-Host, X-Forwarded-Method or X-Forwarded-Uri,
 //     which a client would set as it likes.
 //
-// Headers sent as header_map (the filter's encode_raw_headers: true) are not read: a check
-// that has them and no headers is refused as bad input (below), rather than decided as one
-// without a key.
+// Envoy sends the headers either as a map (by default; a field given several times arrives
+// joined with commas, and bytes that are not UTF-8 replaced with '!'), or, under the filter's
+// encode_raw_headers: true (which Envoy recommends), as header_map, one entry per field with
+// its bytes as sent. limiterd reads header_map when headers is empty, joining the values of a
+// name given several times with commas as Envoy does for the map, so that both encodings give
+// the same keys (except for bytes that are not UTF-8, which header_map keeps).
 //
 // # Answers
 //
@@ -60,7 +63,8 @@
 //   - FAILED_PRECONDITION, 409: the policy has no spec.gateway;
 //   - INVALID_ARGUMENT, 431: a header (or the host or path) a key source reads is longer than
 //     v1alpha1.MaxGatewayHeaderBytes (4096 bytes);
-//   - INVALID_ARGUMENT, 400: headers sent only as header_map;
+//   - INVALID_ARGUMENT, 431: more than envoyrls.MaxCheckHeaders header fields in header_map
+//     (only through another server than limiterd's, whose codec refuses them before);
 //   - UNAVAILABLE, 503: no policy loaded yet;
 //   - INTERNAL, 500: an unexpected failure (logged).
 //
@@ -70,11 +74,12 @@
 // the request body, with_request_body), more than envoyrls.MaxCheckHeaders (512) header fields
 // (Envoy itself refuses a request of more than 100 unless its max_request_headers_count is
 // raised), more calls in flight than envoyrls.MaxCallsInFlight, and a message that is not
-// valid protobuf. So a check costs the server a bounded amount: a decoded check of 512
+// valid protobuf (grpc-go refuses a string of the headers map that is not UTF-8, which Envoy
+// never sends). So a check costs the server a bounded amount: a decoded check of 512
 // headers in 64 KiB held 93 KiB of heap (TestLargestCheckHoldsBoundedHeap), where 7,426
-// one-byte headers in the same bytes held 709 KiB before the header bound. A header value that is not UTF-8 makes the message
-// invalid protobuf for grpc-go (proto3 strings), so set failure_mode_allow: false (Envoy's
-// default) wherever the limit protects something.
+// one-byte headers in the same bytes held 709 KiB before the header bound. A client can make a
+// check fail so (a request near Envoy's header size limit makes a check over 64 KiB), so set
+// failure_mode_allow: false (Envoy's default) wherever the limit protects something.
 package extauthz
 
 import (
@@ -84,6 +89,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
+	"strings"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
@@ -106,10 +112,10 @@ const (
 
 // Messages of denied checks.
 const (
-	errNoPolicy  = "ext_authz: the route's context_extensions must name the policy: namespace and policy"
-	errNoGateway = "policy has no spec.gateway: it does not answer ext_authz checks (add spec.gateway to say where a request's client key comes from)"
-	errNoKey     = "no key: no key source of the policy's spec.gateway yielded a client key, and its missingKey is Reject"
-	errRawOnly   = "ext_authz: the request's headers came as header_map only (encode_raw_headers), which limiterd does not read: turn encode_raw_headers off"
+	errNoPolicy   = "ext_authz: the route's context_extensions must name the policy: namespace and policy"
+	errNoGateway  = "policy has no spec.gateway: it does not answer ext_authz checks (add spec.gateway to say where a request's client key comes from)"
+	errNoKey      = "no key: no key source of the policy's spec.gateway yielded a client key, and its missingKey is Reject"
+	errRawTooMany = "ext_authz: too many header fields in header_map"
 )
 
 // Service implements authv3.AuthorizationServer for an engine. Register it with
@@ -153,11 +159,15 @@ func (s *Service) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.
 	}
 
 	h := attrs.GetRequest().GetHttp()
-	if len(h.GetHeaders()) == 0 && len(h.GetHeaderMap().GetHeaders()) > 0 {
-		return denyError(codes.InvalidArgument, http.StatusBadRequest, errRawOnly), nil
+	headers := h.GetHeaders()
+	if raw := h.GetHeaderMap().GetHeaders(); len(headers) == 0 && len(raw) > 0 {
+		if len(raw) > envoyrls.MaxCheckHeaders {
+			return denyError(codes.InvalidArgument, http.StatusRequestHeaderFieldsTooLarge, errRawTooMany), nil
+		}
+		headers = joinRaw(raw)
 	}
 	fr := policy.ForwardedRequest{Checked: &policy.CheckedRequest{
-		Headers: h.GetHeaders(), Host: h.GetHost(), Method: h.GetMethod(), Path: h.GetPath(),
+		Headers: headers, Host: h.GetHost(), Method: h.GetMethod(), Path: h.GetPath(),
 	}}
 	if a, err := netip.ParseAddr(attrs.GetSource().GetAddress().GetSocketAddress().GetAddress()); err == nil {
 		fr.Peer = a
@@ -189,6 +199,25 @@ func (s *Service) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.
 		return s.engineError(err, id), nil
 	}
 	return answer(&res), nil
+}
+
+// joinRaw returns the header fields of header_map as Envoy's headers map has them: by name,
+// the values of a name given several times joined with commas, in order. A field's value is
+// its raw_value (value when that is empty).
+func joinRaw(raw []*corev3.HeaderValue) map[string]string {
+	values := make(map[string][]string, len(raw))
+	for _, f := range raw {
+		v := string(f.GetRawValue())
+		if v == "" {
+			v = f.GetValue()
+		}
+		values[f.GetKey()] = append(values[f.GetKey()], v)
+	}
+	out := make(map[string]string, len(values))
+	for k, vs := range values {
+		out[k] = strings.Join(vs, ",")
+	}
+	return out
 }
 
 // answer describes a decision.

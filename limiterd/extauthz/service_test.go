@@ -280,8 +280,6 @@ func TestCheckRefusesWhatItCannotDecide(t *testing.T) {
 		r.Attributes.ContextExtensions = ext
 		return r
 	}
-	rawOnly := check("api", "10.0.0.1", nil)
-	rawOnly.Attributes.Request.Http.HeaderMap = &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: "x-api-key", RawValue: []byte("k")}}}
 	for _, tc := range []struct {
 		name   string
 		req    *authv3.CheckRequest
@@ -299,7 +297,6 @@ func TestCheckRefusesWhatItCannotDecide(t *testing.T) {
 		{"no spec.gateway", withExt(map[string]string{"namespace": "default", "policy": "plain"}), codes.FailedPrecondition, 409, "no spec.gateway"},
 		{"key header too large", check("api", "10.0.0.1", map[string]string{"x-api-key": strings.Repeat("k", v1alpha1.MaxGatewayHeaderBytes+1)}),
 			codes.InvalidArgument, 431, "x-api-key: header too large"},
-		{"headers as header_map only", rawOnly, codes.InvalidArgument, 400, "encode_raw_headers"},
 		{"no request at all", &authv3.CheckRequest{}, codes.InvalidArgument, 404, "context_extensions"},
 	} {
 		r := do(t, c, tc.req)
@@ -391,6 +388,50 @@ func TestCheckBoundedWork(t *testing.T) {
 	}
 	if res, _ := e.Peek(t.Context(), "default/api", "header:x-api-key:k2"); res.Remaining != 2 {
 		t.Errorf("the refused check charged its key: %d left", res.Remaining)
+	}
+}
+
+// TestCheckReadsRawHeaders: under encode_raw_headers, Envoy sends header_map, one entry per
+// field with its bytes; a name given several times is joined as Envoy joins it in the headers
+// map, so both encodings give the same key, and bytes that are not UTF-8 are a client's own.
+func TestCheckReadsRawHeaders(t *testing.T) {
+	e := testsupport.NewEngine(t, testsupport.NewClock().Now, gatewayPolicy("api", byHeader("X-Api-Key", "")), gatewayPolicy("addr", byAddress(1)))
+	c := dial(t, e)
+	raw := func(name string, fields ...string) *authv3.CheckRequest {
+		r := check(name, "10.0.0.1", nil)
+		hm := &corev3.HeaderMap{}
+		for i := 0; i < len(fields); i += 2 {
+			hm.Headers = append(hm.Headers, &corev3.HeaderValue{Key: fields[i], RawValue: []byte(fields[i+1])})
+		}
+		r.Attributes.Request.Http.HeaderMap = hm
+		return r
+	}
+	if r := do(t, c, raw("api", "x-api-key", "a", "accept", "*/*", "x-api-key", "b")); r.code != codes.OK || r.header.Get("RateLimit") != `"standard";r=1;t=60` {
+		t.Fatalf("raw a, b: %v %q", r.code, r.header.Get("RateLimit"))
+	}
+	if r := do(t, c, check("api", "10.0.0.1", map[string]string{"x-api-key": "a,b"})); r.code != codes.OK || r.header.Get("RateLimit") != `"standard";r=0;t=120` {
+		t.Fatalf("the same client from the headers map: %v %q, want its last unit", r.code, r.header.Get("RateLimit"))
+	}
+	if r := do(t, c, raw("api", "x-api-key", "\xff\xfe")); r.code != codes.OK {
+		t.Fatalf("a raw value that is not UTF-8: %v %d %s, want a client like any other", r.code, r.status, r.body)
+	}
+	if res, err := e.Peek(t.Context(), "default/api", "header:x-api-key:\xff\xfe"); err != nil || res.Remaining != 1 {
+		t.Errorf("header:x-api-key:<ff fe>: %d left (%v), want 1", res.Remaining, err)
+	}
+	// The forged entries of a client's own X-Forwarded-For fields are still left of Envoy's.
+	for i := range 3 {
+		r := do(t, c, raw("addr", "x-forwarded-for", "198.51.100."+strconv.Itoa(i), "x-forwarded-for", "203.0.113.5"))
+		if r.status != []int{0, 0, 429}[i] {
+			t.Errorf("raw X-Forwarded-For, check %d: %v %d", i, r.code, r.status)
+		}
+	}
+	many := make([]string, 0, 2*(envoyrls.MaxCheckHeaders+1))
+	for i := range envoyrls.MaxCheckHeaders + 1 {
+		many = append(many, "x-"+strconv.Itoa(i), "v")
+	}
+	resp, err := extauthz.New(e, nil).Check(t.Context(), raw("api", many...))
+	if err != nil || resp.GetStatus().GetCode() != int32(codes.InvalidArgument) || resp.GetDeniedResponse().GetStatus().GetCode() != 431 {
+		t.Errorf("%d raw fields through another codec: %v %v, want INVALID_ARGUMENT 431", envoyrls.MaxCheckHeaders+1, resp, err)
 	}
 }
 

@@ -339,3 +339,32 @@ func FuzzCheckedMatchesForwarded(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkCheckedKeyExtraction is BenchmarkKeyExtraction for an Envoy ext_authz check, whose
+// headers are a map of lower-case names.
+func BenchmarkCheckedKeyExtraction(b *testing.B) {
+	for _, bc := range []struct {
+		name    string
+		sources []v1alpha1.KeySource
+		headers map[string]string
+	}{
+		{"Header", []v1alpha1.KeySource{{Type: v1alpha1.KeySourceHeader, Header: "X-Api-Key"}},
+			map[string]string{"x-api-key": "0123456789abcdef0123456789abcdef", "user-agent": "curl/8", "accept": "*/*"}},
+		{"ClientAddress", []v1alpha1.KeySource{{Type: v1alpha1.KeySourceClientAddress, TrustedHops: hops(2)}},
+			map[string]string{"x-forwarded-for": "203.0.113.9, 198.51.100.7, 10.0.0.5", "user-agent": "curl/8"}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			x := gatewayPolicy(b, &v1alpha1.Gateway{KeySources: bc.sources}).Gateway
+			r := &policy.ForwardedRequest{Checked: &policy.CheckedRequest{Headers: bc.headers, Method: http.MethodGet, Host: "h", Path: "/"}}
+			buf := make([]byte, 0, 256)
+			b.ReportAllocs()
+			for b.Loop() {
+				var ok bool
+				buf, ok, _ = x.AppendKey(buf[:0], r)
+				if !ok {
+					b.Fatal("no key")
+				}
+			}
+		})
+	}
+}
