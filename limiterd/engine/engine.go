@@ -376,6 +376,11 @@ func (e *Engine) Decide(ctx context.Context, policyID v1alpha1.PolicyID, key str
 	if err != nil {
 		return Result{}, err
 	}
+	return e.decide(ctx, b, key, cost), nil
+}
+
+// decide decides a request of b's policy, as Decide does.
+func (e *Engine) decide(ctx context.Context, b *bound, key string, cost int64) Result {
 	start := e.opts.Clock()
 	tier := b.policy.Resolve(key)
 	key = ClientKey(key)
@@ -391,7 +396,7 @@ func (e *Engine) Decide(ctx context.Context, policyID v1alpha1.PolicyID, key str
 	if cost > 0 {
 		b.tiers[tier.Index].Observe(r.Outcome, e.opts.Clock().Sub(start))
 	}
-	return r, nil
+	return r
 }
 
 // BatchItem is one request of a batch: what Decide takes.

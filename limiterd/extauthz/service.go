@@ -113,8 +113,6 @@ const (
 // Messages of denied checks.
 const (
 	errNoPolicy   = "ext_authz: the route's context_extensions must name the policy: namespace and policy"
-	errNoGateway  = "policy has no spec.gateway: it does not answer ext_authz checks (add spec.gateway to say where a request's client key comes from)"
-	errNoKey      = "no key: no key source of the policy's spec.gateway yielded a client key, and its missingKey is Reject"
 	errRawTooMany = "ext_authz: too many header fields in header_map"
 )
 
@@ -144,19 +142,7 @@ func (s *Service) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.
 	if ns == "" || name == "" {
 		return denyError(codes.InvalidArgument, http.StatusNotFound, errNoPolicy), nil
 	}
-	set := s.engine.Policies()
-	if set == nil {
-		return denyError(codes.Unavailable, http.StatusServiceUnavailable, engine.ErrNotReady.Error()), nil
-	}
-	// Looked up, not parsed: a namespace or name that is no valid one names no loaded policy.
 	id := v1alpha1.PolicyID(ns + "/" + name)
-	p, ok := set.Get(id)
-	if !ok {
-		return denyError(codes.NotFound, http.StatusNotFound, engine.ErrUnknownPolicy.Error()+" "+string(id)), nil
-	}
-	if p.Gateway == nil {
-		return denyError(codes.FailedPrecondition, http.StatusConflict, string(id)+": "+errNoGateway), nil
-	}
 
 	h := attrs.GetRequest().GetHttp()
 	headers := h.GetHeaders()
@@ -173,30 +159,15 @@ func (s *Service) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.
 		fr.Peer = a
 	}
 	var buf [256]byte
-	key, found, err := p.Gateway.AppendKey(buf[:0], &fr)
-	if err != nil {
-		status := http.StatusBadRequest
-		if errors.Is(err, policy.ErrHeaderTooLarge) {
-			status = http.StatusRequestHeaderFieldsTooLarge
-		}
-		return denyError(codes.InvalidArgument, status, err.Error()), nil
-	}
-	k := v1alpha1.SharedGatewayKey
+	res, decided, err := s.engine.DecideForwarded(ctx, id, &fr, buf[:0])
 	switch {
-	case found:
-		k = string(key)
-	case p.Gateway.MissingKey == v1alpha1.MissingKeyAllow:
+	case err != nil:
+		return s.refusal(err, id), nil
+	case !decided: // missingKey Allow
 		return &authv3.CheckResponse{
 			Status:       &rpcstatus.Status{Code: int32(codes.OK)},
 			HttpResponse: &authv3.CheckResponse_OkResponse{OkResponse: &authv3.OkHttpResponse{}},
 		}, nil
-	case p.Gateway.MissingKey == v1alpha1.MissingKeyShared:
-	default: // Reject
-		return denyError(codes.PermissionDenied, http.StatusTooManyRequests, errNoKey), nil
-	}
-	res, err := s.engine.Decide(ctx, id, k, 1)
-	if err != nil {
-		return s.engineError(err, id), nil
 	}
 	return answer(&res), nil
 }
@@ -277,11 +248,20 @@ func denyError(code codes.Code, status int, msg string) *authv3.CheckResponse {
 	return deny(code, status, msg, nil, string(body)+"\n")
 }
 
-// engineError answers a decision that failed.
-func (s *Service) engineError(err error, id v1alpha1.PolicyID) *authv3.CheckResponse {
+// refusal answers a check that engine.DecideForwarded could not decide.
+func (s *Service) refusal(err error, id v1alpha1.PolicyID) *authv3.CheckResponse {
+	var he *policy.HeaderError
 	switch {
-	case errors.Is(err, engine.ErrUnknownPolicy): // unloaded since the lookup
-		return denyError(codes.NotFound, http.StatusNotFound, engine.ErrUnknownPolicy.Error()+" "+string(id))
+	case errors.Is(err, engine.ErrNoKey):
+		return denyError(codes.PermissionDenied, http.StatusTooManyRequests, err.Error())
+	case errors.Is(err, engine.ErrNoGateway):
+		return denyError(codes.FailedPrecondition, http.StatusConflict, err.Error())
+	case errors.Is(err, policy.ErrHeaderTooLarge):
+		return denyError(codes.InvalidArgument, http.StatusRequestHeaderFieldsTooLarge, err.Error())
+	case errors.As(err, &he):
+		return denyError(codes.InvalidArgument, http.StatusBadRequest, err.Error())
+	case errors.Is(err, engine.ErrUnknownPolicy):
+		return denyError(codes.NotFound, http.StatusNotFound, err.Error())
 	case errors.Is(err, engine.ErrNotReady):
 		return denyError(codes.Unavailable, http.StatusServiceUnavailable, err.Error())
 	}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"log/slog"
 	"net/http"
 	"net/netip"
 	"strings"
@@ -17,9 +18,7 @@ const forwardAuthPrefix = "/v1/forward-auth/"
 
 // Errors of forward-auth requests.
 const (
-	errNoGateway = "policy has no spec.gateway: it does not answer forward-auth requests (add spec.gateway to say where a forwarded request's client key comes from)"
-	errNoKey     = "no key: no key source of the policy's spec.gateway yielded a client key, and its missingKey is Reject"
-	errDeny      = "the only query parameter is deny, 403 or 429"
+	errDeny = "the only query parameter is deny, 403 or 429"
 
 	errForwardAuthPath = "no such path: " + forwardAuthPrefix + "<namespace>/<name> names a policy"
 )
@@ -50,54 +49,24 @@ func (h *Decisions) forwardAuth(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, errDeny)
 		return
 	}
-	set := h.engine.Policies()
-	if set == nil {
-		writeError(w, http.StatusServiceUnavailable, engine.ErrNotReady.Error())
-		return
-	}
-	p, ok := set.Get(id)
-	if !ok {
-		writeError(w, http.StatusNotFound, engine.ErrUnknownPolicy.Error()+" "+string(id))
-		return
-	}
-	if p.Gateway == nil {
-		writeError(w, http.StatusConflict, string(id)+": "+errNoGateway)
-		return
-	}
-
 	fr := policy.ForwardedRequest{Header: r.Header, Method: r.Method}
 	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
 		fr.Peer = ap.Addr()
 	}
 	buf := buffers.Get().(*buffer)
 	defer buffers.Put(buf)
-	key, found, err := p.Gateway.AppendKey(buf.b[:0], &fr)
-	buf.b = key[:0]
-	if err != nil {
-		status := http.StatusBadRequest
-		if errors.Is(err, policy.ErrHeaderTooLarge) {
-			status = http.StatusRequestHeaderFieldsTooLarge
-		}
-		writeError(w, status, err.Error())
-		return
-	}
-	k := v1alpha1.SharedGatewayKey
+	res, decided, err := h.engine.DecideForwarded(r.Context(), id, &fr, buf.b[:0])
 	switch {
-	case found:
-		k = string(key)
-	case p.Gateway.MissingKey == v1alpha1.MissingKeyAllow:
+	case errors.Is(err, engine.ErrNoKey):
+		writeError(w, deny, err.Error())
+		return
+	case err != nil:
+		writeError(w, forwardedErrorStatus(err, h.log), err.Error())
+		return
+	case !decided: // missingKey Allow
 		w.Header()["Content-Type"] = jsonContentType
 		w.WriteHeader(http.StatusOK)
 		_, _ = w.Write(allowedNoKey)
-		return
-	case p.Gateway.MissingKey == v1alpha1.MissingKeyShared:
-	default: // Reject
-		writeError(w, deny, errNoKey)
-		return
-	}
-	res, err := h.engine.Decide(r.Context(), id, k, 1)
-	if err != nil {
-		h.writeEngineError(w, err)
 		return
 	}
 	h.setLegacyHeaders(w, &res)
@@ -106,6 +75,23 @@ func (h *Decisions) forwardAuth(w http.ResponseWriter, r *http.Request) {
 		status = deny
 	}
 	writeAnswer(w, &res, status)
+}
+
+// forwardedErrorStatus returns the status that answers an error of engine.DecideForwarded, other
+// than engine.ErrNoKey (answered as a rejection): 409 for a policy without spec.gateway, 431 for
+// a header over the key sources' bound, 400 for another header the key sources cannot read, and
+// the engine's statuses.
+func forwardedErrorStatus(err error, log *slog.Logger) int {
+	var he *policy.HeaderError
+	switch {
+	case errors.Is(err, engine.ErrNoGateway):
+		return http.StatusConflict
+	case errors.Is(err, policy.ErrHeaderTooLarge):
+		return http.StatusRequestHeaderFieldsTooLarge
+	case errors.As(err, &he):
+		return http.StatusBadRequest
+	}
+	return engineErrorStatus(err, log)
 }
 
 // isForwardAuth reports whether path is one of a forward-auth request.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/limiterd/limiterd/api/v1alpha1"
 	"github.com/limiterd/limiterd/internal/testsupport"
+	"github.com/limiterd/limiterd/limiterd/engine"
 )
 
 // gatewayPolicy returns a policy default/<name> of one token bucket (capacity 2, 1 a minute),
@@ -177,7 +178,7 @@ func TestForwardAuthMissingKey(t *testing.T) {
 		status int
 	}{{"", 429}, {"?deny=403", 403}} {
 		a := forward(t, h, http.MethodGet, target+"reject"+q.query, nil)
-		if a.status != q.status || a.header.Get("Retry-After") != "" || a.errorText(t) != errNoKey {
+		if a.status != q.status || a.header.Get("Retry-After") != "" || a.errorText(t) != engine.ErrNoKey.Error() {
 			t.Errorf("Reject%s: %d Retry-After %q %s", q.query, a.status, a.header.Get("Retry-After"), a.body)
 		}
 	}
@@ -211,8 +212,8 @@ func TestForwardAuthRefusals(t *testing.T) {
 		status int
 		text   string
 	}{
-		{"/v1/forward-auth/default/plain", http.StatusConflict, "default/plain: " + errNoGateway},
-		{"/v1/forward-auth/default/nope", http.StatusNotFound, "unknown policy default/nope"},
+		{"/v1/forward-auth/default/plain", http.StatusConflict, "default/plain: " + engine.ErrNoGateway.Error()},
+		{"/v1/forward-auth/default/nope", http.StatusNotFound, `unknown policy "default/nope"`},
 		{"/v1/forward-auth/default", http.StatusNotFound, ""},
 		{"/v1/forward-auth/default/api/x", http.StatusNotFound, ""},
 		{"/v1/forward-auth/Default/api", http.StatusNotFound, ""},
