@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	_ "time/tzdata" // the quota cases' zones, whatever the machine has installed
 
 	"github.com/limiterd/limiterd/limiterd/limiter"
 )

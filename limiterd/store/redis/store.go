@@ -112,7 +112,8 @@ var (
 	errContended = errors.New("client state changed during parameter conversion")
 )
 
-// maxConversionAttempts bounds the attempts to write a token bucket's converted state.
+// maxConversionAttempts bounds the script calls of one decision: the attempts to write a
+// converted state, and the calls again with a quota's period at the server's instant.
 const maxConversionAttempts = 8
 
 // rebaseThreshold is where a sliding window's instants or totals are rewritten relative to its
