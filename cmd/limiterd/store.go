@@ -161,36 +161,9 @@ func openStore(c storeConfig, log *slog.Logger) (*openedStore, error) {
 		"timeout", c.timeout.String(), "tls", opts.TLS != nil, "reject_cache", c.rejectCache)
 	return &openedStore{
 		newStore: func(policyID v1alpha1.PolicyID) limiter.Store { return client.Store(policyID.String()) },
-		check:    redisDecides,
 		redis:    client,
 		close:    client.Close,
 	}, nil
-}
-
-// errRedisQuota refuses a policy with a Quota limit on the Redis store.
-var errRedisQuota = errors.New("the Redis store (--store redis) does not decide Quota limits yet: " +
-	"run this policy on --store memory, or use another algorithm")
-
-// redisDecides refuses a policy with a limit the Redis store has no script for: a Quota (its
-// scripts know token buckets and sliding windows). Served, such a tier would not be decided as
-// written: the stack script answers every one of its decisions with an error, which the engine
-// hands to the policy's failure mode (Open admits everything) and the circuit breaker counts
-// against Redis's health, until it opens for every policy. Refused, the policy is kept out of
-// service as an invalid one, and its last good version, if any, keeps serving.
-func redisDecides(p *policy.Policy) error {
-	for _, t := range p.Tiers {
-		for i := range t.NumLimits() {
-			switch t.Limit(i).Algorithm() {
-			case limiter.AlgorithmQuota:
-				if t.Stacked {
-					return fmt.Errorf("tier %s, limit %s: %w", t.Name, t.Stack.Name(i), errRedisQuota)
-				}
-				return fmt.Errorf("tier %s: %w", t.Name, errRedisQuota)
-			case limiter.AlgorithmTokenBucket, limiter.AlgorithmSlidingWindow, limiter.AlgorithmUnlimited:
-			}
-		}
-	}
-	return nil
 }
 
 // closeIfUnused closes a store that no daemon adopted (newDaemon failed).

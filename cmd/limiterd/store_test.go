@@ -7,7 +7,6 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
-	"errors"
 	"io"
 	"math/big"
 	"net"
@@ -20,11 +19,6 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/limiterd/limiterd/api/v1alpha1"
-	"github.com/limiterd/limiterd/internal/testsupport"
-	"github.com/limiterd/limiterd/limiterd/policy"
 	redisstore "github.com/limiterd/limiterd/limiterd/store/redis"
 	"github.com/limiterd/limiterd/limiterd/store/redis/redistest"
 )
@@ -169,57 +163,20 @@ spec:
     quota: {limit: 3, period: Day, timeZone: Europe/Berlin}
 `
 
-// TestRedisStoreRefusesQuotas: the Redis store has no script for a Quota limit yet (its stack
-// script answers an error reply, which the failure mode would decide and the circuit breaker
-// count against Redis). limiterd refuses such a policy on --store redis as an invalid one: at
-// startup it does not start, naming the tier; later the policy's last good version keeps
-// serving. The memory store decides it.
-func TestRedisStoreRefusesQuotas(t *testing.T) {
-	compile := func(tiers ...v1alpha1.Tier) *policy.Policy {
-		t.Helper()
-		p, err := policy.Compile(&v1alpha1.RateLimitPolicy{ObjectMeta: metav1.ObjectMeta{Name: "p"},
-			Spec: v1alpha1.RateLimitPolicySpec{DefaultTier: tiers[0].Name, Tiers: tiers}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	monthly := v1alpha1.Limit{Name: "monthly", Algorithm: v1alpha1.AlgorithmQuota,
-		Quota: &v1alpha1.Quota{Limit: 1000, Period: v1alpha1.CalendarPeriodMonth}}
-	for _, tt := range []struct {
-		name   string
-		policy *policy.Policy
-		want   string // "" for none
-	}{
-		{"token bucket, sliding window, unlimited", compile(testsupport.TokenBucketTier("a", 10, 1, time.Second),
-			testsupport.SlidingWindowTier("b", 10, time.Minute), testsupport.UnlimitedTier("c"),
-			testsupport.StackedTier("d", testsupport.TokenBucketLimit("burst", 10, 1, time.Second))), ""},
-		{"quota tier", compile(testsupport.UnlimitedTier("free"), v1alpha1.Tier{Name: "metered", Algorithm: v1alpha1.AlgorithmQuota,
-			Quota: &v1alpha1.Quota{Limit: 10, Period: v1alpha1.CalendarPeriodDay}}), "tier metered: the Redis store"},
-		{"quota limit of a stack", compile(testsupport.StackedTier("paid", testsupport.TokenBucketLimit("burst", 10, 1, time.Second), monthly)),
-			"tier paid, limit monthly: the Redis store"},
-	} {
-		err := redisDecides(tt.policy)
-		switch {
-		case tt.want == "" && err != nil:
-			t.Errorf("%s: refused: %v", tt.name, err)
-		case tt.want != "" && (!errors.Is(err, errRedisQuota) || !strings.Contains(err.Error(), tt.want)):
-			t.Errorf("%s: %v, want an error containing %q", tt.name, err, tt.want)
+// TestRedisStoreDecidesQuotas: a policy with a Quota tier is served on --store redis, its
+// count kept in Redis (one key, the client's), as the memory store serves it.
+func TestRedisStoreDecidesQuotas(t *testing.T) {
+	redistest.Require(t)
+	srv := redistest.Start(t)
+	for _, store := range [][]string{{"--store", "redis", "--redis-addr", srv.Addr(), "--store-timeout", "5s"}, nil} {
+		d := start(t, hooks{}, append([]string{"--policy-file", policyFile(t, t.TempDir(), quotaPolicy)}, store...)...)
+		for i, want := range []int{http.StatusOK, http.StatusOK, http.StatusOK, http.StatusTooManyRequests} {
+			if got := decide(t, d.decisions, "metered-client"); got.status != want {
+				t.Fatalf("%v, decision %d: status %d, want %d (%v)", store, i, got.status, want, got.body)
+			}
 		}
 	}
-
-	// Redis need not be reachable: the policy is refused when it is loaded.
-	dir := t.TempDir()
-	var stderr testsupport.SyncBuffer
-	err := run(t.Context(), []string{"--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--policy-file", policyFile(t, dir, quotaPolicy),
-		"--store", "redis", "--redis-addr", "127.0.0.1:1"}, io.Discard, &stderr)
-	if err == nil || !strings.Contains(err.Error(), "policy default/api: tier daily: the Redis store (--store redis) does not decide Quota limits yet") {
-		t.Fatalf("limiterd on Redis with a quota policy: %v, want it refused\n%s", err, stderr.String())
-	}
-	d := start(t, hooks{}, "--policy-file", policyFile(t, t.TempDir(), quotaPolicy))
-	for i, want := range []int{http.StatusOK, http.StatusOK, http.StatusOK, http.StatusTooManyRequests} {
-		if got := decide(t, d.decisions, "metered-client"); got.status != want {
-			t.Fatalf("memory store, decision %d: status %d, want %d (%v)", i, got.status, want, got.body)
-		}
+	if keys := srv.Do(t, "DBSIZE"); keys != "1" {
+		t.Errorf("redis holds %s keys, want the client's 1", keys)
 	}
 }

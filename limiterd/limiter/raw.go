@@ -63,3 +63,26 @@ func (b *TokenBucket) Charged(units int64, now time.Time) State {
 	b.chargeUnits(&s, now.UnixNano(), units)
 	return s
 }
+
+// Period returns the start and the end, Unix seconds, of q's period that holds now: start <=
+// now < end. A shared store computes them so and passes them to its script, which counts in
+// the period without a time zone database.
+func (q *Quota) Period(now time.Time) (start, end int64) {
+	return q.bounds(floorSeconds(now.UnixNano()))
+}
+
+// StateAt returns the State that q keeps for a client that used used units (at most
+// MaxQuotaLimit) in the period that ends at end Unix nanoseconds: the state q.Decide, Peek,
+// Refund and Fresh read, and that another strategy converts. Its TAT is end, used.
+func (q *Quota) StateAt(end, used int64) State {
+	return State{stamp: &q.stamp, tat: end, frac: uint32(min(max(used, 0), MaxQuotaLimit))}
+}
+
+// Convert returns the state q decides on at now for a client whose state s another strategy
+// wrote: its usage carried over by the rule for parameter changes (another quota's count
+// carried, another algorithm's used units charged; a state q wrote, or a fresh one, is
+// returned as it is). A shared store converts a state so before deciding on it.
+func (q *Quota) Convert(s State, now time.Time) State {
+	adopt(&q.stamp, &s, now.UnixNano())
+	return s
+}

@@ -31,8 +31,9 @@ import (
 // limit is the allowance of the test policies' one client.
 const limit = 40
 
-// policies has a token-bucket and a sliding-window policy of limit units an hour, so that
-// nothing refills during a test.
+// policies has a token-bucket and a sliding-window policy of limit units an hour, and a quota
+// of limit units a year, so that nothing refills during a test (a test run across the new
+// year's UTC midnight would see the quota's allowance come back).
 func policies(capacity int) string {
 	return fmt.Sprintf(`apiVersion: limiterd.dev/v1alpha1
 kind: RateLimitPolicy
@@ -57,7 +58,19 @@ spec:
   - name: standard
     algorithm: SlidingWindow
     slidingWindow: {limit: %d, window: 1h}
-`, capacity, capacity)
+---
+apiVersion: limiterd.dev/v1alpha1
+kind: RateLimitPolicy
+metadata:
+  name: quota
+spec:
+  defaultTier: standard
+  failureMode: Closed
+  tiers:
+  - name: standard
+    algorithm: Quota
+    quota: {limit: %d, period: Year, timeZone: UTC}
+`, capacity, capacity, capacity)
 }
 
 // limiterdBinary returns the path of bin/limiterd.
@@ -208,7 +221,7 @@ func TestReplicasShareOneAllowance(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "policies.yaml")
 	writePolicies(t, file, policies(limit))
 	replicas := startReplicas(t, 3, file, "--store", "redis", "--redis-addr", srv.Addr(), "--store-timeout", "5s")
-	for _, policy := range []string{"default/bucket", "default/window"} {
+	for _, policy := range []string{"default/bucket", "default/window", "default/quota"} {
 		if got := hammer(t, replicas, policy, "one-client", 2*limit); got != limit {
 			t.Errorf("%s: three replicas on Redis admitted %d of %d requests, want exactly the limit %d", policy, got, 6*limit, limit)
 		}
@@ -229,7 +242,7 @@ func TestReplicasShareOneAllowance(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	for _, policy := range []string{"default/bucket", "default/window"} {
+	for _, policy := range []string{"default/bucket", "default/window", "default/quota"} {
 		if got := hammer(t, replicas, policy, "one-client", 10); got != 10 {
 			t.Errorf("%s: after raising the limit by 10, the client was admitted %d more, want 10", policy, got)
 		}
@@ -257,7 +270,7 @@ func TestReplicasOnCluster(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "policies.yaml")
 	writePolicies(t, file, policies(limit))
 	replicas := startReplicas(t, 3, file, "--store", "redis", "--redis-addr", strings.Join(cluster.Addrs(), ","), "--store-timeout", "5s")
-	for _, policy := range []string{"default/bucket", "default/window"} {
+	for _, policy := range []string{"default/bucket", "default/window", "default/quota"} {
 		if got := hammer(t, replicas, policy, "one-client", 2*limit); got != limit {
 			t.Errorf("%s: three replicas on a cluster admitted %d, want exactly the limit %d", policy, got, limit)
 		}

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	_ "time/tzdata" // the quota cases' zones, whatever the machine has installed
 
 	"github.com/limiterd/limiterd/limiterd/limiter"
 )
@@ -63,6 +64,12 @@ func Cases() []Case {
 	sw := func(limit int64, window time.Duration) limiter.RateLimiter {
 		return must(limiter.NewSlidingWindow(limit, window))
 	}
+	qt := func(limit int64, period limiter.CalendarPeriod, loc *time.Location) limiter.RateLimiter {
+		return must(limiter.NewQuota(limit, period, loc))
+	}
+	newYork := must(time.LoadLocation("America/New_York"))
+	// nyDST is the start of 14 March 2027 in New York, when its clocks spring forward at 02:00.
+	nyDST := time.Date(2027, 3, 14, 5, 0, 0, 0, time.UTC).Sub(T0)
 	const ms = time.Millisecond
 	return []Case{
 		{Name: "token bucket starts full and refills continuously", Strategy: tb(3, 1, time.Second), Steps: []Step{
@@ -229,6 +236,53 @@ func Cases() []Case {
 			{At: 90 * time.Second, Allowed: true, Remaining: 1, ResetAfter: time.Minute, Then: sw(2, time.Minute)},
 			{At: 90 * time.Second, Cost: 2, Allowed: false, Remaining: 1, RetryAfter: time.Minute, ResetAfter: time.Minute},
 		}},
+		{Name: "quota counts in its calendar day and resets at its end", Strategy: qt(3, limiter.PeriodDay, time.UTC), Steps: []Step{
+			// T0 is 10:00 UTC: the day ends in 14 hours.
+			{At: 0, Allowed: true, Remaining: 2, ResetAfter: 14 * time.Hour},
+			{At: 0, Cost: 2, Allowed: true, Remaining: 0, ResetAfter: 14 * time.Hour},
+			{At: time.Hour, Allowed: false, Remaining: 0, RetryAfter: 13 * time.Hour, ResetAfter: 13 * time.Hour},
+			{At: time.Hour, Cost: 4, Allowed: false, Remaining: 0, RetryAfter: 0, ResetAfter: 13 * time.Hour},
+			{At: 2 * time.Hour, Peek: true, Allowed: false, Remaining: 0, RetryAfter: 12 * time.Hour, ResetAfter: 12 * time.Hour},
+			{At: 14*time.Hour - 1, Allowed: false, Remaining: 0, RetryAfter: 1, ResetAfter: 1},
+			{At: 14 * time.Hour, Allowed: true, Remaining: 2, ResetAfter: 24 * time.Hour},
+			{At: 14 * time.Hour, Cost: 4, Allowed: false, Remaining: 2, RetryAfter: 0, ResetAfter: 24 * time.Hour},
+			{At: 14 * time.Hour, Key: "other", Cost: 3, Allowed: true, Remaining: 0, ResetAfter: 24 * time.Hour},
+		}},
+		{Name: "quota refunds come off the current period only", Strategy: qt(3, limiter.PeriodDay, time.UTC), Steps: []Step{
+			{At: 0, Cost: 3, Allowed: true, Remaining: 0, ResetAfter: 14 * time.Hour},
+			{At: time.Hour, Refund: 2, Allowed: true, Remaining: 2, ResetAfter: 13 * time.Hour},
+			{At: time.Hour, Cost: 2, Allowed: true, Remaining: 0, ResetAfter: 13 * time.Hour},
+			{At: 15 * time.Hour, Refund: 2, Allowed: true, Remaining: 3, ResetAfter: 0},
+		}},
+		{Name: "quota day in a time zone lasts 23 hours when its clocks spring forward", Strategy: qt(2, limiter.PeriodDay, newYork), Steps: []Step{
+			// 14 March 2027 in New York: 00:00 EST (05:00 UTC) to 00:00 EDT (04:00 UTC the next day).
+			{At: nyDST + time.Hour, Allowed: true, Remaining: 1, ResetAfter: 22 * time.Hour},
+			{At: nyDST + 7*time.Hour, Allowed: true, Remaining: 0, ResetAfter: 16 * time.Hour},
+			{At: nyDST + 7*time.Hour, Allowed: false, Remaining: 0, RetryAfter: 16 * time.Hour, ResetAfter: 16 * time.Hour},
+			{At: nyDST + 23*time.Hour, Allowed: true, Remaining: 1, ResetAfter: 24 * time.Hour},
+		}},
+		{Name: "quota conversions never give usage back", Strategy: qt(5, limiter.PeriodMonth, time.UTC), Steps: []Step{
+			// December 2026 ends 29 days and 14 hours after T0.
+			{At: 0, Cost: 5, Allowed: true, Remaining: 0, ResetAfter: 29*24*time.Hour + 14*time.Hour, Then: qt(3, limiter.PeriodDay, time.UTC)},
+			// The month's 5 units, unclamped, count in each day of the month (they may have
+			// been used in it): a conversion never gives usage back.
+			{At: time.Hour, Allowed: false, Remaining: 0, RetryAfter: 13 * time.Hour, ResetAfter: 13 * time.Hour},
+			{At: 14 * time.Hour, Allowed: false, Remaining: 0, RetryAfter: 24 * time.Hour, ResetAfter: 24 * time.Hour,
+				Then: qt(8, limiter.PeriodMonth, time.UTC)},
+			// Another month's quota carries the count to the month's end.
+			{At: 15 * time.Hour, Cost: 3, Allowed: true, Remaining: 0, ResetAfter: 29*24*time.Hour - time.Hour},
+			{At: 15 * time.Hour, Allowed: false, Remaining: 0, RetryAfter: 29*24*time.Hour - time.Hour, ResetAfter: 29*24*time.Hour - time.Hour},
+		}},
+		{Name: "quota and other algorithms charge each other the units in use", Strategy: tb(10, 1, time.Second), Steps: []Step{
+			{At: 0, Cost: 4, Allowed: true, Remaining: 6, ResetAfter: 4 * time.Second, Then: qt(5, limiter.PeriodDay, time.UTC)},
+			{At: 0, Allowed: true, Remaining: 0, ResetAfter: 14 * time.Hour, Then: tb(10, 1, time.Second)},
+			// The quota's 5 units: 5 tokens' debt.
+			{At: 0, Allowed: true, Remaining: 4, ResetAfter: 6 * time.Second, Then: sw(8, time.Minute)},
+			{At: 0, Cost: 2, Allowed: true, Remaining: 0, ResetAfter: time.Minute, Then: qt(9, limiter.PeriodDay, time.UTC)},
+			{At: 0, Cost: 2, Allowed: false, Remaining: 1, RetryAfter: 14 * time.Hour, ResetAfter: 14 * time.Hour},
+			{At: 0, Allowed: true, Remaining: 0, ResetAfter: 14 * time.Hour, Then: sw(8, time.Minute)},
+			{At: 0, Allowed: false, Remaining: 0, RetryAfter: time.Minute, ResetAfter: time.Minute},
+		}},
 	}
 }
 
@@ -391,6 +445,20 @@ func StackCases() []StackCase {
 				// Converted again at 300ms (5.7 tokens used, exactly), not at 0: a full bucket in 2.85s.
 				{At: 300 * ms, Peek: true, Allowed: true, Binding: 1, Limits: []LimitWant{{true, 14, 2850 * ms, 0}, {true, 4, time.Hour - 300*ms, 0}}},
 				{At: 300 * ms, Allowed: true, Binding: 1, Limits: []LimitWant{{true, 13, 3350 * ms, 0}, {true, 3, time.Hour, 0}}},
+			}},
+		{Name: "a quota stacked with a token bucket: all or nothing",
+			Stack: Stack("day", must(limiter.NewQuota(3, limiter.PeriodDay, time.UTC)), "rate", tb(2, 1, s)), Steps: []StackStep{
+				{At: 0, Allowed: true, Binding: 1, Limits: []LimitWant{{true, 2, 14 * time.Hour, 0}, {true, 1, s, 0}}},
+				{At: 0, Allowed: true, Binding: 1, Limits: []LimitWant{{true, 1, 14 * time.Hour, 0}, {true, 0, 2 * s, 0}}},
+				// The bucket rejects: the quota, which would admit, is not charged.
+				{At: 0, Allowed: false, RetryAfter: s, Binding: 1, Limits: []LimitWant{{true, 1, 14 * time.Hour, 0}, {false, 0, 2 * s, s}}},
+				{At: s, Allowed: true, Binding: 0, Limits: []LimitWant{{true, 0, 14*time.Hour - s, 0}, {true, 0, 2 * s, 0}}},
+				// The quota rejects: the bucket is not charged.
+				{At: 10 * s, Allowed: false, RetryAfter: 14*time.Hour - 10*s, Binding: 0, Limits: []LimitWant{{false, 0, 14*time.Hour - 10*s, 14*time.Hour - 10*s}, {true, 2, 0, 0}}},
+				{At: 10 * s, Peek: true, Allowed: false, RetryAfter: 14*time.Hour - 10*s, Binding: 0, Limits: []LimitWant{{false, 0, 14*time.Hour - 10*s, 14*time.Hour - 10*s}, {true, 2, 0, 0}}},
+				{At: 14 * time.Hour, Cost: 2, Allowed: true, Binding: 1, Limits: []LimitWant{{true, 1, 24 * time.Hour, 0}, {true, 0, 2 * s, 0}}},
+				// Its one limit, as a tier of one limit, shares the state (the quota's name).
+				{At: 14 * time.Hour, Single: must(limiter.NewQuota(3, limiter.PeriodDay, time.UTC)), Allowed: true, Limits: []LimitWant{{true, 2, 24 * time.Hour, 0}}},
 			}},
 	}
 }

@@ -368,3 +368,130 @@ local function swRefund(w, c)
   if w.live > 0 then w.used = w.lastCum - w.base end
   swKeep(w)
 end
+
+-- Quotas. The state at the key is the string "<fingerprint> <end> <used>": the end of the
+-- counted period, Unix seconds (a period's boundaries are whole seconds), and the units used in
+-- it, as limiter.Quota keeps them; absent: fresh. The script knows no time zone: Go passes the
+-- bounds [QT_START, QT_END) of the period that holds the instant it expects the decision at,
+-- and a decision that would start a period at a now outside them (the server's clock, across a
+-- boundary from the caller's) answers OUTCOME_PERIOD with its now instead, for Go to compute
+-- them there. A decision within the stored period is a comparison and an addition. Another
+-- strategy's state (another quota's count, a token bucket's TAT, a sliding window's log) is
+-- answered raw to Go, which converts it exactly (qtConvert): a conversion never gives usage back.
+
+-- qtOpen sets whether the count read is of a period that holds now (Quota's count), and the
+-- units used in it.
+local function qtOpen(q)
+  q.open = q.e ~= false and nows < q.e
+  q.used = 0
+  if q.open then q.used = q.u end
+end
+
+-- qtLoad reads the quota at key k whose block of arguments follows ARGV[o]. A sliding window's
+-- log is other, and raw, identified as tbLoad identifies it, with the units it holds in its own
+-- window at now (logUsed), which Go charges to the quota; a token bucket's state or another
+-- quota's is raw.
+local function qtLoad(k, o)
+  local q = {k = k, qt = true, fp = ARGV[o + L_FINGERPRINT], limit = tonumber(ARGV[o + QT_LIMIT]),
+    start = tonumber(ARGV[o + QT_START]), stop = tonumber(ARGV[o + QT_END]), e = false, u = 0, used = 0, open = false, other = false, raw = false, logUsed = false,
+    converted = false, charged = false}
+  local v = redis.pcall('GET', k)
+  if type(v) == 'table' then
+    q.other = true
+    local h = redis.pcall('LRANGE', k, 0, 2)
+    if h.err == nil and #h == 3 then
+      local n = (redis.call('LLEN', k) - 3) / 2
+      local lastAt, lastCum = redis.call('LINDEX', k, -2), redis.call('LINDEX', k, -1)
+      q.raw, q.logUsed = table.concat(h, ' ') .. ' ' .. n .. ' ' .. lastAt .. ' ' .. lastCum, 0
+      local window = tonumber(string.match(h[1], '^sw:%d+:(%d+)$') or '')
+      if window and n > 0 then
+        local t = math.max((nows - tonumber(h[2])) * 1e9 + nown, tonumber(lastAt))
+        local lo, hi = 0, n
+        while lo < hi do
+          local mid = math.floor((lo + hi) / 2)
+          if tonumber(redis.call('LINDEX', k, 3 + 2 * mid)) + window <= t then lo = mid + 1 else hi = mid end
+        end
+        local base = tonumber(h[3])
+        if lo > 0 then base = tonumber(redis.call('LINDEX', k, 4 + 2 * (lo - 1))) end
+        if lo < n then q.logUsed = tonumber(lastCum) - base end
+      end
+    end
+  elseif v then
+    local vfp, e, u = string.match(v, '^(%S+) (%-?%d+) (%d+)$')
+    if vfp == q.fp then
+      q.e, q.u = tonumber(e), tonumber(u)
+    else
+      q.raw = v
+    end
+  end
+  qtOpen(q)
+  return q
+end
+
+-- qtAdmits reports whether the quota admits a cost of c.
+local function qtAdmits(q, c) return c <= q.limit - q.used end
+
+-- qtNeedsPeriod reports whether admitting a cost of c would start a period whose bounds Go
+-- did not pass: now lies outside [QT_START, QT_END).
+local function qtNeedsPeriod(q, c)
+  if q.open or c > q.limit then return false end
+  return nows < q.start or nows >= q.stop
+end
+
+-- qtSet writes a count of used units in the period that ends at e, expiring at its end.
+local function qtSet(q, e, used)
+  redis.call('SET', q.k, string.format('%s %d %d', q.fp, e, used), 'PX',
+    expiry((e - nows) * 1000 - math.floor(nown / 1000000)))
+end
+
+-- qtAdmit charges the cost c: to the period counted, or to the one that starts (QT_END ends it).
+local function qtAdmit(q, c)
+  local e = q.e
+  if not q.open then e = q.stop end
+  qtSet(q, e, q.used + c)
+end
+
+-- qtReply answers, at reply[at + R_*], the state the decision was made on: fresh, a count
+-- (charged when converted from another algorithm's state: a refund has nothing to refund on
+-- it), or the raw state Go must convert (with a sliding window's used units). Go derives the
+-- decision from it with the in-memory code.
+local function qtReply(reply, at, q)
+  reply[at + R_TAT_F] = 0
+  if q.raw and q.logUsed then
+    reply[at + R_STATE], reply[at + R_RAW], reply[at + R_USED] = STATE_USED, q.raw, q.logUsed
+  elseif q.raw then
+    reply[at + R_STATE], reply[at + R_RAW], reply[at + R_USED] = STATE_RAW, q.raw, 0
+  elseif q.e then
+    local state = STATE_TAT
+    if q.charged then state = STATE_CHARGED end
+    reply[at + R_STATE], reply[at + R_QT_END], reply[at + R_QT_USED] = state, q.e, q.u
+  else
+    reply[at + R_STATE], reply[at + R_QT_END], reply[at + R_QT_USED] = STATE_FRESH, 0, 0
+  end
+end
+
+
+-- Quotas: conversions and refunds, in the scripts of the calls that need them (a call that
+-- refunds or carries a conversion: script.go).
+-- qtConvert takes the count Go converted the raw state from to (e "": fresh), if the key still
+-- holds that state: another quota's count carried, another algorithm's used units charged
+-- (Quota.Convert).
+local function qtConvert(q, from, e, u)
+  if q.raw ~= from then return end
+  q.raw, q.logUsed, q.converted, q.charged = false, false, true, q.other
+  if e ~= '' then q.e, q.u = tonumber(e), tonumber(u) end
+  qtOpen(q)
+end
+
+-- qtRefund takes c units off the count of the period that holds now, never below 0, as
+-- Quota.Refund, on the count converted from another quota's or a token bucket's state (as
+-- limiter.Memory, which keeps them in one table); a count charged from a sliding window's log
+-- has nothing to refund. A conversion is kept (a fresh one deletes the key).
+local function qtRefund(q, c)
+  if q.charged then return end
+  if q.open and (q.used > 0 or q.converted) then
+    qtSet(q, q.e, q.used - math.min(q.used, c))
+  elseif q.converted then
+    redis.call('DEL', q.k)
+  end
+end

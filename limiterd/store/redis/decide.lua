@@ -8,18 +8,23 @@
 --          after it), now (s, n; "" for s: the server's clock, TIME), the cost (a peek's is 1),
 --          the milliseconds added to a key's expiry and the sliding windows' rebase threshold;
 --          then one block a limit: its algorithm (L_ALGORITHM) and fingerprint, then its
---          parameters, named by the TB_ locals (TB_ARGS in all) or the SW_ locals (SW_ARGS);
+--          parameters, named by the TB_ locals (TB_ARGS in all), the SW_ locals (SW_ARGS) or
+--          the QT_ locals (QT_ARGS: a quota's limit and the bounds of its expected period);
 --          then, for limits whose state other parameters or another algorithm wrote, one block
 --          of CONVERT_ARGS each, named by the C_ locals: the limit (1-based), the state read (as
 --          the script answered it) and what Go converted it to, used only if the key still holds
---          that state: a token bucket's TAT (s "": fresh), or a sliding window's charge (its
---          instant s, n and C_UNITS units: a log of that one entry).
+--          that state: a token bucket's TAT (s "": fresh), a sliding window's charge (its
+--          instant s, n and C_UNITS units: a log of that one entry), or a quota's count (C_END,
+--          "": fresh, and C_USED).
 -- Returns  the OUTCOME, the instant decided at (NOW) and, from REPLY_LIMITS on, one block of
 --          LIMIT_REPLY elements a limit, named by the R_ locals: a token bucket's state the
 --          decision was made on (tbReply; with OUTCOME_CONVERT, the raw states Go must convert
 --          first, and nothing is written), a sliding window's decision (swReply: whether it
 --          admits the cost on its own; with the stack rejected, the state as it is; with
---          OUTCOME_CONVERT, STATE_RAW and a token bucket's state Go must convert first).
+--          OUTCOME_CONVERT, STATE_RAW and a token bucket's state Go must convert first), a
+--          quota's count decided on (qtReply, as a token bucket's). OUTCOME_PERIOD, with nothing
+--          written: a decision would start a quota's period at a now outside the bounds passed;
+--          Go passes those of the period that holds NOW, and calls again.
 --
 -- A decision reads every limit, then writes every limit's new state if every limit admits the
 -- cost (replacing a state that another algorithm left under a limit's key, whose used units it
@@ -47,7 +52,10 @@ slack, rebase = tonumber(ARGV[ARG_SLACK_MS]), tonumber(ARGV[ARG_REBASE])
 -- units are charged to l), and answers its block after at.
 local function decided(reply, at, l, tb, all)
   if l.other and all then redis.call('DEL', l.k) end
-  if tb then
+  if l.qt then
+    qtReply(reply, at, l) -- the state decided on
+    if all then qtAdmit(l, cost) end
+  elseif tb then
     tbReply(reply, at, l) -- the state decided on
     if all then tbWrite(l, l.xs, l.xn, l.xf) end
   elseif all then
@@ -72,11 +80,24 @@ if n == 1 and mode == MODE_DECIDE then
   elseif algorithm == ALGORITHM_SLIDING_WINDOW and #ARGV == ARGS + SW_ARGS then
     l = swLoad(KEYS[1], ARGS)
     if l.raw then l = nil end
+  elseif algorithm == ALGORITHM_QUOTA and #ARGV == ARGS + QT_ARGS then
+    l = qtLoad(KEYS[1], ARGS)
+    if l.raw then l = nil end
   end
   if l then
     local admits
-    if tb then admits = tbAdmits(l) else admits = swAdmits(l, cost) end
     local reply = {0, 0, 0, 0, 0, 0, 0}
+    if tb then
+      admits = tbAdmits(l)
+    elseif l.qt then
+      if qtNeedsPeriod(l, cost) then
+        reply[REPLY_OUTCOME], reply[REPLY_NOW_S], reply[REPLY_NOW_N] = OUTCOME_PERIOD, nows, nown
+        return reply
+      end
+      admits = qtAdmits(l, cost)
+    else
+      admits = swAdmits(l, cost)
+    end
     reply[REPLY_OUTCOME] = admits and OUTCOME_ADMITTED or OUTCOME_REJECTED
     reply[REPLY_NOW_S], reply[REPLY_NOW_N] = nows, nown
     decided(reply, REPLY_LIMITS - 1, l, tb, admits)
@@ -95,6 +116,9 @@ for i = 1, n do
   elseif algorithm == ALGORITHM_SLIDING_WINDOW then
     limits[i] = swLoad(KEYS[i], o)
     o = o + SW_ARGS
+  elseif algorithm == ALGORITHM_QUOTA then
+    limits[i] = qtLoad(KEYS[i], o)
+    o = o + QT_ARGS
   else
     return redis.error_reply('decide: limit ' .. i .. ' has algorithm ' .. tostring(algorithm))
   end
@@ -107,6 +131,8 @@ for c = o, #ARGV - 1, CONVERT_ARGS do
   if not l then return redis.error_reply('decide: conversion of limit ' .. ARGV[c + C_LIMIT]) end
   if l.tb then
     tbConvert(l, ARGV[c + C_FROM], ARGV[c + C_S], ARGV[c + C_N], ARGV[c + C_F])
+  elseif l.qt then
+    qtConvert(l, ARGV[c + C_FROM], ARGV[c + C_END], ARGV[c + C_USED])
   else
     swConvert(l, ARGV[c + C_FROM], ARGV[c + C_S], ARGV[c + C_N], ARGV[c + C_UNITS])
   end
@@ -127,6 +153,8 @@ if convert then -- Go converts the raw states first; nothing is written
     local l = limits[i]
     if l.tb then
       tbReply(reply, at[i], l)
+    elseif l.qt then
+      qtReply(reply, at[i], l)
     elseif l.raw then
       reply[at[i] + R_STATE], reply[at[i] + R_RAW] = STATE_RAW, l.raw
     else
@@ -145,6 +173,9 @@ if mode == MODE_REFUND then
     if l.tb then
       tbReply(reply, at[i], l) -- the state before the refund: Go refunds on it as Refund does
       if not l.other then tbRefund(l) end
+    elseif l.qt then
+      qtReply(reply, at[i], l) -- the state before the refund: Go refunds on it as Refund does
+      qtRefund(l, cost)
     elseif l.other then
       swReply(reply, at[i], l, 1, swAdmits(l, 1))
     else
@@ -159,23 +190,41 @@ if mode == MODE_PEEK then -- what one unit would get
   reply[REPLY_OUTCOME] = OUTCOME_PEEKED
   for i = 1, n do
     local l = limits[i]
-    if l.tb then tbReply(reply, at[i], l) else swReply(reply, at[i], l, cost, swAdmits(l, cost)) end
+    if l.tb then
+      tbReply(reply, at[i], l)
+    elseif l.qt then
+      qtReply(reply, at[i], l)
+    else
+      swReply(reply, at[i], l, cost, swAdmits(l, cost))
+    end
   end
   return reply
 end
 
 -- Decide on every limit; write them all only if every one admits.
 if mode ~= MODE_DECIDE then return redis.error_reply('decide: mode ' .. mode) end
+for i = 1, n do
+  if limits[i].qt and qtNeedsPeriod(limits[i], cost) then -- Go computes the periods at now first
+    reply[REPLY_OUTCOME] = OUTCOME_PERIOD
+    return reply
+  end
+end
 local all = true
 for i = 1, n do
   local l = limits[i]
-  if l.tb then l.admits = tbAdmits(l) else l.admits = swAdmits(l, cost) end
+  if l.tb then
+    l.admits = tbAdmits(l)
+  elseif l.qt then
+    l.admits = qtAdmits(l, cost)
+  else
+    l.admits = swAdmits(l, cost)
+  end
   all = all and l.admits
 end
 reply[REPLY_OUTCOME] = all and OUTCOME_ADMITTED or OUTCOME_REJECTED
 for i = 1, n do
   local l = limits[i]
-  if l.tb or all then
+  if l.tb or l.qt or all then
     decided(reply, at[i], l, l.tb, all)
   else
     swReply(reply, at[i], l, cost, l.admits) -- whether it admits the cost on its own

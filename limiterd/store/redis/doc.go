@@ -29,6 +29,14 @@
 //   - A sliding window's instants are nanoseconds since a per-client epoch (whole seconds), and
 //     its running totals count from a per-client base; both are rewritten relative to the oldest
 //     entry before they could reach 2^52. Every duration it computes is at most a window (24h).
+//   - A quota's period is a calendar period of a time zone, which Lua cannot compute: Go passes
+//     the bounds (Unix seconds) of limiter.Quota's period that holds the instant it expects the
+//     decision at. The state is the end of the counted period and its count, so a decision
+//     within that period is a comparison and an addition; a decision that starts a period uses
+//     the bounds passed only if its now lies within them. On the server's clock it may not (the
+//     replica's clock across a boundary from the server's): the script then answers
+//     OUTCOME_PERIOD with its now, and Go computes the bounds there and calls again. Go replays
+//     the decision on the count read with limiter.Quota, as for a token bucket.
 //
 // # Parameter changes
 //
@@ -96,6 +104,9 @@
 //     of them): about 14 bytes an entry in Redis's packed lists, plus about 150 bytes a client;
 //     at most about 1.4 MB for a client at the maximum limit of 100000 with each unit admitted
 //     at a distinct nanosecond.
+//   - Quota: a string "<fingerprint> <end> <used>", the end of the counted period in Unix
+//     seconds and the units used in it, expiring at the period's end (plus the slack): about
+//     100 bytes a client.
 //
 // The state of one client is bounded: its keys are the prefix, the escaped policy ID and
 // client key (each byte escaped to at most 3: at most 3 KiB for a 1,024-byte client key) and

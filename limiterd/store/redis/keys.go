@@ -3,6 +3,7 @@ package redis
 import (
 	"errors"
 	"fmt"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -82,6 +83,11 @@ func fingerprint(rl limiter.RateLimiter) string {
 	case *limiter.SlidingWindow:
 		limit, window := rl.Params()
 		return fmt.Sprintf("sw:%d:%d", limit, int64(window))
+	case *limiter.Quota:
+		// The zone's name, query-escaped: no ':' or white space, which end a fingerprint's
+		// field or the state's.
+		limit, period, loc := rl.Params()
+		return fmt.Sprintf("qt:%d:%d:%s", limit, period, url.QueryEscape(loc.String()))
 	default:
 		return "unlimited"
 	}
@@ -91,6 +97,9 @@ var errFingerprint = errors.New("unknown strategy fingerprint")
 
 // parseFingerprint returns the strategy a fingerprint names.
 func parseFingerprint(fp string) (limiter.RateLimiter, error) {
+	if q, ok := strings.CutPrefix(fp, "qt:"); ok {
+		return parseQuotaFingerprint(fp, q)
+	}
 	parts := strings.Split(fp, ":")
 	nums := make([]int64, 0, 3)
 	for _, p := range parts[1:] {
@@ -110,6 +119,29 @@ func parseFingerprint(fp string) (limiter.RateLimiter, error) {
 	case parts[0] == "sw" && len(nums) == 2:
 		rl, err = limiter.NewSlidingWindow(nums[0], time.Duration(nums[1]))
 	}
+	if err != nil {
+		return nil, fmt.Errorf("fingerprint %q: %w", fp, err)
+	}
+	return rl, nil
+}
+
+// parseQuotaFingerprint returns the quota the fingerprint fp names; q is what follows "qt:".
+func parseQuotaFingerprint(fp, q string) (limiter.RateLimiter, error) {
+	parts := strings.Split(q, ":")
+	if len(parts) != 3 {
+		return nil, fmt.Errorf("%w %q", errFingerprint, fp)
+	}
+	limit, err1 := strconv.ParseInt(parts[0], 10, 64)
+	period, err2 := strconv.ParseUint(parts[1], 10, 8)
+	zone, err3 := url.QueryUnescape(parts[2])
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return nil, fmt.Errorf("%w %q: %w", errFingerprint, fp, err)
+	}
+	loc, err := time.LoadLocation(zone)
+	if err != nil {
+		return nil, fmt.Errorf("fingerprint %q: %w", fp, err)
+	}
+	rl, err := limiter.NewQuota(limit, limiter.CalendarPeriod(period), loc)
 	if err != nil {
 		return nil, fmt.Errorf("fingerprint %q: %w", fp, err)
 	}

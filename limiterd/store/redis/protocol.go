@@ -29,6 +29,7 @@ const (
 const (
 	algTokenBucket   = "tb"
 	algSlidingWindow = "sw"
+	algQuota         = "qt"
 )
 
 // The script's arguments (ARG_*), before the limits' blocks.
@@ -68,6 +69,16 @@ const (
 	swArgs                        // the number of arguments of the block
 )
 
+// A quota's block (QT_*). Go computes the period's bounds, in the quota's time zone, at the
+// instant it expects the decision at (the caller's now, or the server's that a reply answered:
+// outcomePeriod); the script counts in them only when its now lies within them.
+const (
+	qtLimit = limitParams + iota // the limit
+	qtStart                      // the start of the period of the expected instant, Unix seconds
+	qtEnd                        // and its end
+	qtArgs                       // the number of arguments of the block
+)
+
 // A conversion's block (C_*), after the limits' blocks: a limit's state that other parameters
 // or another algorithm wrote, converted by Go (a conversion never gives usage back).
 const (
@@ -81,6 +92,10 @@ const (
 	// A sliding window's conversion, of a token bucket's state: its used tokens charged as one
 	// entry at the instant the script read them (convertS, convertN: seconds, nanoseconds).
 	convertUnits = convertF
+	// A quota's conversion: its count carried or charged (convertS: the end of its period, Unix
+	// seconds, "": fresh; convertN: the units used in it).
+	convertEnd  = convertS
+	convertUsed = convertN
 )
 
 // The script's reply: the outcome, the instant decided at, then a block a limit.
@@ -97,6 +112,10 @@ const (
 	replyTATF  = 3 // and fraction
 	replyRaw   = 1 // stateRaw, stateUsed: the state as stored (stateUsed: a sliding window's log, identified)
 	replyUsed  = 2 // stateUsed: the units the log holds in its own window at the instant decided at
+	// A quota's block: as a token bucket's, its state decided on a count (stateTAT,
+	// stateCharged) of replyQuotaUsed units in the period that ends at replyQuotaEnd.
+	replyQuotaEnd  = 1 // Unix seconds
+	replyQuotaUsed = 2
 	// A sliding window's block: its decision (swAdmitted or swRejected: on its own), or with
 	// outcomeConvert, stateRaw and at replyRaw a token bucket's state for Go to convert.
 	replyAdmitted   = 0
@@ -113,6 +132,7 @@ const (
 	outcomeConvert  = 2 // other parameters or algorithms wrote limits' states (raw): Go converts them, and calls again
 	outcomeRefunded = 3 // refunded; a token bucket's state is the one before the refund
 	outcomePeeked   = 4 // peeked
+	outcomePeriod   = 5 // a quota needs its period's bounds at the instant answered: Go computes them, and calls again
 
 	stateFresh   = 0 // no state
 	stateTAT     = 1 // replyTATS, replyTATN, replyTATF
@@ -137,6 +157,7 @@ func protocolNames() map[string]string {
 	text("MODE_REFUND", string(modeRefund))
 	text("ALGORITHM_TOKEN_BUCKET", algTokenBucket)
 	text("ALGORITHM_SLIDING_WINDOW", algSlidingWindow)
+	text("ALGORITHM_QUOTA", algQuota)
 	value("MAX_LIMITS", limiter.MaxStack)
 	index("ARG_MODE", argMode)
 	index("ARG_NOW_S", argNowS)
@@ -158,12 +179,18 @@ func protocolNames() map[string]string {
 	index("SW_LIMIT", swLimit)
 	index("SW_WINDOW", swWindow)
 	value("SW_ARGS", swArgs)
+	index("QT_LIMIT", qtLimit)
+	index("QT_START", qtStart)
+	index("QT_END", qtEnd)
+	value("QT_ARGS", qtArgs)
 	index("C_LIMIT", convertLimit)
 	index("C_FROM", convertFrom)
 	index("C_S", convertS)
 	index("C_N", convertN)
 	index("C_F", convertF)
 	index("C_UNITS", convertUnits)
+	index("C_END", convertEnd)
+	index("C_USED", convertUsed)
 	value("CONVERT_ARGS", convertArgs)
 	index("REPLY_OUTCOME", replyOutcome)
 	index("REPLY_NOW_S", replyNowS)
@@ -175,6 +202,8 @@ func protocolNames() map[string]string {
 	index("R_TAT_F", replyTATF)
 	index("R_RAW", replyRaw)
 	index("R_USED", replyUsed)
+	index("R_QT_END", replyQuotaEnd)
+	index("R_QT_USED", replyQuotaUsed)
 	index("R_ADMITTED", replyAdmitted)
 	index("R_REMAINING", replyRemaining)
 	index("R_RESET_AFTER", replyResetAfter)
@@ -185,6 +214,7 @@ func protocolNames() map[string]string {
 	value("OUTCOME_CONVERT", outcomeConvert)
 	value("OUTCOME_REFUNDED", outcomeRefunded)
 	value("OUTCOME_PEEKED", outcomePeeked)
+	value("OUTCOME_PERIOD", outcomePeriod)
 	value("STATE_FRESH", stateFresh)
 	value("STATE_TAT", stateTAT)
 	value("STATE_RAW", stateRaw)

@@ -44,7 +44,8 @@ type algorithms uint8
 const (
 	withTokenBucket algorithms = 1 << iota
 	withSlidingWindow
-	withAll = withTokenBucket | withSlidingWindow
+	withQuota
+	withAll = withTokenBucket | withSlidingWindow | withQuota
 )
 
 // The lines that start the library's sections, in their order: before the first, what every
@@ -59,6 +60,8 @@ var sections = [...]struct {
 	{"\n-- Token buckets: conversions and refunds", withTokenBucket, true},
 	{"\n-- Sliding windows. ", withSlidingWindow, false},
 	{"\n-- Sliding windows: conversions and refunds", withSlidingWindow, true},
+	{"\n-- Quotas. ", withQuota, false},
+	{"\n-- Quotas: conversions and refunds", withQuota, true},
 }
 
 // script is the decision script of one set of algorithms.

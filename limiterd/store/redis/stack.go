@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 
@@ -85,6 +86,9 @@ type call struct {
 	nowS     string
 	nowN     string
 	converts []conversion // by limit; nil: none yet
+	// periodAt is the instant the quotas' periods are computed at: now, or the server's instant
+	// that a reply asked for them at (outcomePeriod).
+	periodAt time.Time
 
 	algorithms algorithms // of the limits: the script that decides them
 }
@@ -104,13 +108,17 @@ func (s *Store) newCall(key string, st *limiter.Stack, now time.Time, cost int64
 	k := s.key(key)
 	for i := range c.keys {
 		c.keys[i] = k + limitSuffix(st.Name(i))
-		if st.Limiter(i).Algorithm() == limiter.AlgorithmTokenBucket {
+		switch st.Limiter(i).Algorithm() {
+		case limiter.AlgorithmTokenBucket:
 			c.algorithms |= withTokenBucket
-		} else {
+		case limiter.AlgorithmQuota:
+			c.algorithms |= withQuota
+		default:
 			c.algorithms |= withSlidingWindow
 		}
 	}
 	c.nowS, c.nowN = s.c.nowArgs(now)
+	c.periodAt = now
 	return c
 }
 
@@ -134,9 +142,12 @@ func (c *call) converge(out []limiter.Decision, exec func() ([]rueidis.RedisMess
 func (s *Store) callArgs(c *call) []string {
 	n, size := c.st.Len(), args
 	for i := range n {
-		if c.st.Limiter(i).Algorithm() == limiter.AlgorithmTokenBucket {
+		switch c.st.Limiter(i).Algorithm() {
+		case limiter.AlgorithmTokenBucket:
 			size += tbArgs
-		} else {
+		case limiter.AlgorithmQuota:
+			size += qtArgs
+		default:
 			size += swArgs
 		}
 		if c.converts != nil && c.converts[i].from != "" {
@@ -155,6 +166,9 @@ func (s *Store) callArgs(c *call) []string {
 			a = append(a, algTokenBucket, p.fp, p.rate, p.tau[0], p.tau[1], p.tau[2], inc[0], inc[1], inc[2])
 		case *limiter.SlidingWindow:
 			a = append(a, algSlidingWindow, p.fp, p.limit, p.window)
+		case *limiter.Quota:
+			start, end := quotaPeriodArgs(rl, p, c.periodAt)
+			a = append(a, algQuota, p.fp, p.limit, start, end)
 		}
 	}
 	for i := range c.converts {
@@ -185,6 +199,14 @@ func (c *call) answer(arr []rueidis.RedisMessage, out []limiter.Decision) (d lim
 	decides := c.mode == modeDecide
 	switch {
 	case outcome == outcomeConvert:
+	case outcome == outcomePeriod && decides:
+		// The server's instant lies outside the periods passed: compute them at it.
+		at := time.Unix(head[replyNowS], head[replyNowN])
+		if at.Equal(c.periodAt) {
+			return d, false, fmt.Errorf("decision script: asks for the periods at %v again", at)
+		}
+		c.periodAt = at
+		return d, false, nil
 	case decides && (outcome == outcomeAdmitted || outcome == outcomeRejected),
 		c.mode == modePeek && outcome == outcomePeeked, c.mode == modeRefund && outcome == outcomeRefunded:
 	default:
@@ -214,6 +236,24 @@ func (c *call) answer(arr []rueidis.RedisMessage, out []limiter.Decision) (d lim
 			}
 			state := b.state
 			out[i] = applyOn(rl, &state, at, c.cost, m)
+		case *limiter.Quota:
+			b, err := quotaState(block, rl)
+			if err != nil {
+				return d, false, fmt.Errorf("decision script: limit %q: %w", c.st.Name(i), err)
+			}
+			if outcome == outcomeConvert {
+				if b.raw != nil {
+					c.convert(i, quotaConversionOf(rl, b, at))
+				}
+				continue
+			}
+			states[i] = b.state
+			m := c.mode
+			if m == modeRefund && b.charged {
+				m = modePeek // a sliding window's log, converted: nothing to refund
+			}
+			state := b.state
+			out[i] = applyQuota(rl, &state, at, c.cost, m)
 		case *limiter.SlidingWindow:
 			if outcome == outcomeConvert {
 				raw, err := slidingWindowRaw(block)
@@ -254,7 +294,7 @@ func (c *call) answer(arr []rueidis.RedisMessage, out []limiter.Decision) (d lim
 		}
 		if !allowed { // nothing was charged: a bucket that admitted answers its state as it is
 			for i := range n {
-				if rl, ok := c.st.Limiter(i).(*limiter.TokenBucket); ok && out[i].Allowed {
+				if rl := c.st.Limiter(i); rl.Algorithm() != limiter.AlgorithmSlidingWindow && out[i].Allowed {
 					out[i] = limiter.UnchargedDecision(rl, &states[i], at)
 				}
 			}
@@ -325,7 +365,7 @@ func conversionOf(rl *limiter.TokenBucket, b tokenBucketBlock, at time.Time) con
 		charged := rl.Charged(b.used, at)
 		return conversion{from: raw, args: limbs(charged.TAT())}
 	}
-	old, known := parseTokenBucketState(raw)
+	old, known := parseState(raw)
 	if b.used >= 0 || !known {
 		return conversion{from: raw}
 	}
@@ -352,8 +392,90 @@ func slidingWindowRaw(block []rueidis.RedisMessage) (*string, error) {
 // entry at that instant; a state no known token bucket wrote is fresh.
 func chargeOf(raw string, sec, ns int64, at time.Time) conversion {
 	var used int64
-	if old, known := parseTokenBucketState(raw); known {
+	if old, known := parseState(raw); known {
 		used = limiter.UsedUnits(old, at)
 	}
 	return conversion{from: raw, args: [3]string{strconv.FormatInt(sec, 10), strconv.FormatInt(ns, 10), strconv.FormatInt(used, 10)}}
+}
+
+// quotaState reads a quota's block of the decision script's answer: as a token bucket's
+// (tokenBucketBlock), with the state a count in a period.
+func quotaState(block []rueidis.RedisMessage, rl *limiter.Quota) (tokenBucketBlock, error) {
+	b := tokenBucketBlock{used: -1}
+	state, err := block[replyState].AsInt64()
+	if err != nil {
+		return b, fmt.Errorf("malformed state: %w", err)
+	}
+	switch state {
+	case stateFresh:
+		return b, nil
+	case stateRaw, stateUsed:
+		raw, err := block[replyRaw].ToString()
+		if err != nil {
+			return b, fmt.Errorf("malformed raw state: %w", err)
+		}
+		b.raw = &raw
+		if state == stateUsed {
+			if b.used, err = block[replyUsed].AsInt64(); err != nil || b.used < 0 {
+				return b, fmt.Errorf("malformed used units %d: %v", b.used, err)
+			}
+		}
+		return b, nil
+	case stateTAT, stateCharged:
+		ints, err := integers(block[replyQuotaEnd:], 2)
+		if err == nil && (ints[1] < 0 || ints[1] > limiter.MaxQuotaLimit ||
+			ints[0] > math.MaxInt64/int64(time.Second) || ints[0] < math.MinInt64/int64(time.Second)) {
+			err = fmt.Errorf("count %v out of range", ints)
+		}
+		if err != nil {
+			return b, fmt.Errorf("malformed state: %w", err)
+		}
+		b.state = rl.StateAt(ints[0]*int64(time.Second), ints[1])
+		b.charged = state == stateCharged
+		return b, nil
+	}
+	return b, fmt.Errorf("state %d", state)
+}
+
+// quotaConversionOf converts the raw state of b, which another strategy wrote, to rl's
+// parameters at the instant the script read it, as limiter.Quota converts it: another quota's
+// count carried, another algorithm's used units charged (a sliding window's log, b.used); a
+// state no known strategy wrote is fresh. The converted count's end is a period's boundary: whole
+// seconds.
+func quotaConversionOf(rl *limiter.Quota, b tokenBucketBlock, at time.Time) conversion {
+	raw := *b.raw
+	var st limiter.State
+	switch old, known := parseState(raw); {
+	case b.used > 0:
+		_, end := rl.Period(at)
+		st = rl.StateAt(end*int64(time.Second), b.used)
+	case b.used < 0 && known:
+		st = rl.Convert(old, at)
+	}
+	end, used := st.TAT()
+	if used == 0 {
+		return conversion{from: raw} // fresh
+	}
+	return conversion{from: raw, args: [3]string{strconv.FormatInt(floorDiv(end, int64(time.Second)), 10), strconv.FormatUint(used, 10), ""}}
+}
+
+// floorDiv returns a/b rounded down (b > 0).
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b < 0 {
+		q--
+	}
+	return q
+}
+
+// applyQuota decides, peeks or refunds on a quota's state st at at, as mode says.
+func applyQuota(rl *limiter.Quota, st *limiter.State, at time.Time, cost int64, mode mode) limiter.Decision {
+	switch mode {
+	case modePeek:
+		return rl.Peek(st, at)
+	case modeRefund:
+		return rl.Refund(st, at, cost)
+	case modeDecide:
+	}
+	return rl.Decide(st, at, cost)
 }

@@ -112,7 +112,8 @@ var (
 	errContended = errors.New("client state changed during parameter conversion")
 )
 
-// maxConversionAttempts bounds the attempts to write a token bucket's converted state.
+// maxConversionAttempts bounds the script calls of one decision: the attempts to write a
+// converted state, and the calls again with a quota's period at the server's instant.
 const maxConversionAttempts = 8
 
 // rebaseThreshold is where a sliding window's instants or totals are rewritten relative to its
@@ -403,8 +404,31 @@ type prepared struct {
 	rate string
 	tau  [3]string // a full refill
 	unit [3]string // the interval of one token
-	// sliding window
+	// sliding window; a quota's limit
 	limit, window string
+	// quota: the bounds of the period last computed, kept while decisions fall in it
+	period atomic.Pointer[quotaPeriod]
+}
+
+// quotaPeriod is a quota's period: its bounds, Unix seconds, and as the script takes them.
+type quotaPeriod struct {
+	start, end       int64
+	startArg, endArg string
+}
+
+// quotaPeriodArgs returns the bounds of q's period that holds at, as the script takes them
+// (QT_START, QT_END). Within the period last asked for, they are the ones kept; otherwise they
+// are computed (a few time zone lookups) and kept for the next decisions.
+func quotaPeriodArgs(q *limiter.Quota, p *prepared, at time.Time) (start, end string) {
+	sec := at.Unix()
+	if qp := p.period.Load(); qp != nil && qp.start <= sec && sec < qp.end {
+		return qp.startArg, qp.endArg
+	}
+	qp := &quotaPeriod{}
+	qp.start, qp.end = q.Period(at)
+	qp.startArg, qp.endArg = strconv.FormatInt(qp.start, 10), strconv.FormatInt(qp.end, 10)
+	p.period.Store(qp)
+	return qp.startArg, qp.endArg
 }
 
 func (c *Client) prepare(rl limiter.RateLimiter) *prepared {
@@ -427,6 +451,9 @@ func (c *Client) prepare(rl limiter.RateLimiter) *prepared {
 	case *limiter.SlidingWindow:
 		limit, window := rl.Params()
 		p.limit, p.window = strconv.FormatInt(limit, 10), strconv.FormatInt(int64(window), 10)
+		runtime.AddCleanup(rl, c.forgetPrepared, id)
+	case *limiter.Quota:
+		p.limit = strconv.FormatInt(rl.Limit(), 10)
 		runtime.AddCleanup(rl, c.forgetPrepared, id)
 	}
 	q, _ := c.prepared.LoadOrStore(id, p)
@@ -663,6 +690,37 @@ func tokenBucketCost(rl *limiter.TokenBucket, p *prepared, cost int64, mode mode
 		return limbs(rl.Interval(cost))
 	}
 	return p.unit
+}
+
+// parseState returns the state a token bucket (parseTokenBucketState) or a quota
+// (parseQuotaState) wrote, or a fresh state and false when no known strategy wrote it: what
+// another strategy converts.
+func parseState(raw string) (limiter.State, bool) {
+	if st, ok := parseQuotaState(raw); ok {
+		return st, true
+	}
+	return parseTokenBucketState(raw)
+}
+
+// parseQuotaState returns the state a quota wrote as "<fingerprint> <end> <used>" (the end of
+// its period, Unix seconds), or a fresh state and false when no known quota wrote it.
+func parseQuotaState(raw string) (limiter.State, bool) {
+	f := strings.Fields(raw)
+	if len(f) != 3 || !strings.HasPrefix(f[0], "qt:") {
+		return limiter.State{}, false
+	}
+	old, err := parseFingerprint(f[0])
+	q, ok := old.(*limiter.Quota)
+	if err != nil || !ok {
+		return limiter.State{}, false
+	}
+	end, err1 := strconv.ParseInt(f[1], 10, 64)
+	used, err2 := strconv.ParseInt(f[2], 10, 64)
+	if err1 != nil || err2 != nil || used < 0 || used > limiter.MaxQuotaLimit ||
+		end > math.MaxInt64/int64(time.Second) || end < math.MinInt64/int64(time.Second) {
+		return limiter.State{}, false
+	}
+	return q.StateAt(end*int64(time.Second), used), true
 }
 
 // parseTokenBucketState returns the state a token bucket wrote as "<fingerprint> <s> <ns>

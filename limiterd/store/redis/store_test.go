@@ -91,7 +91,18 @@ func forEachRebaseAndSeed(t *testing.T, compare func(t *testing.T, s *Store, see
 
 func randomStrategy(r *rand.Rand) limiter.RateLimiter {
 	periods := []time.Duration{time.Millisecond, 7 * time.Millisecond, time.Second, 3 * time.Second, time.Minute, 24 * time.Hour}
-	switch r.IntN(4) {
+	switch r.IntN(5) {
+	case 4: // quotas: periods that the clock steps cross, in zones with offset changes
+		zones := []string{"UTC", "America/New_York", "Australia/Lord_Howe", "America/Havana"}
+		loc, err := time.LoadLocation(zones[r.IntN(len(zones))])
+		if err != nil {
+			panic(err)
+		}
+		q, err := limiter.NewQuota([]int64{1, 3, 10, limiter.MaxQuotaLimit}[r.IntN(4)], limiter.CalendarPeriod(1+r.IntN(4)), loc)
+		if err != nil {
+			panic(err)
+		}
+		return q
 	case 0: // small buckets: frequent rejections and fractions
 		tb, err := limiter.NewTokenBucket(1+r.Int64N(10), 1+r.Int64N(7), periods[r.IntN(4)])
 		if err != nil {
