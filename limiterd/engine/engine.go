@@ -635,8 +635,14 @@ func (e *Engine) Peek(ctx context.Context, policyID v1alpha1.PolicyID, key strin
 // limiter.RefundRecordGrace more, for replicas' clock skew and a refund's own delay (a refund
 // delayed longer than that since it read the clock is refused as ErrReservationExpired).
 //
+// A reset of the client (Reset) voids the reservations issued before it: the units they charged
+// were erased with the client's state, so a refund of one of them would give back units the
+// client already has again; it fails with ErrReservationExpired (the store keeps the reset's
+// instant for as long as such a reservation could be valid: limiter.Store.Reset). A client never
+// reset refunds as if resets did not exist.
+//
 // Refund fails, refunding nothing, with ErrInvalidReservation (malformed, or signed under
-// another key: forged or altered), ErrReservationExpired, ErrRefundsDisabled (the policy does
+// another key: forged or altered), ErrReservationExpired (also: voided by a reset), ErrRefundsDisabled (the policy does
 // not enable refunds, or the engine has no shared key: Options.RefundsUnavailable),
 // ErrUnknownPolicy, ErrReservationStale (the client's tier, or its limits, are not those that
 // charged), ErrInvalidAmount (over the reservation's cost), ErrRefunded (refunded before: a
@@ -686,10 +692,13 @@ func (e *Engine) Refund(ctx context.Context, token string, amount int64) (Result
 	r := Result{Policy: b.policy, Tier: tier, Outcome: Allowed}
 	r.Limits = limitDecisions(tier)
 	req := limiter.Request{Key: rsv.Key, Stack: tier.Stack, Cost: amount, Limits: r.Limits}
-	r.Decision, err = b.store.Refund(ctx, req, now, limiter.Once{ID: rsv.ID, Until: rsv.Until})
+	r.Decision, err = b.store.Refund(ctx, req, now, limiter.Once{ID: rsv.ID, Until: rsv.Until, Issued: rsv.At})
 	switch {
 	case errors.Is(err, limiter.ErrRefunded):
 		return Result{}, ErrRefunded
+	case errors.Is(err, limiter.ErrReset):
+		// The reset erased the charge: its units count no more, as for an expired reservation.
+		return Result{}, fmt.Errorf("%w: the client was reset since the charge", ErrReservationExpired)
 	case errors.Is(err, limiter.ErrTooManyRefunds):
 		return Result{}, ErrTooManyRefunds
 	case errors.Is(err, limiter.ErrRefundTooLate):
@@ -830,17 +839,20 @@ func refundWindow(t *policy.Tier, cost int64) time.Duration {
 // Reset forgets the client's state under the named policy: its state under every limit name,
 // the loaded policy's and those an earlier version of it named (limiter.Store.Reset), so that a
 // limit that a policy edit removed and a later edit re-adds starts fresh for the client too.
+// It voids the client's reservations issued before it, at or before the engine's clock's now
+// (Refund answers ErrReservationExpired): the units they charged were erased with the state.
 func (e *Engine) Reset(ctx context.Context, policyID v1alpha1.PolicyID, key string) error {
 	b, err := e.find(policyID)
 	if err != nil {
 		return err
 	}
 	key = ClientKey(key)
-	if err := b.store.Reset(ctx, key); err != nil {
+	now := e.opts.Clock()
+	if err := b.store.Reset(ctx, key, now); err != nil {
 		return fmt.Errorf("reset client state: %w", err)
 	}
 	if b.local != nil {
-		_ = b.local.Reset(ctx, key)
+		_ = b.local.Reset(ctx, key, now)
 	}
 	return nil
 }

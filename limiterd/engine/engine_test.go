@@ -177,7 +177,7 @@ func (failingStore) DecideBatch(_ context.Context, reqs []limiter.Request, _ tim
 		out[i] = limiter.Answer{Err: errDown}
 	}
 }
-func (failingStore) Reset(context.Context, string) error { return errDown }
+func (failingStore) Reset(context.Context, string, time.Time) error { return errDown }
 
 func TestFailureModes(t *testing.T) {
 	for mode, want := range map[v1alpha1.FailureMode]int{

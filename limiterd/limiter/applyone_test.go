@@ -39,7 +39,7 @@ func TestApplyOneMatchesStack(t *testing.T) {
 			got, _ := fast.applyAny(key, st, now, cost, o, nil)
 			var limits [MaxStack]stackLimit
 			var out [MaxStack]Decision
-			slow.applyStack(key, st, now, cost, o, limits[:], out[:])
+			slow.applyStack(key, st, now, cost, o, limits[:], out[:], nil)
 			if want := out[0]; got != want {
 				t.Fatalf("seed %d step %d: %v op %d cost %d on %s (%v): one-limit path %+v, stack path %+v",
 					seed, step, st.limits[0].Algorithm(), o, cost, key, now, got, want)

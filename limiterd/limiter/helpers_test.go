@@ -26,5 +26,5 @@ func refundNoRecord(s Store, key string, st *Stack, now time.Time, amount int64,
 	var id [16]byte
 	binary.BigEndian.PutUint64(id[:8], 1<<63|refundIDs.Add(1)) // apart from the IDs tests pick
 	return s.Refund(context.Background(), Request{Key: key, Stack: st, Cost: amount, Limits: out}, now,
-		Once{ID: id, Until: now.Add(time.Hour)})
+		Once{ID: id, Until: now.Add(time.Hour), Issued: now})
 }

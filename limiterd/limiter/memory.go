@@ -197,6 +197,8 @@ type Memory struct {
 	shards atomic.Pointer[[memoryShards]memoryShard]
 	// refunds records the refunds made by Refund until they expire (and the grace).
 	refunds refundRecords
+	// resets marks the clients reset while they had state that could back a reservation.
+	resets resetMarks
 }
 
 type memoryShard struct {
@@ -386,7 +388,7 @@ func (m *Memory) applyAny(key string, st *Stack, now time.Time, cost int64, o op
 		if out == nil {
 			out = own[:]
 		}
-		added = m.applyStack(key, st, now, cost, o, limits[:], out)
+		added = m.applyStack(key, st, now, cost, o, limits[:], out, nil)
 		return out[0], added
 	}
 	var (
@@ -396,7 +398,7 @@ func (m *Memory) applyAny(key string, st *Stack, now time.Time, cost int64, o op
 	if out == nil {
 		out = own[:]
 	}
-	added = m.applyStack(key, st, now, cost, o, limits[:], out)
+	added = m.applyStack(key, st, now, cost, o, limits[:], out, nil)
 	d, _ = Combine(out[:st.Len()])
 	return d, added
 }
@@ -459,6 +461,8 @@ const (
 	opDecide op = iota // decide cost units
 	opPeek             // read only
 	opRefund           // refund cost units; a client not tracked has nothing to refund
+	// (Memory.Refund takes applyStack's path, which checks the refund's gate: applyOne, the
+	// decisions' fast path, has none, and refunds through it only in tests.)
 )
 
 // Reset implements Store: it forgets the client's state under every limit name, those of the
@@ -466,8 +470,10 @@ const (
 // its stored key, so Reset visits that shard's clients (O(clients/256) under its lock: a reset is
 // an admin operation, rare, and a shard's scan takes microseconds at a million clients) and
 // forgets each state whose key is a stack key of the client (isStackKeyOf: exactly those, however
-// the client's key and its neighbours' are crafted). It never fails.
-func (m *Memory) Reset(_ context.Context, key string) error {
+// the client's key and its neighbours' are crafted). In the same step it marks the client reset
+// at now, while a state it forgot had units to refill (resetMarks), so that Refund voids the
+// charges made before (ErrReset). It never fails.
+func (m *Memory) Reset(_ context.Context, key string, now time.Time) error {
 	key = storedKey(key)
 	sh, h := m.shard(key, false)
 	if sh == nil {
@@ -475,23 +481,38 @@ func (m *Memory) Reset(_ context.Context, key string) error {
 	}
 	sh.Lock()
 	defer sh.Unlock()
+	var left time.Duration // the longest any forgotten state had left to refill
+	forgot := func(s *State) {
+		if s.stamp != nil {
+			left = max(left, s.stamp.rl.Peek(s, now).ResetAfter)
+		}
+	}
 	if i, ok := sh.buckets.find(key, h); ok {
+		s := sh.unpack(sh.buckets.slots[i].state)
+		forgot(&s)
 		forgetBucket(m, sh, i)
 	}
-	if _, ok := sh.windows[key]; ok {
+	if w, ok := sh.windows[key]; ok {
+		forgot(w)
 		forgetWindow(m, sh, key)
 	}
 	for t, i := &sh.buckets, 0; i < len(t.slots); {
 		if t.tags[i] != 0 && isStackKeyOf(t.slots[i].key, key) {
+			s := sh.unpack(t.slots[i].state)
+			forgot(&s)
 			forgetBucket(m, sh, i)
 			continue // remove may have shifted an unvisited entry into slot i (see Sweep)
 		}
 		i++
 	}
-	for k := range sh.windows {
+	for k, w := range sh.windows {
 		if isStackKeyOf(k, key) {
+			forgot(w)
 			forgetWindow(m, sh, k)
 		}
+	}
+	if left > 0 {
+		m.resets.mark(key, now, now.Add(left))
 	}
 	return nil
 }
@@ -690,6 +711,7 @@ func (m *Memory) evict(sh *memoryShard, now time.Time, onlyFresh bool) (sampled 
 // periodically from one goroutine. A decision waits at most for one shard's sweep.
 func (m *Memory) Sweep(now time.Time) {
 	m.refunds.sweep(now)
+	m.resets.sweep(now)
 	shards := m.shards.Load()
 	if shards == nil {
 		return

@@ -169,7 +169,7 @@ func TestMemoryResetAndPeek(t *testing.T) {
 	if p, _ := m.Decide(ctx, "unknown", limitertest.One(tb), t0, 0, nil); !p.Allowed || p.Remaining != 2 || m.Len() != 1 {
 		t.Fatalf("peek of an unknown client = %+v, len %d", p, m.Len())
 	}
-	if err := m.Reset(ctx, "k"); err != nil {
+	if err := m.Reset(ctx, "k", t0); err != nil {
 		t.Fatal(err)
 	}
 	if d, _ := m.Decide(ctx, "k", limitertest.One(tb), t0, 2, nil); !d.Allowed {
@@ -294,4 +294,9 @@ func TestMemoryReset(t *testing.T) {
 // limit's flap), a client gets at most the more generous version's allowance (issue 34).
 func TestMemorySkew(t *testing.T) {
 	limitertest.RunSkew(t, func(*testing.T) limiter.Store { return limiter.NewMemory(nil) })
+}
+
+// TestMemoryResetVoidsRefunds: a reset voids the refunds of the charges it erased.
+func TestMemoryResetVoidsRefunds(t *testing.T) {
+	limitertest.RunResetVoidsRefunds(t, func(*testing.T) limiter.Store { return limiter.NewMemory(nil) })
 }

@@ -89,13 +89,18 @@ func (u *windowUndo) restore(s *State) {
 
 // applyStack decides (all or nothing), peeks or refunds a stack for key; it reports whether the
 // store's bytes grew (new clients, grown logs). limits is zeroed working space for st.Len()
-// limits; out has room for st.Len() decisions.
-func (m *Memory) applyStack(key string, st *Stack, now time.Time, cost int64, o op, limits []stackLimit, out []Decision) (added bool) {
+// limits; out has room for st.Len() decisions. A refund (opRefund) passes its gate g (nil:
+// none) under the client's shard lock before it changes anything (Memory.admitRefund); when the
+// gate refuses, nothing changes and g.err says why.
+func (m *Memory) applyStack(key string, st *Stack, now time.Time, cost int64, o op, limits []stackLimit, out []Decision, g *refundGate) (added bool) {
 	n := st.Len()
 	out = out[:n]
 	key = storedKey(key)
 	sh, _ := m.shard(key, o == opDecide)
 	if sh == nil { // the store never decided: every limit is fresh
+		if o == opRefund && !m.admitRefund(key, g, now) {
+			return false
+		}
 		for i, rl := range st.limits {
 			out[i] = rl.Peek(&State{}, now)
 		}
@@ -111,6 +116,9 @@ func (m *Memory) applyStack(key string, st *Stack, now time.Time, cost int64, o 
 	buf := scratch[:0]
 	sh.Lock()
 	defer sh.Unlock()
+	if o == opRefund && !m.admitRefund(key, g, now) {
+		return false
+	}
 	for i, rl := range st.limits {
 		l := &limits[i]
 		if name := st.names[i]; name == DefaultLimitName {

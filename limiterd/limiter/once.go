@@ -3,6 +3,7 @@ package limiter
 import (
 	"context"
 	"errors"
+	"math"
 	"sync"
 	"time"
 )
@@ -14,6 +15,18 @@ type Once struct {
 	// Until is the instant after which nothing would accept the refund any more (the
 	// reservation's until); its record is forgotten RefundRecordGrace later.
 	Until time.Time
+	// Issued is the instant of the charge the refund returns units of (the reservation's at).
+	// A refund of a charge issued at or before the client's latest Reset is void (ErrReset):
+	// the reset erased the charge with the rest of the state. The zero time is before any reset.
+	Issued time.Time
+}
+
+// issuedNanos returns once.Issued in Unix nanoseconds, the zero time as the earliest instant.
+func (once *Once) issuedNanos() int64 {
+	if once.Issued.IsZero() {
+		return math.MinInt64
+	}
+	return once.Issued.UnixNano()
 }
 
 // Errors of Store.Refund; neither refunds anything.
@@ -28,6 +41,9 @@ var (
 	// record may have been dropped, so the store cannot tell whether it was made; as for an
 	// expired reservation, nothing is refunded.
 	ErrRefundTooLate = errors.New("refund too late: its instant is older than the refund records keep")
+	// ErrReset: the client was reset (Store.Reset) at or after the refund's Once.Issued: the
+	// reset erased the charge, and refunding it would give back units nobody holds any more.
+	ErrReset = errors.New("the client was reset since the charge: nothing is left to refund")
 )
 
 // RefundRecordGrace is how long a store keeps the record of a refund past its Once.Until (a
@@ -78,10 +94,12 @@ type refundRecord struct {
 }
 
 // add records id until until (and the grace), unless it is recorded already (ErrRefunded), the
-// records are full (ErrTooManyRefunds) at now, or now is more than the grace older than the
-// newest now seen (ErrRefundTooLate): a record dropped had until+grace <= newest, and a refund
-// judged valid at now has now < until, so one that is not too late still finds its record.
-func (r *refundRecords) add(id [16]byte, until, now time.Time) error {
+// refund is void (ErrReset: checked after the record, so that a retry of a refund made before
+// its client's reset still answers ErrRefunded, as Redis does), the records are full
+// (ErrTooManyRefunds) at now, or now is more than the grace older than the newest now seen
+// (ErrRefundTooLate): a record dropped had until+grace <= newest, and a refund judged valid at
+// now has now < until, so one that is not too late still finds its record.
+func (r *refundRecords) add(id [16]byte, until, now time.Time, void bool) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if now.UnixNano() < r.newest-int64(RefundRecordGrace) {
@@ -90,6 +108,9 @@ func (r *refundRecords) add(id [16]byte, until, now time.Time) error {
 	r.dropExpiredLocked(now.UnixNano())
 	if _, ok := r.ids[id]; ok {
 		return ErrRefunded
+	}
+	if void {
+		return ErrReset
 	}
 	if len(r.ids) >= MaxRefundRecords {
 		return ErrTooManyRefunds
@@ -168,19 +189,52 @@ func (r *refundRecords) len() int {
 	return len(r.ids)
 }
 
-// Refund implements Store: the record of once.ID is kept in process memory until once.Until
-// and RefundRecordGrace more (at most MaxRefundRecords; Sweep drops expired ones), then every
-// limit that keeps state for the client refunds, each as RateLimiter.Refund does, under the
-// shard lock of the client key (a client the store does not track has nothing to refund). It
-// also fails with ErrRefundTooLate, refunding nothing, when now is more than RefundRecordGrace
-// older than the newest now the records have seen (Refund's and Sweep's). It never fails
-// otherwise.
+// Refund implements Store: under the shard lock of the client key, the refund is checked
+// against the client's latest Reset (ErrReset when once.Issued is not after it: see
+// resetMarks), the record of once.ID is kept in process memory until once.Until and
+// RefundRecordGrace more (at most MaxRefundRecords; Sweep drops expired ones), then every limit
+// that keeps state for the client refunds, each as RateLimiter.Refund does (a client the store
+// does not track has nothing to refund). It also fails with ErrRefundTooLate, refunding nothing,
+// when now is more than RefundRecordGrace older than the newest now the records have seen
+// (Refund's and Sweep's). It never fails otherwise.
 func (m *Memory) Refund(_ context.Context, req Request, now time.Time, once Once) (Decision, error) {
-	if err := m.refunds.add(once.ID, once.Until, now); err != nil {
-		return Decision{}, err
+	// The stack path for every stack, one limit included (TestApplyOneMatchesStack holds the
+	// two paths to one answer): the gate stays off applyOne, the decisions' fast path.
+	var (
+		g      = refundGate{once: once}
+		limits [MaxStack]stackLimit
+		own    [MaxStack]Decision
+	)
+	out := req.Limits
+	if out == nil {
+		out = own[:]
 	}
-	d, _ := m.applyAny(req.Key, req.Stack, now, req.Cost, opRefund, req.Limits)
+	m.applyStack(req.Key, req.Stack, now, req.Cost, opRefund, limits[:], out, &g)
+	if g.err != nil {
+		return Decision{}, g.err
+	}
+	d, _ := Combine(out[:req.Stack.Len()])
 	return d, nil
+}
+
+// refundGate is what a refund must pass, under its client's shard lock, before it changes any
+// state: the check of its client's resets and of its record, and the record's write.
+type refundGate struct {
+	once Once
+	err  error // why the gate refused
+}
+
+// admitRefund passes the gate g (nil: none) of a refund for the client whose stored key is key,
+// at now: it reports whether the refund may apply, else sets g.err. Called under the client's
+// shard lock (or, for a store that never decided, without one: no client has state or marks),
+// so that no Reset of the client comes between the check and the refund.
+func (m *Memory) admitRefund(key string, g *refundGate, now time.Time) bool {
+	if g == nil {
+		return true
+	}
+	void := m.resets.voids(key, g.once.issuedNanos())
+	g.err = m.refunds.add(g.once.ID, g.once.Until, now, void)
+	return g.err == nil
 }
 
 // RefundRecords returns the number of refund records the store keeps (see MaxRefundRecords).

@@ -47,7 +47,7 @@ func TestRefundRecordsMatchAModel(t *testing.T) {
 		}
 		id := recordID(uint64(rng.IntN(2_000)))
 		until := now.Add(time.Duration(1+rng.IntN(5_000)) * time.Millisecond)
-		err := r.add(id, until, now)
+		err := r.add(id, until, now, false)
 		if now.UnixNano() < newest-int64(RefundRecordGrace) {
 			if !errors.Is(err, ErrRefundTooLate) {
 				t.Fatalf("step %d: add %v behind the newest instant: %v, want ErrRefundTooLate", step, time.Duration(newest-now.UnixNano()), err)
@@ -88,30 +88,30 @@ func TestRefundRecordsRefuseAtTheCapCheaply(t *testing.T) {
 		if i == 0 {
 			until = now.Add(time.Second)
 		}
-		if err := r.add(recordID(uint64(i)), until, now); err != nil {
+		if err := r.add(recordID(uint64(i)), until, now, false); err != nil {
 			t.Fatalf("record %d: %v", i, err)
 		}
 	}
-	if err := r.add(recordID(MaxRefundRecords), now.Add(time.Hour), now); !errors.Is(err, ErrTooManyRefunds) {
+	if err := r.add(recordID(MaxRefundRecords), now.Add(time.Hour), now, false); !errors.Is(err, ErrTooManyRefunds) {
 		t.Fatalf("add past the cap: %v, want ErrTooManyRefunds", err)
 	}
-	if err := r.add(recordID(7), now.Add(time.Hour), now); !errors.Is(err, ErrRefunded) {
+	if err := r.add(recordID(7), now.Add(time.Hour), now, false); !errors.Is(err, ErrRefunded) {
 		t.Fatalf("a record was forgotten at the cap: %v, want ErrRefunded", err)
 	}
 	allocs := testing.AllocsPerRun(100, func() {
-		_ = r.add(recordID(MaxRefundRecords), now.Add(time.Hour), now)
+		_ = r.add(recordID(MaxRefundRecords), now.Add(time.Hour), now, false)
 	})
 	if allocs != 0 {
 		t.Errorf("a refusal at the cap allocates %v times", allocs)
 	}
-	if err := r.add(recordID(MaxRefundRecords), now.Add(time.Hour), now.Add(time.Second+RefundRecordGrace-time.Nanosecond)); !errors.Is(err, ErrTooManyRefunds) {
+	if err := r.add(recordID(MaxRefundRecords), now.Add(time.Hour), now.Add(time.Second+RefundRecordGrace-time.Nanosecond), false); !errors.Is(err, ErrTooManyRefunds) {
 		t.Fatalf("add before the first record's grace has passed: %v, want ErrTooManyRefunds", err)
 	}
 	later := now.Add(time.Second + RefundRecordGrace)
-	if err := r.add(recordID(MaxRefundRecords), later.Add(time.Hour), later); err != nil {
+	if err := r.add(recordID(MaxRefundRecords), later.Add(time.Hour), later, false); err != nil {
 		t.Fatalf("add once a record expired: %v", err)
 	}
-	if err := r.add(recordID(0), later.Add(time.Hour), later); !errors.Is(err, ErrTooManyRefunds) {
+	if err := r.add(recordID(0), later.Add(time.Hour), later, false); !errors.Is(err, ErrTooManyRefunds) {
 		t.Fatalf("second add with one record freed: %v, want ErrTooManyRefunds", err)
 	}
 }
@@ -122,10 +122,10 @@ func BenchmarkRefundRecordsRefusedAtTheCap(b *testing.B) {
 	var r refundRecords
 	now := time.Unix(1_700_000_000, 0)
 	for i := range MaxRefundRecords {
-		_ = r.add(recordID(uint64(i)), now.Add(time.Hour), now)
+		_ = r.add(recordID(uint64(i)), now.Add(time.Hour), now, false)
 	}
 	b.ResetTimer()
 	for b.Loop() {
-		_ = r.add(recordID(MaxRefundRecords), now.Add(time.Hour), now)
+		_ = r.add(recordID(MaxRefundRecords), now.Add(time.Hour), now, false)
 	}
 }

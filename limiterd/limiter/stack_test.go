@@ -264,7 +264,7 @@ func TestMemoryStackBookkeeping(t *testing.T) {
 	if d, _ := m.Decide(ctx, "k", st, t0.Add(2*time.Minute), 0, out); out[1].Remaining != 3 {
 		t.Fatalf("after the sweeps, the hourly window says %+v (stack %+v), want 3 remaining", out[1], d)
 	}
-	if err := m.Reset(ctx, "k"); err != nil {
+	if err := m.Reset(ctx, "k", t0.Add(2*time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	if m.Len() != 0 || budget.Tracked() != 0 || budget.Bytes() != 0 {
@@ -302,7 +302,7 @@ func TestMemoryStackKeysAreNotClientKeys(t *testing.T) {
 			if _, _ = m.Decide(ctx, client, st, t0, 0, out); out[0].Allowed {
 				t.Fatalf("the stack of client %q lost its state: %+v", client, out[0])
 			}
-			if err := m.Reset(ctx, client+"\xffa"); err != nil || m.Len() != 1+5 {
+			if err := m.Reset(ctx, client+"\xffa", t0); err != nil || m.Len() != 1+5 {
 				t.Fatalf("reset of client %q: %v, %d clients left, want 6", client+"\xffa", err, m.Len())
 			}
 		}

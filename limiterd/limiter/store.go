@@ -27,10 +27,13 @@ type Store interface {
 	// Decide would for a peek after it (writing to req.Limits unless nil), unless a refund of
 	// once.ID was made before: then it returns ErrRefunded and refunds nothing. The check, the
 	// record of once.ID and the refund are one atomic step; the record is kept at least until
-	// once.Until and RefundRecordGrace more. It may also fail with ErrTooManyRefunds or
-	// ErrRefundTooLate (Memory) or a store error; an error other than a store's timeout means
-	// nothing was refunded (after a timeout the refund may have been made: a retry of the same
-	// once.ID is safe).
+	// once.Until and RefundRecordGrace more. A refund of a charge made (once.Issued) at or
+	// before the client's latest Reset fails with ErrReset and records nothing: the reset erased
+	// the charge, so its units are nobody's to give back (checked after the record: a retry of
+	// a refund made before the reset answers ErrRefunded). It may also fail with
+	// ErrTooManyRefunds or ErrRefundTooLate (Memory) or a store error; an error other than a
+	// store's timeout means nothing was refunded (after a timeout the refund may have been made:
+	// a retry of the same once.ID is safe).
 	Refund(ctx context.Context, req Request, now time.Time, once Once) (Decision, error)
 	// DecideBatch decides reqs at instant now (with the same proviso as Decide) and writes the
 	// answer to reqs[i] to out[i]; len(out) must be len(reqs). The answers are those of
@@ -41,8 +44,12 @@ type Store interface {
 	// Reset forgets the client's state under every limit name it has state for: the names of
 	// the loaded policy's tiers, DefaultLimitName, and names that a policy edit removed (so that
 	// a limit re-added later starts fresh too). Its next request is decided as its first by
-	// any stack. It forgets no other client's state, whatever bytes the keys hold.
-	Reset(ctx context.Context, key string) error
+	// any stack. It forgets no other client's state, whatever bytes the keys hold. In the same
+	// atomic step it marks the client reset at now (the clock reservations are issued on), for
+	// as long as a charge it erased could be refunded, so that Refund voids the charges made at
+	// or before now (ErrReset); the mark survives the state it erased, and a client never reset
+	// has none.
+	Reset(ctx context.Context, key string, now time.Time) error
 }
 
 var _ Store = (*Memory)(nil)

@@ -55,7 +55,7 @@ func TestShardWritersCountTheirStates(t *testing.T) {
 		case op < 93:
 			refundNoRecord(m, key, stack, now, 1, out)
 		case op < 98:
-			m.Reset(ctx, key)
+			m.Reset(ctx, key, now)
 		default:
 			m.Sweep(now)
 		}

@@ -196,7 +196,7 @@ func (failingStore) DecideBatch(_ context.Context, reqs []limiter.Request, _ tim
 		out[i] = limiter.Answer{Err: errStoreDown}
 	}
 }
-func (failingStore) Reset(context.Context, string) error { return errStoreDown }
+func (failingStore) Reset(context.Context, string, time.Time) error { return errStoreDown }
 
 func TestStoreErrorsByPolicy(t *testing.T) {
 	m := New(nil)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/limiterd/limiterd/api/v1alpha1"
 	"github.com/limiterd/limiterd/internal/testsupport"
+	"github.com/limiterd/limiterd/limiterd/adminauth"
 	"github.com/limiterd/limiterd/limiterd/policy"
 	"github.com/limiterd/limiterd/limiterd/reservation"
 )
@@ -320,4 +321,46 @@ func FuzzDecodeRefundRequest(f *testing.F) {
 			t.Fatalf("re-encoded %s decodes to %+v, %v; want %+v", again, round, err, got)
 		}
 	})
+}
+
+// TestRefundAfterAdminReset is issue 34's attack from the outside: spend the whole allowance,
+// have the client reset through the admin API, spend it again, then refund the reservation from
+// before the reset. The reset erased that charge, so the refund answers 410 and gives nothing
+// back (before the fix: 200 and 9 units, 29 admitted out of 10 within seconds); a reservation
+// issued after the reset still refunds.
+func TestRefundAfterAdminReset(t *testing.T) {
+	clock := testsupport.NewClock()
+	e := newEngine(t, clock, withRefunds(newPolicy("api", testsupport.TokenBucketTier("standard", 10, 1, time.Hour))))
+	h := NewDecisions(e, nil)
+	admin := NewAdmin(e, AdminOptions{Auth: adminauth.Open()})
+	spend := func() string {
+		t.Helper()
+		a := serve(t, h, http.MethodPost, "/v1/allow", `{"key":"k","cost":10}`)
+		rsv := reservationOf(t, a.body)
+		if a.status != 200 || !strings.Contains(a.body, `"allowed":true`) || rsv == "" {
+			t.Fatalf("spend 10: %d %s, want admitted with a reservation", a.status, a.body)
+		}
+		return rsv
+	}
+	before := spend()
+	clock.Advance(time.Millisecond)
+	if a := serve(t, admin, http.MethodDelete, "/v1/clients?key=k", ""); a.status != http.StatusNoContent {
+		t.Fatalf("reset: %d %s", a.status, a.body)
+	}
+	clock.Advance(time.Millisecond)
+	after := spend()
+	clock.Advance(time.Millisecond)
+	for range 2 {
+		a := serve(t, h, http.MethodPost, "/v1/refund", `{"reservation":"`+before+`","cost":9}`)
+		if a.status != http.StatusGone || !strings.Contains(a.errorText(t), "reset") {
+			t.Fatalf("refund of the reservation from before the reset: %d %s, want 410", a.status, a.body)
+		}
+	}
+	if got := remaining(t, h, "default/api", "k"); got != "0" {
+		t.Fatalf("after the refund of a reservation the reset voided: remaining %s, want 0", got)
+	}
+	a := serve(t, h, http.MethodPost, "/v1/refund", `{"reservation":"`+after+`","cost":4}`)
+	if a.status != 200 || !strings.Contains(a.body, `"remaining":4,`) {
+		t.Fatalf("refund of the reservation from after the reset: %d %s, want 200 and 4 remaining", a.status, a.body)
+	}
 }

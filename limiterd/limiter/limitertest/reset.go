@@ -46,7 +46,7 @@ func RunReset(t *testing.T, newStore func(t *testing.T) limiter.Store) {
 		decide(t, store, "k", full, 1)
 		decide(t, store, "k", full, 1)
 		decide(t, store, "k", edited, 1) // the edit: only the default limit is decided
-		if err := store.Reset(ctx, "k"); err != nil {
+		if err := store.Reset(ctx, "k", T0); err != nil {
 			t.Fatal(err)
 		}
 		// The edit undone: every limit answers the client's first request.
@@ -66,7 +66,7 @@ func RunReset(t *testing.T, newStore func(t *testing.T) limiter.Store) {
 				for _, key := range CraftedKeys {
 					decide(t, store, key, st, 1)
 				}
-				if err := store.Reset(ctx, victim); err != nil {
+				if err := store.Reset(ctx, victim, T0); err != nil {
 					t.Fatal(err)
 				}
 				for _, key := range CraftedKeys {

@@ -224,7 +224,7 @@ func TestRejectCache(t *testing.T) {
 	// Reset forgets the cached rejection.
 	for decide(t, s, "hot", bigger, now.Add(time.Second), 1).Allowed {
 	}
-	if err := s.Reset(t.Context(), "hot"); err != nil {
+	if err := s.Reset(t.Context(), "hot", now); err != nil {
 		t.Fatal(err)
 	}
 	if d := decide(t, s, "hot", bigger, now.Add(time.Second), 1); !d.Allowed || d.Remaining != 9 {

@@ -117,7 +117,9 @@
 // only Redis can bound the whole: run it with maxmemory and maxmemory-policy volatile-ttl
 // (every key limiterd writes has an expiry; volatile-ttl evicts the state closest to being
 // fresh again, whose loss gives its client back least; an evicted refund record lets its
-// reservation refund once more, at most its cost). Under noeviction a full Redis refuses
+// reservation refund once more, at most its cost; an evicted reset mark, written by Reset with
+// the expiry of the longest-lived state it deleted, lets the reservations issued before the
+// reset refund, each at most its cost, as if there had been no reset). Under noeviction a full Redis refuses
 // every decision's write and the failure modes decide for everyone; TestEvictionKeepsDeciding
 // runs limiterd on a full Redis under volatile-ttl.
 //

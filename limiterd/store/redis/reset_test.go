@@ -63,7 +63,7 @@ func TestResetReachesEveryReplica(t *testing.T) {
 	now := limitertest.T0
 	rejectedAndCached(t, b, sb, "hot", rl, now)
 
-	if err := sa.Reset(t.Context(), "hot"); err != nil {
+	if err := sa.Reset(t.Context(), "hot", now); err != nil {
 		t.Fatal(err)
 	}
 	if d := admittedWithin(t, sb, "hot", rl, now, 10*time.Second); d.Remaining != 2 {
@@ -116,7 +116,7 @@ func TestResetRace(t *testing.T) {
 	}
 	for round := range 20 {
 		before := b.RejectCacheStats().ResetsReceived
-		if err := sa.Reset(t.Context(), "hot"); err != nil {
+		if err := sa.Reset(t.Context(), "hot", now); err != nil {
 			t.Fatal(err)
 		}
 		deadline := time.Now().Add(10 * time.Second)
@@ -165,7 +165,7 @@ func TestResetForgetsEveryLimit(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := s.Reset(t.Context(), "k"); err != nil {
+	if err := s.Reset(t.Context(), "k", limitertest.T0); err != nil {
 		t.Fatal(err)
 	}
 	for _, k := range append(gone, kept...) {
@@ -281,4 +281,56 @@ func TestResetOnCluster(t *testing.T) {
 	cluster := redistest.StartCluster(t, 3)
 	c := newClient(t, testOptions(cluster.Addrs()...))
 	limitertest.RunReset(t, func(t *testing.T) limiter.Store { return c.Store(t.Name()) })
+	// The reset mark is on the client's slot too: the reset and the refunds that read it run
+	// on its master.
+	limitertest.RunResetVoidsRefunds(t, func(t *testing.T) limiter.Store { return c.Store(t.Name()) })
+}
+
+// TestResetVoidsRefunds runs the table of resets and refunds of limitertest: a reset voids the
+// refunds of the charges it deleted (the reset mark), and no other client's.
+func TestResetVoidsRefunds(t *testing.T) {
+	c := newClient(t, testOptions(shared(t).Addr()))
+	limitertest.RunResetVoidsRefunds(t, func(t *testing.T) limiter.Store { return c.Store(t.Name()) })
+}
+
+// TestResetMarkLifetime: the reset mark lives as long as the longest-lived state the reset
+// deleted and limiter.RefundRecordGrace more (so as long as a reservation that charged it could
+// be refunded), and a reset that deleted no state with time to live writes none.
+func TestResetMarkLifetime(t *testing.T) {
+	c := newClient(t, testOptions(shared(t).Addr()))
+	cn, err := c.get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	policy := t.Name()
+	s := c.Store(policy)
+	mark := Key(policy, "k") + resetSuffix
+	pttl := func(k string) int64 {
+		t.Helper()
+		ms, err := cn.Do(t.Context(), cn.B().Pttl().Key(k).Build()).AsInt64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ms
+	}
+	if err := s.Reset(t.Context(), "k", limitertest.T0); err != nil {
+		t.Fatal(err)
+	}
+	if ms := pttl(mark); ms != -2 {
+		t.Fatalf("a reset of a client without state left a mark (PTTL %d)", ms)
+	}
+	long := tokenBucket(t, 10, 1, time.Hour)
+	short := tokenBucket(t, 10, 1, time.Second)
+	st := limitertest.Stack(limiter.DefaultLimitName, short, "long", long)
+	if _, err := s.Decide(t.Context(), "k", st, limitertest.T0, 5, nil); err != nil {
+		t.Fatal(err)
+	}
+	state := pttl(LimitKey(policy, "k", "long"))
+	if err := s.Reset(t.Context(), "k", limitertest.T0); err != nil {
+		t.Fatal(err)
+	}
+	grace := limiter.RefundRecordGrace.Milliseconds()
+	if ms := pttl(mark); ms < state+grace-1000 || ms > state+grace {
+		t.Fatalf("the reset mark expires in %d ms, want the longest state's %d ms and the grace", ms, state)
+	}
 }

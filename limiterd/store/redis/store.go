@@ -561,7 +561,14 @@ func (s *Store) refunded(ctx context.Context, key string) {
 // is kept, as if that limit had been decided after the reset and the others before it, which
 // lets the racing request's cost through once more at most. Each round trip is bounded by
 // Options.Timeout, the whole reset by ctx only.
-func (s *Store) Reset(ctx context.Context, key string) error {
+//
+// The script also writes the client's reset mark (the client's key and resetSuffix): now, kept
+// as long as the longest time to live of the states it deleted (a state lives until its units
+// have refilled, and the reservations that charged it are valid no longer) and
+// limiter.RefundRecordGrace more, for the replicas' clock skew. A refund of a charge made at
+// or before now is then void (Refund). now is the caller's clock, the one reservations are
+// issued on, whatever the Clock option.
+func (s *Store) Reset(ctx context.Context, key string, now time.Time) error {
 	cn, err := s.c.get()
 	if err == nil {
 		k := s.key(key)
@@ -569,8 +576,11 @@ func (s *Store) Reset(ctx context.Context, key string) error {
 		if keys, err = s.limitKeys(ctx, cn, k); err == nil {
 			ctx, cancel := context.WithTimeout(ctx, s.c.opts.Timeout)
 			defer cancel()
-			keys = append([]string{k}, keys...)
-			err = resetScript.lua.Exec(ctx, cn, keys, []string{ResetChannel, s.policy + "\x00" + key}).Error()
+			keys = append([]string{k + resetSuffix, k}, keys...)
+			sec, ns := split(now.UnixNano())
+			err = resetScript.lua.Exec(ctx, cn, keys, []string{ResetChannel, s.policy + "\x00" + key,
+				strconv.FormatInt(sec, 10), strconv.FormatInt(ns, 10),
+				strconv.FormatInt(ceilMS(limiter.RefundRecordGrace), 10)}).Error()
 		}
 	}
 	if s.cache != nil {
@@ -599,7 +609,8 @@ const resetScanCount = 1000
 // The pattern is k with its glob characters escaped, then ":*". Since escape leaves no '}' in a
 // client key, the first '}' after the policy ends the client key, so a key beginning with k+":"
 // is one of this client's limits and of no other client's, however keys are crafted; the prefix
-// is checked again in Go. A refund's record (k, "#refund:", an ID) is not a limit and stays.
+// is checked again in Go. A refund's record (k, "#refund:", an ID) and the reset mark (k,
+// resetSuffix) are not limits: the record stays, the mark is rewritten by the reset itself.
 // A slot that moves to another node during the scan may make the scan miss keys (the cursor is
 // the old node's): a reset retried after the move finds them.
 func (s *Store) limitKeys(ctx context.Context, cn *conn, k string) ([]string, error) {
