@@ -293,8 +293,9 @@ func TestScriptsLoadedOnConnect(t *testing.T) {
 				t.Fatal(err)
 			}
 			scripts := allScripts()
-			if len(scripts) != 8 {
-				t.Fatalf("%d scripts, want 8: the reset scripts and 3 sets of algorithms, lean and full", len(scripts))
+			if want := 2 + 3*int(withAll); len(scripts) != want {
+				t.Fatalf("%d scripts, want %d: the 2 reset scripts, and for each of the %d sets of algorithms a lean and a full decision script and a refund script",
+					len(scripts), want, withAll)
 			}
 			for addr, node := range cn.Nodes() {
 				cmd := node.B().ScriptExists().Sha1(shas(scripts)...).Build()

@@ -113,14 +113,13 @@ func joinScripts(entry string) *scripts {
 	return &all
 }
 
-// allScripts returns every script the store runs: the decision scripts of each set of
-// algorithms, lean and full, and the reset scripts.
+// allScripts returns every script the store runs: the reset scripts, and for each set of
+// algorithms the decision scripts, lean and full, and the refund script (onceScripts, always
+// full).
 func allScripts() []*script {
 	all := []*script{&resetScript, &resetScanScript}
 	for set := withTokenBucket; set <= withAll; set++ {
-		for full := range 2 {
-			all = append(all, &decideScripts[set][full])
-		}
+		all = append(all, &decideScripts[set][0], &decideScripts[set][1], &onceScripts[set][1])
 	}
 	return all
 }
