@@ -109,23 +109,29 @@ func (o *explainOptions) run(stdout io.Writer, args []string, now func() time.Ti
 	if err != nil {
 		return err
 	}
-	switch o.output {
+	return printExplanation(stdout, x, o.output)
+}
+
+// printExplanation writes x in format: "" (a table), "json" or "yaml".
+func printExplanation(w io.Writer, x *Explanation, format string) error {
+	var b []byte
+	var err error
+	switch format {
 	case "json":
-		b, err := json.MarshalIndent(x, "", "    ")
-		if err != nil {
-			return err
-		}
-		_, err = fmt.Fprintf(stdout, "%s\n", b)
-		return err
+		b, err = json.MarshalIndent(x, "", "    ")
+		b = append(b, '\n')
 	case "yaml":
-		b, err := yaml.Marshal(x)
-		if err != nil {
-			return err
-		}
-		_, err = stdout.Write(b)
-		return err
+		b, err = yaml.Marshal(x)
+	default:
+		return printTable(w, x)
 	}
-	return printTable(stdout, x)
+	if err != nil {
+		return fmt.Errorf("encode the explanation: %w", err)
+	}
+	if _, err := w.Write(b); err != nil {
+		return fmt.Errorf("write the explanation: %w", err)
+	}
+	return nil
 }
 
 // load reads the policy file and compiles the policy that policyArg (zero or one argument)
@@ -323,6 +329,7 @@ func reason(spec *v1alpha1.RateLimitPolicySpec, r policy.Resolution) Reason {
 		field := fmt.Sprintf("spec.overrides[%d].clientPrefixes[%d]", r.Override, j)
 		return Reason{Rule: r.Kind.String(), Field: field, Match: r.Match,
 			Message: fmt.Sprintf("prefix override: %s is %q, the longest listed prefix of the key, and no override lists the key itself", field, r.Match)}
+	case policy.MatchDefault:
 	}
 	return Reason{Rule: r.Kind.String(), Field: "spec.defaultTier",
 		Message: "default tier: no override lists the key or a prefix of it"}
@@ -393,10 +400,12 @@ func printTable(w io.Writer, x *Explanation) error {
 	}
 	fmt.Fprintln(tw)
 	if err := tw.Flush(); err != nil {
-		return err
+		return fmt.Errorf("write the explanation: %w", err)
 	}
-	_, err := fmt.Fprintf(w, "Reason: %s.\nDecision: the first request of a new client, on a fresh in-memory store; nothing was charged.\n", x.Reason.Message)
-	return err
+	if _, err := fmt.Fprintf(w, "Reason: %s.\nDecision: the first request of a new client, on a fresh in-memory store; nothing was charged.\n", x.Reason.Message); err != nil {
+		return fmt.Errorf("write the explanation: %w", err)
+	}
+	return nil
 }
 
 // decisionCell summarises the decision in the summary row.

@@ -69,16 +69,9 @@ func (e usageError) Error() string { return e.msg }
 
 func usagef(format string, a ...any) error { return usageError{fmt.Sprintf(format, a...)} }
 
-// isFlagError reports whether err is one of cobra's or pflag's about flags or arguments.
-func isFlagError(err error) bool {
-	msg := err.Error()
-	for _, p := range []string{"unknown flag", "unknown shorthand flag", "flag needs an argument", "invalid argument", "unknown command", "accepts "} {
-		if strings.HasPrefix(msg, p) {
-			return true
-		}
-	}
-	return false
-}
+// isFlagError reports whether err is cobra's about an unknown command (flag errors are
+// usageErrors already: see SetFlagErrorFunc).
+func isFlagError(err error) bool { return strings.HasPrefix(err.Error(), "unknown command") }
 
 func newRootCommand(stdout, stderr io.Writer, now func() time.Time) *cobra.Command {
 	root := &cobra.Command{
