@@ -40,13 +40,17 @@ help: ## List the targets.
 ##@ Develop
 
 .PHONY: build
-build: build-limiterd ## Build bin/limiterd, bin/manager (the operator) and bin/loadgen.
+build: build-limiterd build-kubectl-limiterd ## Build bin/limiterd, bin/manager (the operator), bin/kubectl-limiterd and bin/loadgen.
 	$(GO) build -trimpath -o $(BIN)/manager .
 	$(GO) build -trimpath -o $(BIN)/loadgen ./cmd/loadgen
 
 .PHONY: build-limiterd
 build-limiterd: ## Build bin/limiterd only.
 	$(GO) build -trimpath -o $(BIN)/limiterd ./cmd/limiterd
+
+.PHONY: build-kubectl-limiterd
+build-kubectl-limiterd: ## Build bin/kubectl-limiterd only, the kubectl plugin (copy it onto your PATH).
+	$(GO) build -trimpath -o $(BIN)/kubectl-limiterd ./cmd/kubectl-limiterd
 
 .PHONY: run
 run: build-limiterd ## Run limiterd locally: in-memory store, the sample policy, decisions on :8080, admin on :9090.

@@ -94,8 +94,14 @@ type Policy struct {
 	// policy has none, and then it does not answer forward-auth requests.
 	Gateway *KeyExtractor
 
-	exact    map[string]*Tier
+	exact    map[string]target
 	prefixes trie
+}
+
+// target is what an override key resolves to: the tier and the override naming it.
+type target struct {
+	tier     *Tier
+	override int // index in Source.Spec.Overrides
 }
 
 // Compile validates p (with v1alpha1.Validate) and compiles it. p is not modified; the Policy
@@ -114,7 +120,7 @@ func Compile(p *v1alpha1.RateLimitPolicy) (*Policy, error) {
 		FailureMode: src.Spec.FailureMode,
 		Refunds:     src.Spec.Refunds == v1alpha1.RefundsEnabled,
 		Source:      src,
-		exact:       make(map[string]*Tier),
+		exact:       make(map[string]target),
 	}
 	byName := make(map[string]*Tier, len(src.Spec.Tiers))
 	for i := range src.Spec.Tiers {
@@ -144,12 +150,12 @@ func Compile(p *v1alpha1.RateLimitPolicy) (*Policy, error) {
 	if src.Spec.Gateway != nil {
 		c.Gateway = compileGateway(src.Spec.Gateway)
 	}
-	for _, o := range src.Spec.Overrides {
+	for i, o := range src.Spec.Overrides {
 		for _, k := range o.Clients {
-			c.exact[k] = byName[o.Tier]
+			c.exact[k] = target{byName[o.Tier], i}
 		}
 		for _, k := range o.ClientPrefixes {
-			c.prefixes.insert(k, byName[o.Tier])
+			c.prefixes.insert(k, target{byName[o.Tier], i})
 		}
 	}
 	return c, nil
@@ -234,21 +240,66 @@ func stack(t *v1alpha1.Tier) (*limiter.Stack, error) {
 	return st, nil
 }
 
-// Resolve returns the tier of a client key: the override naming the key exactly, else the
-// override with the longest prefix of the key, else the default tier. A key of any length is
-// resolved in O(min(len(key), v1alpha1.MaxClientKeyBytes)): overrides name keys and prefixes of
-// at most MaxClientKeyBytes, so a longer key is named by no exact override and matches a prefix
-// exactly when its first MaxClientKeyBytes bytes do.
-func (p *Policy) Resolve(key string) *Tier {
+// Resolve returns the tier of a client key: Explain(key).Tier.
+func (p *Policy) Resolve(key string) *Tier { return p.Explain(key).Tier }
+
+// MatchKind says which rule of a policy gave a key its tier.
+type MatchKind uint8
+
+// The rules, in the order Explain tries them.
+const (
+	// MatchExact: an override lists the key in its clients.
+	MatchExact MatchKind = iota + 1
+	// MatchPrefix: an override lists a prefix of the key in its clientPrefixes, and no override
+	// lists a longer one.
+	MatchPrefix
+	// MatchDefault: no override names the key; it gets spec.defaultTier.
+	MatchDefault
+)
+
+// String returns "exact", "prefix" or "default".
+func (k MatchKind) String() string {
+	switch k {
+	case MatchExact:
+		return "exact"
+	case MatchPrefix:
+		return "prefix"
+	case MatchDefault:
+		return "default"
+	}
+	return fmt.Sprintf("MatchKind(%d)", uint8(k))
+}
+
+// Resolution is a key's tier and why it gets it.
+type Resolution struct {
+	// Tier is the key's tier.
+	Tier *Tier
+	// Kind is the rule that chose it.
+	Kind MatchKind
+	// Override is the index in Source.Spec.Overrides of the override that chose the tier, -1
+	// for MatchDefault.
+	Override int
+	// Match is the client key (MatchExact) or the prefix (MatchPrefix) that the override lists
+	// and the key matched; "" for MatchDefault.
+	Match string
+}
+
+// Explain returns the tier of a client key and why: the override naming the key exactly, else
+// the override with the longest prefix of the key, else the default tier. Resolve, which every
+// decision uses, is its Tier. A key of any length is resolved in O(min(len(key),
+// v1alpha1.MaxClientKeyBytes)): overrides name keys and prefixes of at most MaxClientKeyBytes,
+// so a longer key is named by no exact override and matches a prefix exactly when its first
+// MaxClientKeyBytes bytes do.
+func (p *Policy) Explain(key string) Resolution {
 	if len(key) <= v1alpha1.MaxClientKeyBytes {
 		if t, ok := p.exact[key]; ok {
-			return t
+			return Resolution{Tier: t.tier, Kind: MatchExact, Override: t.override, Match: key}
 		}
 	}
-	if t := p.prefixes.longest(key); t != nil {
-		return t
+	if t, n := p.prefixes.longest(key); t.tier != nil {
+		return Resolution{Tier: t.tier, Kind: MatchPrefix, Override: t.override, Match: key[:n]}
 	}
-	return p.Default
+	return Resolution{Tier: p.Default, Kind: MatchDefault, Override: -1}
 }
 
 // trie maps key prefixes to tiers; its zero value is empty.
@@ -258,7 +309,7 @@ type trie struct {
 
 // node is a trie node; edges are kept in a small sorted slice (fan-out is small in practice).
 type node struct {
-	tier   *Tier
+	target target // tier nil: no prefix ends here
 	labels []byte
 	kids   []*node
 }
@@ -272,7 +323,7 @@ func (n *node) child(b byte) *node {
 	return nil
 }
 
-func (t *trie) insert(prefix string, tier *Tier) {
+func (t *trie) insert(prefix string, to target) {
 	if t.root == nil {
 		t.root = &node{}
 	}
@@ -286,23 +337,23 @@ func (t *trie) insert(prefix string, tier *Tier) {
 		}
 		n = next
 	}
-	n.tier = tier
+	n.target = to
 }
 
-// longest returns the tier of the longest inserted prefix of key, or nil.
-func (t *trie) longest(key string) *Tier {
-	var found *Tier
+// longest returns the target of the longest inserted prefix of key and that prefix's length;
+// a zero target (tier nil) if none is.
+func (t *trie) longest(key string) (found target, length int) {
 	n := t.root
 	for i := 0; n != nil; i++ {
-		if n.tier != nil {
-			found = n.tier
+		if n.target.tier != nil {
+			found, length = n.target, i
 		}
 		if i == len(key) {
 			break
 		}
 		n = n.child(key[i])
 	}
-	return found
+	return found, length
 }
 
 // Set is an immutable snapshot of the loaded policies, keyed by ID.

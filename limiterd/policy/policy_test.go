@@ -71,6 +71,46 @@ func TestCompileResolves(t *testing.T) {
 	}
 }
 
+// TestExplain checks the reason Explain gives with each tier: the rule, the override and the
+// key or prefix it lists; Resolve must agree with it.
+func TestExplain(t *testing.T) {
+	p, err := policy.Compile(testPolicy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := "svc:" + strings.Repeat("x", v1alpha1.MaxClientKeyBytes)
+	for _, c := range []struct {
+		key, tier string
+		kind      policy.MatchKind
+		override  int
+		match     string
+	}{
+		{"someone", "free", policy.MatchDefault, -1, ""},
+		{"", "free", policy.MatchDefault, -1, ""},
+		{"acme", "pro", policy.MatchExact, 0, "acme"},
+		{"acme-1", "pro", policy.MatchPrefix, 0, "acme-"},
+		{"acme-batch", "internal", policy.MatchExact, 1, "acme-batch"},
+		{"acme-internal-1", "internal", policy.MatchPrefix, 1, "acme-int"},
+		{"acme-in", "pro", policy.MatchPrefix, 0, "acme-"},
+		{"svc:beta-7", "shadow", policy.MatchPrefix, 2, "svc:beta"},
+		{"svc:bet", "internal", policy.MatchPrefix, 1, "svc:"},
+		{long, "internal", policy.MatchPrefix, 1, "svc:"},
+		{"pro", "free", policy.MatchDefault, -1, ""},
+	} {
+		r := p.Explain(c.key)
+		if r.Tier.Name != c.tier || r.Kind != c.kind || r.Override != c.override || r.Match != c.match {
+			t.Errorf("Explain(%.20q) = tier %s, %s, override %d, match %q; want tier %s, %s, override %d, match %q",
+				c.key, r.Tier.Name, r.Kind, r.Override, r.Match, c.tier, c.kind, c.override, c.match)
+		}
+		if p.Resolve(c.key) != r.Tier {
+			t.Errorf("Resolve(%.20q) = %s, Explain says %s", c.key, p.Resolve(c.key).Name, r.Tier.Name)
+		}
+	}
+	if s := policy.MatchPrefix.String(); s != "prefix" {
+		t.Errorf("MatchPrefix.String() = %q", s)
+	}
+}
+
 func TestCompileRejectsInvalid(t *testing.T) {
 	src := testPolicy()
 	src.Spec.Overrides[0].Tier = "missing"
