@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -95,12 +96,11 @@ func TestCreateAndUpdateRenderConfigMap(t *testing.T) {
 	checkConfigMap(t, getConfigMap(t, env.Client, cmNS, got), got)
 
 	// A new generation is rendered, and the status follows it.
-	got.Spec.Tiers[0].TokenBucket.Capacity = 40
-	got.Spec.Tiers = append(got.Spec.Tiers, limiterdv1alpha1.Tier{Name: "pro", Algorithm: limiterdv1alpha1.AlgorithmSlidingWindow,
-		SlidingWindow: &limiterdv1alpha1.SlidingWindow{Limit: 100, Window: metav1.Duration{Duration: 60e9}}})
-	if err := env.Client.Update(ctx, got); err != nil {
-		t.Fatal(err)
-	}
+	got = edit(t, env.Client, key, func(p *limiterdv1alpha1.RateLimitPolicy) {
+		p.Spec.Tiers[0].TokenBucket.Capacity = 40
+		p.Spec.Tiers = append(p.Spec.Tiers, limiterdv1alpha1.Tier{Name: "pro", Algorithm: limiterdv1alpha1.AlgorithmSlidingWindow,
+			SlidingWindow: &limiterdv1alpha1.SlidingWindow{Limit: 100, Window: metav1.Duration{Duration: 60e9}}})
+	})
 	got = waitReady(t, env.Client, key, 2, ReasonRendered)
 	if got.Status.TierCount != 3 {
 		t.Errorf("status.tierCount = %d, want 3", got.Status.TierCount)
@@ -364,10 +364,7 @@ func TestTooLargePolicyIsNotWritten(t *testing.T) {
 		}
 		p = waitReady(t, env.Client, client.ObjectKeyFromObject(p), 1, ReasonRendered)
 		good := getConfigMap(t, env.Client, cmNS, p)
-		p.Spec = bigSpec()
-		if err := env.Client.Update(ctx, p); err != nil {
-			t.Fatal(err)
-		}
+		p = edit(t, env.Client, client.ObjectKeyFromObject(p), func(p *limiterdv1alpha1.RateLimitPolicy) { p.Spec = bigSpec() })
 		p = waitReady(t, env.Client, client.ObjectKeyFromObject(p), 2, ReasonTooLarge)
 		checkNotReady(t, p, "bytes, more than")
 		if cm := getConfigMap(t, env.Client, cmNS, p); cm.ResourceVersion != good.ResourceVersion {
@@ -454,10 +451,7 @@ func TestInvalidPolicyKeepsLastGoodConfigMap(t *testing.T) {
 		p = waitReady(t, env.Client, client.ObjectKeyFromObject(p), 1, ReasonRendered)
 		good := getConfigMap(t, env.Client, cmNS, p)
 
-		p.Spec.Tiers[0].TokenBucket.Capacity = 0
-		if err := env.Client.Update(ctx, p); err != nil {
-			t.Fatal(err)
-		}
+		p = edit(t, env.Client, client.ObjectKeyFromObject(p), func(p *limiterdv1alpha1.RateLimitPolicy) { p.Spec.Tiers[0].TokenBucket.Capacity = 0 })
 		p = waitReady(t, env.Client, client.ObjectKeyFromObject(p), 2, ReasonInvalid)
 		checkNotReady(t, p, "spec.tiers[0].tokenBucket.capacity")
 		if cm := getConfigMap(t, env.Client, cmNS, p); cm.ResourceVersion != good.ResourceVersion {
@@ -469,10 +463,7 @@ func TestInvalidPolicyKeepsLastGoodConfigMap(t *testing.T) {
 			t.Errorf("event note %q does not name the invalid field", e.Note)
 		}
 
-		p.Spec.Tiers[0].TokenBucket.Capacity = 30
-		if err := env.Client.Update(ctx, p); err != nil {
-			t.Fatal(err)
-		}
+		p = edit(t, env.Client, client.ObjectKeyFromObject(p), func(p *limiterdv1alpha1.RateLimitPolicy) { p.Spec.Tiers[0].TokenBucket.Capacity = 30 })
 		p = waitReady(t, env.Client, client.ObjectKeyFromObject(p), 3, ReasonRendered)
 		checkConfigMap(t, getConfigMap(t, env.Client, cmNS, p), p)
 	})
@@ -502,10 +493,9 @@ func TestUnknownTimeZoneKeepsLastGoodConfigMap(t *testing.T) {
 	good := getConfigMap(t, env.Client, cmNS, p)
 	checkConfigMap(t, good, p)
 
-	p.Spec.Tiers[0].Quota.TimeZone = "Europe/Atlantis"
-	if err := env.Client.Update(ctx, p); err != nil {
-		t.Fatalf("the API server refused a well-formed zone name: %v", err)
-	}
+	p = edit(t, env.Client, client.ObjectKeyFromObject(p), func(p *limiterdv1alpha1.RateLimitPolicy) {
+		p.Spec.Tiers[0].Quota.TimeZone = "Europe/Atlantis" // the API server must admit a well-formed zone name
+	})
 	p = waitReady(t, env.Client, client.ObjectKeyFromObject(p), 2, ReasonInvalid)
 	checkNotReady(t, p, `spec.tiers[0].quota.timeZone: Invalid value: "Europe/Atlantis": unknown time zone`)
 	if cm := getConfigMap(t, env.Client, cmNS, p); cm.ResourceVersion != good.ResourceVersion {
@@ -517,10 +507,9 @@ func TestUnknownTimeZoneKeepsLastGoodConfigMap(t *testing.T) {
 		t.Errorf("event note %q does not name the time zone", e.Note)
 	}
 
-	p.Spec.Tiers[0].Quota.TimeZone = "America/Argentina/Buenos_Aires"
-	if err := env.Client.Update(ctx, p); err != nil {
-		t.Fatal(err)
-	}
+	p = edit(t, env.Client, client.ObjectKeyFromObject(p), func(p *limiterdv1alpha1.RateLimitPolicy) {
+		p.Spec.Tiers[0].Quota.TimeZone = "America/Argentina/Buenos_Aires"
+	})
 	p = waitReady(t, env.Client, client.ObjectKeyFromObject(p), 3, ReasonRendered)
 	checkConfigMap(t, getConfigMap(t, env.Client, cmNS, p), p)
 }
@@ -623,4 +612,22 @@ func TestUnannotatedConfigMapIsLeftAlone(t *testing.T) {
 			}
 		})
 	}
+}
+
+// edit makes change to the policy key names, on its latest version, and updates it: again on a
+// conflict, since the controller may write the policy's status between the read and the update
+// (as kubectl edit is retried). It returns the policy as updated.
+func edit(t *testing.T, c client.Client, key client.ObjectKey, change func(*limiterdv1alpha1.RateLimitPolicy)) *limiterdv1alpha1.RateLimitPolicy {
+	t.Helper()
+	p := &limiterdv1alpha1.RateLimitPolicy{}
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := c.Get(t.Context(), key, p); err != nil {
+			return err
+		}
+		change(p)
+		return c.Update(t.Context(), p)
+	}); err != nil {
+		t.Fatalf("update %s: %v", key, err)
+	}
+	return p
 }
