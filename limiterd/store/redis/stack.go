@@ -322,37 +322,48 @@ type tokenBucketBlock struct {
 	used    int64
 }
 
-// tokenBucketState reads a token bucket's block of the decision script's answer.
-func tokenBucketState(block []rueidis.RedisMessage, rl *limiter.TokenBucket) (tokenBucketBlock, error) {
-	b := tokenBucketBlock{used: -1}
+// readBlock reads what a block of the decision script's answer says of the state the script
+// found, for any algorithm: none (fresh), the raw state another strategy wrote (with the units a
+// sliding window's log holds), or, with own, the limit's own state (charged: converted from
+// another algorithm's state), which the caller reads from the block's algorithm's fields.
+func readBlock(block []rueidis.RedisMessage) (b tokenBucketBlock, own bool, err error) {
+	b.used = -1
 	state, err := block[replyState].AsInt64()
 	if err != nil {
-		return b, fmt.Errorf("malformed state: %w", err)
+		return b, false, fmt.Errorf("malformed state: %w", err)
 	}
 	switch state {
 	case stateFresh:
-		return b, nil
+		return b, false, nil
 	case stateRaw, stateUsed:
 		raw, err := block[replyRaw].ToString()
 		if err != nil {
-			return b, fmt.Errorf("malformed raw state: %w", err)
+			return b, false, fmt.Errorf("malformed raw state: %w", err)
 		}
 		b.raw = &raw
 		if state == stateUsed {
 			if b.used, err = block[replyUsed].AsInt64(); err != nil || b.used < 0 {
-				return b, fmt.Errorf("malformed used units %d: %v", b.used, err)
+				return b, false, fmt.Errorf("malformed used units %d: %v", b.used, err)
 			}
 		}
-		return b, nil
+		return b, false, nil
 	case stateTAT, stateCharged:
-		b.state, err = stateAtTAT(rl, block[replyTATS:])
-		if err != nil {
-			return b, fmt.Errorf("malformed state: %w", err)
-		}
 		b.charged = state == stateCharged
-		return b, nil
+		return b, true, nil
 	}
-	return b, fmt.Errorf("state %d", state)
+	return b, false, fmt.Errorf("state %d", state)
+}
+
+// tokenBucketState reads a token bucket's block of the decision script's answer.
+func tokenBucketState(block []rueidis.RedisMessage, rl *limiter.TokenBucket) (tokenBucketBlock, error) {
+	b, own, err := readBlock(block)
+	if err != nil || !own {
+		return b, err
+	}
+	if b.state, err = stateAtTAT(rl, block[replyTATS:]); err != nil {
+		return b, fmt.Errorf("malformed state: %w", err)
+	}
+	return b, nil
 }
 
 // conversionOf converts the raw state of b, which another strategy wrote, to rl's parameters at
@@ -401,40 +412,20 @@ func chargeOf(raw string, sec, ns int64, at time.Time) conversion {
 // quotaState reads a quota's block of the decision script's answer: as a token bucket's
 // (tokenBucketBlock), with the state a count in a period.
 func quotaState(block []rueidis.RedisMessage, rl *limiter.Quota) (tokenBucketBlock, error) {
-	b := tokenBucketBlock{used: -1}
-	state, err := block[replyState].AsInt64()
+	b, own, err := readBlock(block)
+	if err != nil || !own {
+		return b, err
+	}
+	ints, err := integers(block[replyQuotaEnd:], 2)
+	if err == nil && (ints[1] < 0 || ints[1] > limiter.MaxQuotaLimit ||
+		ints[0] > math.MaxInt64/int64(time.Second) || ints[0] < math.MinInt64/int64(time.Second)) {
+		err = fmt.Errorf("count %v out of range", ints)
+	}
 	if err != nil {
 		return b, fmt.Errorf("malformed state: %w", err)
 	}
-	switch state {
-	case stateFresh:
-		return b, nil
-	case stateRaw, stateUsed:
-		raw, err := block[replyRaw].ToString()
-		if err != nil {
-			return b, fmt.Errorf("malformed raw state: %w", err)
-		}
-		b.raw = &raw
-		if state == stateUsed {
-			if b.used, err = block[replyUsed].AsInt64(); err != nil || b.used < 0 {
-				return b, fmt.Errorf("malformed used units %d: %v", b.used, err)
-			}
-		}
-		return b, nil
-	case stateTAT, stateCharged:
-		ints, err := integers(block[replyQuotaEnd:], 2)
-		if err == nil && (ints[1] < 0 || ints[1] > limiter.MaxQuotaLimit ||
-			ints[0] > math.MaxInt64/int64(time.Second) || ints[0] < math.MinInt64/int64(time.Second)) {
-			err = fmt.Errorf("count %v out of range", ints)
-		}
-		if err != nil {
-			return b, fmt.Errorf("malformed state: %w", err)
-		}
-		b.state = rl.StateAt(ints[0]*int64(time.Second), ints[1])
-		b.charged = state == stateCharged
-		return b, nil
-	}
-	return b, fmt.Errorf("state %d", state)
+	b.state = rl.StateAt(ints[0]*int64(time.Second), ints[1])
+	return b, nil
 }
 
 // quotaConversionOf converts the raw state of b, which another strategy wrote, to rl's
