@@ -454,7 +454,7 @@ func (failingStore) DecideBatch(_ context.Context, reqs []limiter.Request, _ tim
 	}
 }
 
-func (failingStore) Reset(context.Context, string) error { return errDown }
+func (failingStore) Reset(context.Context, string, time.Time) error { return errDown }
 
 // TestCheckStoreFailureFollowsTheFailureMode: while the store fails, Closed denies (429 with
 // Retry-After, as forward-auth answers) and Open admits: never a failed call, which Envoy's
