@@ -89,8 +89,10 @@
 // A descriptor's status carries its code, and for a tier with a limit: current_limit (name: the
 // tier; requests_per_unit: the limit; unit and unit_multiplier: the window the limit is
 // expressed over — a token bucket's full refill, a sliding window's window — rounded up to whole
-// seconds and written in the largest of DAY, HOUR, MINUTE, SECOND that divides it),
-// limit_remaining and duration_until_reset. A tier without a limit (Unlimited) has no
+// seconds and written in the largest of DAY, HOUR, MINUTE, SECOND that divides it; for a
+// calendar quota, the period's own unit: DAY, WEEK, MONTH or YEAR, without unit_multiplier),
+// limit_remaining and duration_until_reset (for a quota, the time until its period ends in its
+// zone). A tier without a limit (Unlimited) has no
 // current_limit. A dry-run tier's status is always OK and describes the decision that would
 // have been enforced.
 //
@@ -175,6 +177,7 @@ import (
 
 	"github.com/limiterd/limiterd/api/v1alpha1"
 	"github.com/limiterd/limiterd/limiterd/engine"
+	"github.com/limiterd/limiterd/limiterd/limiter"
 	"github.com/limiterd/limiterd/limiterd/policy"
 	"github.com/limiterd/limiterd/limiterd/ratelimitheaders"
 )
@@ -427,11 +430,15 @@ func descriptorStatus(res *engine.Result) *rlsv3.RateLimitResponse_DescriptorSta
 // seconds and written in the largest of DAY, HOUR, MINUTE and SECOND that divides it
 // (unit_multiplier unset when 1), named as in header fields (the tier, or "<tier>/<limit>" for a
 // limit of a stack). It is the quota and window of the limit's item of the RateLimit-Policy
-// header field.
+// header field, except for a calendar quota: its limit per one calendar unit (calendarUnit).
 func fillCurrentLimit(rl *rlsv3.RateLimitResponse_RateLimit, t *policy.Tier, i int) *rlsv3.RateLimitResponse_RateLimit {
 	limit := t.Limit(i)
 	rl.Name = t.HeaderName(i)
 	rl.RequestsPerUnit = uint32(min(max(limit.Limit(), 0), math.MaxUint32))
+	if q, ok := limit.(*limiter.Quota); ok {
+		rl.Unit = calendarUnit(q)
+		return rl
+	}
 	seconds := max(1, ratelimitheaders.Seconds(limit.Window()))
 	var unit int64
 	switch {
@@ -448,6 +455,24 @@ func fillCurrentLimit(rl *rlsv3.RateLimitResponse_RateLimit, t *policy.Tier, i i
 		rl.UnitMultiplier = wrapperspb.UInt32(uint32(min(n, math.MaxUint32)))
 	}
 	return rl
+}
+
+// calendarUnit returns the Envoy unit of a quota's period: its limit is per one DAY, WEEK,
+// MONTH or YEAR, a calendar one of the quota's zone, which is what these units name. They are
+// not a number of seconds (a month or a day varies in length), so unit_multiplier stays unset;
+// the window in seconds is the RateLimit-Policy header field's w (the longest the period
+// lasts), and the time to the period's end is duration_until_reset.
+func calendarUnit(q *limiter.Quota) rlsv3.RateLimitResponse_RateLimit_Unit {
+	_, period, _ := q.Params()
+	switch period {
+	case limiter.PeriodWeek:
+		return rlsv3.RateLimitResponse_RateLimit_WEEK
+	case limiter.PeriodMonth:
+		return rlsv3.RateLimitResponse_RateLimit_MONTH
+	case limiter.PeriodYear:
+		return rlsv3.RateLimitResponse_RateLimit_YEAR
+	}
+	return rlsv3.RateLimitResponse_RateLimit_DAY
 }
 
 // headerMessages are the header fields of an answer, allocated together.

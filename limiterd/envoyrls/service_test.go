@@ -438,11 +438,12 @@ func TestCurrentLimitUnits(t *testing.T) {
 		{testsupport.TokenBucketTier("b", 1000, 1, 10*time.Minute), 1000, min, 10000},
 		{testsupport.TokenBucketTier("b", 1_000_000_000, 1_000_000_000, time.Second), 1_000_000_000, sec, 0},
 		{testsupport.TokenBucketTier("b", 366, 1, 24*time.Hour), 366, day, 366},
-		// A quota's window is the longest its period lasts, as in its RateLimit-Policy item.
+		// A quota's unit is its calendar period's, one of it, whatever the zone.
 		{testsupport.QuotaTier("q", 1000, v1alpha1.CalendarPeriodDay, "Europe/Berlin"), 1000, day, 0},
-		{testsupport.QuotaTier("q", 1000, v1alpha1.CalendarPeriodWeek, ""), 1000, day, 7},
-		{testsupport.QuotaTier("q", 1000, v1alpha1.CalendarPeriodMonth, ""), 1000, day, 31},
-		{testsupport.QuotaTier("q", 1000, v1alpha1.CalendarPeriodYear, ""), 1000, day, 366},
+		{testsupport.QuotaTier("q", 1000, v1alpha1.CalendarPeriodDay, "America/New_York"), 1000, day, 0},
+		{testsupport.QuotaTier("q", 1000, v1alpha1.CalendarPeriodWeek, ""), 1000, rlsv3.RateLimitResponse_RateLimit_WEEK, 0},
+		{testsupport.QuotaTier("q", 1000, v1alpha1.CalendarPeriodMonth, "Asia/Tokyo"), 1000, rlsv3.RateLimitResponse_RateLimit_MONTH, 0},
+		{testsupport.QuotaTier("q", 1000, v1alpha1.CalendarPeriodYear, ""), 1000, rlsv3.RateLimitResponse_RateLimit_YEAR, 0},
 	} {
 		p, err := policy.Compile(newPolicy("default", "p", c.tier))
 		if err != nil {

@@ -66,6 +66,30 @@ func BenchmarkHotKey(b *testing.B) {
 			m.Decide(ctx, "hot-client", tb, now, 1, nil)
 		}
 	})
+	// A calendar quota (a day in New York, its limit never reached): within a period a decision
+	// is a comparison and an addition, to be within 1.2x of Memory.Decide's token bucket. The
+	// clock stays in one day; a new period's cost is BenchmarkQuotaDecide/Rollover's.
+	b.Run("limiterd/Quota.Decide", func(b *testing.B) {
+		q := mustQuota(b, limiter.MaxQuotaLimit, limiter.PeriodDay, mustZone(b, "America/New_York"))
+		var s limiter.State
+		now := limitertest.T0
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			now = now.Add(time.Microsecond)
+			q.Decide(&s, now, 1)
+		}
+	})
+	b.Run("limiterd/Memory.DecideQuota", func(b *testing.B) {
+		st := limitertest.One(mustQuota(b, limiter.MaxQuotaLimit, limiter.PeriodDay, mustZone(b, "America/New_York")))
+		m := limiter.NewMemory(nil)
+		ctx := b.Context()
+		now := limitertest.T0
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			now = now.Add(time.Microsecond)
+			m.Decide(ctx, "hot-client", st, now, 1, nil)
+		}
+	})
 	// A stacked tier: a burst bucket and a window, decided all or nothing under one lock.
 	b.Run("limiterd/Memory.DecideStack", func(b *testing.B) {
 		st := limitertest.Stack("burst", mustTB(b, 100, 500, time.Millisecond), "daily", mustSW(b, 500, time.Millisecond))
