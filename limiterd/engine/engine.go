@@ -20,7 +20,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/bits"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -625,11 +624,15 @@ func (e *Engine) Peek(ctx context.Context, policyID v1alpha1.PolicyID, key strin
 
 // Refund returns to the client's allowance the units of the admitted decision that issued
 // reservation (Result.Reservation), or amount of them (0: all; at most the reservation's cost),
-// and answers what a peek sees after it, of at most the units that have not refilled since the
-// charge (refundable: a refund never lets the client exceed a limit; on a stacked tier the fewest
-// over its limits). The units come back by the strategy's Refund (see
-// limiter.RateLimiter.Refund: clamped so that the allowance never exceeds its limit; on a
-// stacked tier every limit gets them back, each clamped to its own limit). A reservation
+// and answers what a peek sees after it. Each limit gets back at most what of the charge it has
+// not refilled since, measured in time, not whole tokens (limiter.Once.Cost,
+// limiter.TokenBucket.RefundInterval): never more than if the charge had been smaller, so a
+// refund never lets the client exceed a limit; and right after the charge, on a bucket that was
+// full before it, the whole charge (a one-unit charge refunded at once gives its unit back). The
+// units come back by the strategy's refund (see limiter.RateLimiter.Refund: clamped so that the
+// allowance never exceeds its limit; on a stacked tier every limit gets them back, each clamped
+// to its own limit and bound). A reservation whose charge some limit has refilled entirely refunds
+// nothing (ErrReservationExpired: refundable). A reservation
 // refunds once: the store keeps a record of it (limiter.Store.Refund) until it expires,
 // when the units it charged no longer count anyway (Reservation explains when), and
 // limiter.RefundRecordGrace more, for replicas' clock skew and a refund's own delay (a refund
@@ -684,15 +687,14 @@ func (e *Engine) Refund(ctx context.Context, token string, amount int64) (Result
 		// Say nothing of the tier: its name may be hidden (spec.tierNames).
 		return Result{}, fmt.Errorf("%w: the client is no longer in the tier that charged, the tier's limits changed, or the policy was re-created since", ErrReservationStale)
 	}
-	left := refundable(tier, rsv.Cost, rsv.At, now)
-	if left == 0 {
+	if !refundable(tier, rsv.Cost, rsv.At, now) {
 		return Result{}, fmt.Errorf("%w: the units it charged have refilled", ErrReservationExpired)
 	}
-	amount = min(amount, left)
 	r := Result{Policy: b.policy, Tier: tier, Outcome: Allowed}
 	r.Limits = limitDecisions(tier)
 	req := limiter.Request{Key: rsv.Key, Stack: tier.Stack, Cost: amount, Limits: r.Limits}
-	r.Decision, err = b.store.Refund(ctx, req, now, limiter.Once{ID: rsv.ID, Until: rsv.Until, Issued: rsv.At})
+	// Once.Cost bounds each limit's refund to what of the charge has not refilled since it.
+	r.Decision, err = b.store.Refund(ctx, req, now, limiter.Once{ID: rsv.ID, Until: rsv.Until, Issued: rsv.At, Cost: rsv.Cost})
 	switch {
 	case errors.Is(err, limiter.ErrRefunded):
 		return Result{}, ErrRefunded
@@ -743,8 +745,8 @@ func (b *bound) chargedTier(storedKey string, tag reservation.Tag) *policy.Tier 
 // from callers (spec.tierNames). Its policy's epoch (bound.epoch) ties a reservation to the
 // store whose refund records can refund it once: a policy removed and re-created on the memory
 // store starts with no records, so reservations of the store before it must not refund. The
-// tier's limits (names, algorithms, parameters) tie it to the limits that charged: refundable
-// counts the units refilled since the charge at the tier's rates, so under a rate lowered since
+// tier's limits (names, algorithms, parameters) tie it to the limits that charged: a refund is
+// bounded by what refilled since the charge at the tier's rates, so under a rate lowered since
 // it would count too few and refund units that the client got back and may have spent.
 func (e *Engine) tierTag(policyID v1alpha1.PolicyID, t *policy.Tier, epoch uint64) reservation.Tag {
 	var b strings.Builder
@@ -781,46 +783,37 @@ func (e *Engine) reserve(b *bound, r *Result, key string, now time.Time, cost in
 	r.Reservation, _ = e.signer.Issue(&c) // cannot fail: names are bounded, cost >= 1, the window > 0
 }
 
-// refundable returns how many of the cost units that tier t charged at instant at a refund at
-// now may return without letting the client exceed any limit: the minimum over t's limits of
-// cost - ceil((now-at)*rate/period), and 0 (nothing: the reservation has expired) once a limit
-// has refilled them all, or for a limit that is no token bucket (validation refuses refunds with
-// sliding windows: a refund could not remove the charge's own log entry).
+// refundable reports whether some of the cost units that tier t charged at instant at may
+// return at now without letting the client exceed any limit: whether every limit of t, a token
+// bucket, has refilled less than the charge since (validation refuses refunds with sliding
+// windows and quotas: a refund could not remove the charge's own log entry, nor tell the
+// charge's period; for them, and an Unlimited tier, nothing is refundable).
 //
-// Why: the charge left the bucket's TAT >= at + cost*T (T = period/rate; the TAT was clamped to
-// >= at first), so refunding k <= cost - (now-at)/T units gives exactly the state of the history
-// in which the charge was k units smaller (no clamping happened in it between at and now).
-func refundable(t *policy.Tier, cost int64, at, now time.Time) int64 {
+// How much returns is each limit's own bound, applied by the store under the client's lock
+// (limiter.Once.Cost; limiter.TokenBucket.RefundInterval says why it is safe): the refill time
+// of the amount, at most that of the charge less the time elapsed since it, exactly, never
+// before now. It is not rounded to whole tokens: a bound of cost - ceil(elapsed*rate/period)
+// tokens lost the token being refilled, so a one-token charge could never be refunded.
+func refundable(t *policy.Tier, cost int64, at, now time.Time) bool {
 	if !t.Limited() {
-		return 0 // an Unlimited tier charged nothing
+		return false // an Unlimited tier charged nothing
 	}
-	elapsed := max(now.Sub(at), 0)
-	left := cost
+	once := limiter.Once{Issued: at, Cost: cost}
 	for i := range t.NumLimits() {
 		tb, ok := t.Limit(i).(*limiter.TokenBucket)
 		if !ok {
-			return 0
+			return false
 		}
-		_, rate, period := tb.Params()
-		hi, lo := bits.Mul64(uint64(elapsed), uint64(rate))
-		if hi >= uint64(period) {
-			return 0 // elapsed*rate/period >= 2^64 > cost
+		if ns, frac := tb.RefundInterval(cost, once, now); ns == 0 && frac == 0 {
+			return false
 		}
-		refilled, rem := bits.Div64(hi, lo, uint64(period))
-		if rem != 0 {
-			refilled++
-		}
-		if refilled >= uint64(cost) {
-			return 0
-		}
-		left = min(left, cost-int64(refilled))
 	}
-	return left
+	return true
 }
 
 // refundWindow is how long after the charge a reservation of cost units of tier t is valid: the
 // shortest over t's limits of cost*period/rate, rounded down to a nanosecond, after which
-// refundable is 0. It is 0 for a tier with a limit that is no token bucket (see refundable).
+// refundable is false. It is 0 for a tier with a limit that is no token bucket (see refundable).
 func refundWindow(t *policy.Tier, cost int64) time.Duration {
 	window := time.Duration(-1)
 	for i := range t.NumLimits() {

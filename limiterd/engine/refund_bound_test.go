@@ -122,10 +122,11 @@ func TestRefundAfterRefillGivesNoMore(t *testing.T) {
 	}
 	checkBucket(t, "bucket", limit, c.charges)
 
-	// Part of a charge can still be refunded: 10 units charged, 2.5s later 3 have refilled
-	// (rounded up: a fraction may have), so a refund of all returns 7, and with the 2 whole
-	// tokens refilled 9 are admitted.
-	c.refundPartly(limit, 10, 2500*time.Millisecond, 7, 9)
+	// Part of a charge can still be refunded: 10 units charged of a full bucket, 2.5s later 2.5
+	// have refilled, so a refund of all returns the other 7.5, exactly: the bucket is full
+	// again, as if nothing had been charged, and 10 are admitted (counted as 8 returned: a
+	// charge of 2 at the first instant, which the limit allows with the 2 whole tokens refilled).
+	c.refundPartly(limit, 10, 2500*time.Millisecond, 8, 10)
 }
 
 // TestStackRefundBoundByEveryLimit is the stack's exploit: reservations held while a long

@@ -140,16 +140,17 @@ func TestRefundRules(t *testing.T) {
 		t.Fatalf("a refused refund refunded carol")
 	}
 
-	// Expired: a token bucket of 2 refilling 1/h; of 2 units charged, one may have refilled
-	// after any time, both after 1h and a nanosecond: only the other may come back until then.
+	// Expired: a token bucket of 2 refilling 1/h; 2 units charged of a full bucket have refilled
+	// 2h later. Until then, what has not refilled comes back to the nanosecond: a nanosecond
+	// before, the bucket holds 1 and the refund fills it, as if the charge had never been.
 	dave := spend("dave", 2)
-	now = now.Add(time.Hour + time.Nanosecond)
+	now = now.Add(2 * time.Hour)
 	if _, err := e.Refund(ctx, dave, 0); !errors.Is(err, engine.ErrReservationExpired) {
-		t.Errorf("refund after both units may have refilled: %v", err)
+		t.Errorf("refund after both units have refilled: %v", err)
 	}
 	now = now.Add(-time.Nanosecond)
 	if r, err := e.Refund(ctx, dave, 0); err != nil || r.Remaining != 2 {
-		t.Errorf("refund when one unit has refilled: %+v, %v", r, err)
+		t.Errorf("refund a nanosecond before both units have refilled: %+v, %v", r, err)
 	}
 }
 

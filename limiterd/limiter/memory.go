@@ -431,7 +431,7 @@ func (m *Memory) applyOne(key string, rl RateLimiter, now time.Time, cost int64,
 		return peek(rl, &s, now), false
 	case o == opRefund:
 		was := s.stamp
-		d = refund(rl, &s, now, cost)
+		d = refund(rl, &s, now, cost, nil) // Memory.Refund takes applyStack's path
 		sh.buckets.slots[i].state = sh.pack(&s, was, prev)
 		return d, false
 	}

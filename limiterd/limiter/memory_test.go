@@ -282,6 +282,11 @@ func TestMemoryRefundOnce(t *testing.T) {
 	limitertest.RunRefundOnce(t, func(*testing.T) limiter.Store { return limiter.NewMemory(nil) })
 }
 
+// TestMemoryRefundCharge runs the table of refunds bounded by their charge on the memory store.
+func TestMemoryRefundCharge(t *testing.T) {
+	limitertest.RunRefundCharge(t, func(*testing.T) limiter.Store { return limiter.NewMemory(nil) })
+}
+
 // TestMemoryReset runs the reset table. Two clients share a shard in one store of 256, so the
 // table runs on many stores; TestIsStackKeyOfIsExact covers every pair of keys on one shard.
 func TestMemoryReset(t *testing.T) {

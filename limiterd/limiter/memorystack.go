@@ -154,16 +154,20 @@ func (m *Memory) applyStack(key string, st *Stack, now time.Time, cost int64, o 
 		}
 		return false
 	case opRefund:
+		var once *Once
+		if g != nil {
+			once = &g.once
+		}
 		for i, rl := range st.limits {
 			l := &limits[i]
 			switch {
 			case !l.tracked:
 				out[i] = peek(rl, &l.s, now) // nothing to refund
 			case l.w != nil:
-				out[i] = refund(rl, l.w, now, cost) // the log only shrinks: its capacity stays
+				out[i] = refund(rl, l.w, now, cost, once) // the log only shrinks: its capacity stays
 			default:
 				was, prev := l.s.stamp, sh.buckets.slots[l.slot].state.by
-				out[i] = refund(rl, &l.s, now, cost)
+				out[i] = refund(rl, &l.s, now, cost, once)
 				sh.buckets.slots[l.slot].state = sh.pack(&l.s, was, prev)
 			}
 		}

@@ -19,6 +19,11 @@ type Once struct {
 	// A refund of a charge issued at or before the client's latest Reset is void (ErrReset):
 	// the reset erased the charge with the rest of the state. The zero time is before any reset.
 	Issued time.Time
+	// Cost is the units the charge took (the reservation's cost), 0 when unknown. With it, a
+	// token bucket refunds at most what of the charge has not refilled since Issued, so that
+	// the client never gets more than if the charge had been smaller (see
+	// TokenBucket.RefundInterval); without it, the amount asked.
+	Cost int64
 }
 
 // issuedNanos returns once.Issued in Unix nanoseconds, the zero time as the earliest instant.

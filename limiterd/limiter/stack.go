@@ -173,10 +173,15 @@ func decide(rl RateLimiter, s *State, now time.Time, cost int64) Decision {
 }
 
 // refund is rl.Refund(s, now, amount) through concrete calls, which keep s on the caller's
-// stack.
-func refund(rl RateLimiter, s *State, now time.Time, amount int64) Decision {
+// stack; a token bucket refunds at most what of the charge once names has not refilled
+// (TokenBucket.RefundInterval; once.Cost 0: no charge named).
+func refund(rl RateLimiter, s *State, now time.Time, amount int64, once *Once) Decision {
 	switch rl := rl.(type) {
 	case *TokenBucket:
+		if once != nil && once.Cost > 0 {
+			ns, frac := rl.RefundInterval(amount, *once, now)
+			return rl.RefundBy(s, now, ns, frac)
+		}
 		return rl.Refund(s, now, amount)
 	case *SlidingWindow:
 		return rl.Refund(s, now, amount)

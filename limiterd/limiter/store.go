@@ -23,7 +23,9 @@ type Store interface {
 	// Allowed (UnchargedDecision).
 	Decide(ctx context.Context, key string, st *Stack, now time.Time, cost int64, out []Decision) (Decision, error)
 	// Refund returns req.Cost units (at least 1) to every limit of req.Stack for the client
-	// req.Key, each as RateLimiter.Refund does (clamped to its own limit), and answers as
+	// req.Key, each as RateLimiter.Refund does (clamped to its own limit; with once.Cost > 0, a
+	// token bucket gets back at most what of that charge it has not refilled since once.Issued,
+	// at now: TokenBucket.RefundInterval), and answers as
 	// Decide would for a peek after it (writing to req.Limits unless nil), unless a refund of
 	// once.ID was made before: then it returns ErrRefunded and refunds nothing. The check, the
 	// record of once.ID and the refund are one atomic step; the record is kept at least until

@@ -191,15 +191,72 @@ func (b *TokenBucket) Peek(s *State, now time.Time) Decision {
 // ahead of now (a refund whose instant lags behind a later decision's): taking the bucket as
 // empty there, as a decision does, would give back the units of the later decisions too.
 func (b *TokenBucket) Refund(s *State, now time.Time, amount int64) Decision {
+	return b.refundBy(s, now, b.refundInterval(amount, 0, 0))
+}
+
+// RefundInterval returns how far a refund of amount units of the charge once names moves the
+// TAT back, at instant now: amount tokens' refill time (a full refill for the capacity or
+// more), and, when once.Cost > 0, at most the refill time of once.Cost tokens less the time
+// elapsed since the charge (once.Issued; none when now is before it), exactly (ns plus
+// frac/refillRate ns): 0 once the charge has refilled. Without a cost (once.Cost 0) it is
+// amount's refill time, as Refund moves it. RefundBy applies it.
+//
+// Why this is what the history without the charge holds, and never more: let D(s) be the
+// bucket's debt (TAT - s, at least 0) at instant s, and D' the debt of the same history in
+// which the charge (of c tokens at a, taking c*T, T = period/rate) had been k tokens smaller.
+// Right after the charge D = D' + k*T. Both decay at the same rate until D' reaches 0, both
+// grow alike at each later admitted decision (a refund of another charge takes the same off
+// both, clamped at 0 alike), so D - D' = min(k*T, the least D since the charge). The charge left
+// D(a) >= c*T, and D falls by at most the time elapsed, so D(s) >= c*T - (s-a) at every s until
+// now, whatever came between (refunds of other charges included: each leaves D at or above its
+// own history without its charge, which holds this one's c*T - (s-a)). A refund of
+// min(k*T, c*T - (now-a)), never below now, thus leaves D >= D': the client never gets more
+// than if the charge had been k tokens smaller. The refund is of time, not of whole tokens:
+// a whole-token bound (c - ceil((now-a)/T)) loses the token being refilled, all of a one-token
+// charge. And it is the whole charge when nothing came between on a bucket that was full at the
+// charge (then D(now) = c*T - (now-a) and D' = 0: the bucket is full again); on a bucket already
+// in debt at the charge, the refill since the charge is lost (at most (now-a)/T of a token), since
+// the bucket's state cannot tell whether a decision came between (one that found D at 0 would
+// make the rest unsafe).
+func (b *TokenBucket) RefundInterval(amount int64, once Once, now time.Time) (ns int64, frac uint64) {
+	back := b.refundInterval(amount, once.Cost, max(now.Sub(once.Issued), 0))
+	return back.ns, back.frac
+}
+
+// refundInterval is RefundInterval for a charge of cost tokens (0: none named) elapsed ago.
+func (b *TokenBucket) refundInterval(amount, cost int64, elapsed time.Duration) instant {
+	back := b.tau // a refund of the capacity or more fills any bucket that is not overdrawn
+	if amount < b.capacity {
+		back = mulDiv(uint64(amount), b.period, b.rate)
+	}
+	if cost <= 0 {
+		return back
+	}
+	charged := b.tau // an admitted charge is at most the capacity
+	if cost < b.capacity {
+		charged = mulDiv(uint64(cost), b.period, b.rate)
+	}
+	if e := (instant{ns: int64(elapsed)}); !less(e, charged) {
+		return instant{} // refilled
+	}
+	if left := b.sub(charged, instant{ns: int64(elapsed)}); less(left, back) {
+		return left
+	}
+	return back
+}
+
+// RefundBy moves the TAT back by ns + frac/refillRate ns (frac < refillRate; RefundInterval),
+// never before now, as Refund does, and answers what Peek would after it.
+func (b *TokenBucket) RefundBy(s *State, now time.Time, ns int64, frac uint64) Decision {
+	return b.refundBy(s, now, instant{ns: ns, frac: frac})
+}
+
+func (b *TokenBucket) refundBy(s *State, now time.Time, back instant) Decision {
 	t := now.UnixNano()
 	adopt(&b.stamp, s, t)
 	// The debt unclamped: one carried from other parameters may exceed a full refill, and
 	// only the refunded tokens come off it.
 	if debt := b.owed(s, t); debt != (instant{}) {
-		back := b.tau // a refund of the capacity or more fills any bucket that is not overdrawn
-		if amount < b.capacity {
-			back = mulDiv(uint64(amount), b.period, b.rate)
-		}
 		next := instant{}
 		if less(back, debt) {
 			next = b.sub(debt, back)

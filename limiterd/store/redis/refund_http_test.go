@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -115,4 +116,61 @@ func refundPolicy(t *testing.T, capacity, rate int64, period time.Duration) (*po
 		t.Fatal(err)
 	}
 	return p, set
+}
+
+// TestRefundAtOnceOverHTTP is the commonest refund, "this request failed, give its unit back",
+// against the decisions API on the real clock, on both stores: of a bucket of 100 refilling one
+// an hour, a unit charged and refunded at once comes back (200, then all 100 are spendable),
+// and so do all of 10 charged; a whole-token bound lost the token being refilled, so the first
+// answered 410 and the second returned 9.
+func TestRefundAtOnceOverHTTP(t *testing.T) {
+	c := newClient(t, testOptions(shared(t).Addr()))
+	_, set := refundPolicy(t, 100, 1, time.Hour)
+	for _, tc := range []struct {
+		name  string
+		store func(id v1alpha1.PolicyID) limiter.Store
+	}{
+		{"memory", nil}, // the engine's own
+		{"redis", func(id v1alpha1.PolicyID) limiter.Store { return c.Store(string(id)) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			signer, err := reservation.NewSigner([]byte(strings.Repeat("k", reservation.MinKeyBytes)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			e := engine.New(engine.Options{Reservations: signer, NewStore: tc.store})
+			e.Swap(set)
+			srv := httptest.NewServer(decisions.NewDecisions(e, nil))
+			t.Cleanup(srv.Close)
+			post := func(path, body string) (int, map[string]any) {
+				t.Helper()
+				resp, err := http.Post(srv.URL+path, "application/json", strings.NewReader(body))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer resp.Body.Close()
+				raw, _ := io.ReadAll(resp.Body)
+				var v map[string]any
+				if err := json.Unmarshal(raw, &v); err != nil {
+					t.Fatalf("%s: %q", path, raw)
+				}
+				return resp.StatusCode, v
+			}
+			for _, cost := range []int{1, 10} {
+				client := "client-" + strconv.Itoa(cost)
+				status, v := post("/v1/allow", `{"key":"`+client+`","cost":`+strconv.Itoa(cost)+`}`)
+				rsv, _ := v["reservation"].(string)
+				if status != 200 || rsv == "" || v["remaining"].(float64) != float64(100-cost) {
+					t.Fatalf("charge of %d: %d %v", cost, status, v)
+				}
+				time.Sleep(2 * time.Millisecond) // "at once", but some time has passed
+				if status, v := post("/v1/refund", `{"reservation":"`+rsv+`"}`); status != 200 || v["remaining"].(float64) != 100 {
+					t.Fatalf("refund of all %d units at once: %d %v, want 200 and 100 remaining", cost, status, v)
+				}
+				if status, v := post("/v1/allow", `{"key":"`+client+`","cost":100}`); status != 200 || v["allowed"] != true {
+					t.Fatalf("the whole bucket after the refund of %d: %d %v, want admitted", cost, status, v)
+				}
+			}
+		})
+	}
 }

@@ -89,6 +89,12 @@ type call struct {
 	// periodAt is the instant the quotas' periods are computed at: now, or the server's instant
 	// that a reply asked for them at (outcomePeriod).
 	periodAt time.Time
+	// A refund's charge (nil: none named) and the instant, on this replica's clock, that the
+	// time elapsed since it is measured at: a token bucket refunds at most what of the charge
+	// has not refilled (limiter.TokenBucket.RefundInterval), the same interval in the script's
+	// arguments and in the answer Go derives, whichever clock the script runs on.
+	refundOf *limiter.Once
+	refundAt time.Time
 
 	algorithms algorithms // of the limits: the script that decides them
 }
@@ -163,6 +169,9 @@ func (s *Store) callArgs(c *call) []string {
 		switch rl := rl.(type) {
 		case *limiter.TokenBucket:
 			inc := tokenBucketCost(rl, p, c.cost, c.mode)
+			if c.mode == modeRefund && c.refundOf != nil && c.refundOf.Cost > 0 {
+				inc = limbs(rl.RefundInterval(c.cost, *c.refundOf, c.refundAt))
+			}
 			a = append(a, algTokenBucket, p.fp, p.rate, p.tau[0], p.tau[1], p.tau[2], inc[0], inc[1], inc[2])
 		case *limiter.SlidingWindow:
 			a = append(a, algSlidingWindow, p.fp, p.limit, p.window)
@@ -235,7 +244,12 @@ func (c *call) answer(arr []rueidis.RedisMessage, out []limiter.Decision) (d lim
 				m = modePeek // another algorithm's state, converted: nothing to refund
 			}
 			state := b.state
-			out[i] = applyOn(rl, &state, at, c.cost, m)
+			if m == modeRefund && c.refundOf != nil && c.refundOf.Cost > 0 {
+				ns, frac := rl.RefundInterval(c.cost, *c.refundOf, c.refundAt)
+				out[i] = rl.RefundBy(&state, at, ns, frac)
+			} else {
+				out[i] = applyOn(rl, &state, at, c.cost, m)
+			}
 		case *limiter.Quota:
 			b, err := quotaState(block, rl)
 			if err != nil {

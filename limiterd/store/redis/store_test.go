@@ -265,6 +265,13 @@ func TestRefundOnce(t *testing.T) {
 	limitertest.RunRefundOnce(t, func(t *testing.T) limiter.Store { return c.Store(t.Name()) })
 }
 
+// TestRefundCharge runs the table of refunds bounded by their charge on Redis: the script
+// applies the interval Go bounds, as the memory store does.
+func TestRefundCharge(t *testing.T) {
+	c := newClient(t, testOptions(shared(t).Addr()))
+	limitertest.RunRefundCharge(t, func(t *testing.T) limiter.Store { return c.Store(t.Name()) })
+}
+
 // randomStack returns 1 to 4 limits of randomStrategy but Unlimited, named from a small set, so
 // that swaps keep, change and drop names, "default" among them.
 func randomStack(r *rand.Rand) *limiter.Stack {
