@@ -52,8 +52,13 @@ const DefaultMaxFlushDelay = 50 * time.Microsecond
 // Options configure a Client.
 type Options struct {
 	// Addrs are host:port addresses: one Redis server, or nodes of a Redis Cluster (detected
-	// with CLUSTER SLOTS; the other nodes are discovered).
+	// with CLUSTER SLOTS; the other nodes are discovered), or, when Sentinel.MasterName is set,
+	// Redis Sentinels (the others are discovered).
 	Addrs []string
+	// Sentinel, when its MasterName is set, makes Addrs the addresses of Redis Sentinels that
+	// monitor the master of that name: the Client asks them for the master, decides on it
+	// alone, and follows it when they fail over to a replica.
+	Sentinel SentinelOptions
 	// Username and Password authenticate each connection (empty: no AUTH; Username empty with a
 	// Password: the default user).
 	Username, Password string
@@ -98,6 +103,23 @@ type Options struct {
 	// Logger receives connection events (nil: slog.Default()).
 	Logger *slog.Logger
 }
+
+// SentinelOptions say how to reach the master of a Redis Sentinel deployment. Username,
+// Password and TLS authenticate the connections to the Redis servers.
+type SentinelOptions struct {
+	// MasterName is the name the Sentinels monitor the master under (empty: no Sentinel).
+	MasterName string
+	// Username and Password authenticate each connection to a Sentinel (empty: no AUTH), as
+	// the Sentinels' requirepass or ACL users ask.
+	Username, Password string
+	// TLS, when set, is the TLS configuration of every connection to a Sentinel.
+	TLS *tls.Config
+}
+
+// sentinelRefreshInterval is how often a Sentinel client asks the Sentinels for the master, on
+// top of following their +switch-master messages: a missed message would otherwise leave it on
+// the old master for good (rueidis.SentinelOption.TopologyRefreshInterval).
+const sentinelRefreshInterval = 5 * time.Second
 
 // Errors of a Client.
 var (
@@ -224,7 +246,8 @@ func New(opts Options) (*Client, error) {
 
 // connect makes the underlying client. rueidis reconnects by itself once it exists.
 func (c *Client) connect() error {
-	rc, err := rueidis.NewClient(rueidis.ClientOption{
+	dialer := net.Dialer{Timeout: max(c.opts.Timeout, time.Second), KeepAlive: time.Second}
+	opt := rueidis.ClientOption{
 		InitAddress:   c.opts.Addrs,
 		Username:      c.opts.Username,
 		Password:      c.opts.Password,
@@ -232,13 +255,32 @@ func (c *Client) connect() error {
 		ClientName:    "limiterd",
 		DisableCache:  true,
 		MaxFlushDelay: c.opts.MaxFlushDelay,
-		Dialer:        net.Dialer{Timeout: max(c.opts.Timeout, time.Second), KeepAlive: time.Second},
+		Dialer:        dialer,
 		// Decisions are not idempotent: never resend one after a network error.
 		DisableRetry: true,
 		// Keep the topology of a cluster current even without MOVED replies.
 		ClusterOption: rueidis.ClusterOption{ShardsRefreshInterval: 10 * time.Second},
-	})
+	}
+	if s := c.opts.Sentinel; s.MasterName != "" {
+		// The client then talks to the master alone: Nodes() is the current master, so that
+		// Ping, the scripts' preload and the memory check address it, and the reset
+		// subscription is on it (a failover closes it, and subscribeResets subscribes on the
+		// new master).
+		opt.Sentinel = rueidis.SentinelOption{
+			MasterSet:               s.MasterName,
+			Username:                s.Username,
+			Password:                s.Password,
+			TLSConfig:               s.TLS,
+			ClientName:              "limiterd",
+			Dialer:                  dialer,
+			TopologyRefreshInterval: sentinelRefreshInterval,
+		}
+	}
+	rc, err := rueidis.NewClient(opt)
 	if err != nil {
+		if c.opts.Sentinel.MasterName != "" {
+			return fmt.Errorf("connect to master %q through sentinels %s: %w", c.opts.Sentinel.MasterName, strings.Join(c.opts.Addrs, ","), err)
+		}
 		return fmt.Errorf("connect to %s: %w", strings.Join(c.opts.Addrs, ","), err)
 	}
 	c.conn.Store(&conn{rc})
