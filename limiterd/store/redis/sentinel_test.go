@@ -162,6 +162,21 @@ func TestSentinelFailover(t *testing.T) {
 		return c.Ping(context.Background()) == nil
 	})
 
+	// The scripts are loaded on the new master ahead of the calls that need them: no decision of
+	// the load resets.
+	var promoted *redistest.Server
+	for _, r := range g.Replicas {
+		if r.Addr() == newMaster {
+			promoted = r
+		}
+	}
+	if promoted == nil {
+		t.Fatalf("new master %s is none of the replicas", newMaster)
+	}
+	testsupport.Eventually(t, 5*time.Second, "the reset scripts are loaded on the new master", func() bool {
+		return promoted.Do(t, "SCRIPT", "EXISTS", resetScanScript.sha, resetScript.sha) == "1\n1"
+	})
+
 	// Counts are exact again: a fresh key of limit 10 admits exactly 10 of 40 concurrent
 	// decisions.
 	exact := tokenBucket(t, 10, 1, time.Hour)

@@ -152,6 +152,7 @@ type Client struct {
 	prepared sync.Map // strategy ID (uint64) -> *prepared, while the strategy is in use
 	stop     context.CancelFunc
 	done     chan struct{} // closed when the connect loop ended
+	followed chan struct{} // with Sentinel: closed when followMaster ended
 	closed   atomic.Bool
 	breaker  *breaker
 	waits    *deadlines // bound a single decision's wait (Options.Timeout)
@@ -229,6 +230,10 @@ func New(opts Options) (*Client, error) {
 		close(c.done)
 		c.checkEviction(ctx)
 		c.preloadScripts(ctx)
+	}
+	if opts.Sentinel.MasterName != "" {
+		c.followed = make(chan struct{})
+		go c.followMaster(ctx)
 	}
 	if opts.RejectCache > 0 {
 		c.resetsDone = make(chan struct{})
@@ -319,6 +324,9 @@ func (c *Client) Close() {
 	}
 	c.stop()
 	<-c.done
+	if c.followed != nil {
+		<-c.followed
+	}
 	if c.resetsDone != nil {
 		<-c.resetsDone
 	}
@@ -336,6 +344,42 @@ func (c *Client) get() (*conn, error) {
 		return nil, ErrNotConnected
 	}
 	return cn, nil
+}
+
+// masterCheckInterval is how often a Sentinel client looks whether it follows a new master.
+const masterCheckInterval = 200 * time.Millisecond
+
+// followMaster, with Sentinel, loads the scripts on each new master the client follows, and
+// checks its memory settings, until ctx is done. Redis does not replicate its script cache: right
+// after a failover every script would be missing on the new master, and the first call of each
+// would take two round trips and a compilation within its timeout (see preloadScripts). The
+// master the client connected to is handled by New and connectLoop; the decisions that reach a
+// new master before this loop sees it load what they miss themselves.
+func (c *Client) followMaster(ctx context.Context) {
+	defer close(c.followed)
+	ticker := time.NewTicker(masterCheckInterval)
+	defer ticker.Stop()
+	var last string
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+		cn := c.conn.Load()
+		if cn == nil {
+			continue
+		}
+		for addr := range cn.Nodes() { // the master alone
+			if last != "" && addr != last {
+				c.log.Info("redis sentinel: following a new master", "master", c.opts.Sentinel.MasterName,
+					"addr", addr, "previous", last)
+				c.checkEviction(ctx)
+				c.preloadScripts(ctx)
+			}
+			last = addr
+		}
+	}
 }
 
 // RecommendedEvictionPolicy is the maxmemory-policy that bounds the memory of client state:
