@@ -51,6 +51,7 @@ type Server struct {
 	dir  string
 	port int
 	args []string
+	auth string // the password Do sends
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd     // nil while stopped
@@ -232,7 +233,11 @@ func (s *Server) signal(t testing.TB, sig syscall.Signal) {
 // Do runs one command with redis-cli against the server and returns its raw output, trimmed.
 func (s *Server) Do(t testing.TB, args ...string) string {
 	t.Helper()
-	return CLI(t, append([]string{"-h", "127.0.0.1", "-p", strconv.Itoa(s.port)}, args...)...)
+	base := []string{"-h", "127.0.0.1", "-p", strconv.Itoa(s.port)}
+	if s.auth != "" {
+		base = append(base, "--no-auth-warning", "-a", s.auth)
+	}
+	return CLI(t, append(base, args...)...)
 }
 
 // CLI runs redis-cli with args and returns its output, trimmed; it fails the test on error.
@@ -317,6 +322,9 @@ type SentinelConfig struct {
 	Quorum              int           // Sentinels that must agree the master is down (default a majority)
 	DownAfter           time.Duration // down-after-milliseconds (default 1 s)
 	FailoverTimeout     time.Duration // failover-timeout (default 3 s)
+	// SentinelPassword, when set, is the Sentinels' requirepass: clients and the other
+	// Sentinels authenticate with it.
+	SentinelPassword string
 }
 
 // StartSentinels runs a master, its replicas and Sentinels monitoring it until the test ends, and
@@ -410,6 +418,10 @@ func newSentinel(masterPort int, cfg SentinelConfig) (*Server, error) {
 			"sentinel failover-timeout %[4]s %[8]d\nsentinel parallel-syncs %[4]s 1\n",
 			s.port, dir, filepath.Join(dir, "redis.log"), cfg.Name, masterPort, cfg.Quorum,
 			cfg.DownAfter.Milliseconds(), cfg.FailoverTimeout.Milliseconds())
+		if cfg.SentinelPassword != "" {
+			text += fmt.Sprintf("requirepass %q\n", cfg.SentinelPassword)
+			s.auth = cfg.SentinelPassword
+		}
 		if err = os.WriteFile(conf, []byte(text), 0o600); err != nil {
 			break
 		}
