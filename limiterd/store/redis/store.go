@@ -432,8 +432,8 @@ func (c *Client) checkEviction(ctx context.Context) {
 	}
 }
 
-// Ping checks that every Redis node (every master and replica of a cluster) answers, for
-// readiness.
+// Ping checks that every Redis node (every master and replica of a cluster; the current master
+// with Sentinel) answers, for readiness.
 func (c *Client) Ping(ctx context.Context) error {
 	cn, err := c.get()
 	if err != nil {
