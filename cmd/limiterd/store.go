@@ -22,6 +22,10 @@ import (
 // passwordEnv holds the Redis password when --redis-password-file is not given.
 const passwordEnv = "LIMITERD_REDIS_PASSWORD"
 
+// sentinelPasswordEnv holds the Sentinels' password when --redis-sentinel-password-file is not
+// given.
+const sentinelPasswordEnv = "LIMITERD_REDIS_SENTINEL_PASSWORD"
+
 // storeConfig is what the store flags say: where client state is kept.
 type storeConfig struct {
 	kind         string // memory or redis
@@ -36,6 +40,11 @@ type storeConfig struct {
 	clock        string
 	rejectCache  int
 	flushDelay   time.Duration
+
+	// Sentinel: the master's name, the Sentinels' addresses and password file.
+	sentinelMaster       string
+	sentinelAddrs        []string
+	sentinelPasswordFile string
 }
 
 // addrList is a repeatable flag of comma-separated addresses.
@@ -61,6 +70,13 @@ func (c *storeConfig) register(fs *flag.FlagSet) {
 		"Redis `host:port`: one server, or nodes of a Redis Cluster (comma-separated or repeated)")
 	fs.StringVar(&c.passwordFile, "redis-password-file", "",
 		"`path` of a file holding the Redis password (default: $"+passwordEnv+", if set)")
+	fs.StringVar(&c.sentinelMaster, "redis-sentinel-master", "",
+		"`name` of the master the Redis Sentinels of --redis-sentinel-addr monitor: limiterd decides on that master and follows its failovers")
+	fs.Var((*addrList)(&c.sentinelAddrs), "redis-sentinel-addr",
+		"Redis Sentinel `host:port` (comma-separated or repeated; the others are discovered), with --redis-sentinel-master, instead of --redis-addr")
+	fs.StringVar(&c.sentinelPasswordFile, "redis-sentinel-password-file", "",
+		"`path` of a file holding the Redis Sentinels' password (default: $"+sentinelPasswordEnv+", if set; "+
+			"the --redis-tls* flags apply to the Sentinels too)")
 	fs.BoolVar(&c.tls, "redis-tls", false, "connect to Redis with TLS (implied by the other --redis-tls-* and file flags)")
 	fs.StringVar(&c.caFile, "redis-ca-file", "", "`path` of the PEM CA bundle that verifies Redis (default: the system's)")
 	fs.StringVar(&c.certFile, "redis-cert-file", "", "`path` of the PEM client certificate for Redis (with --redis-key-file)")
@@ -96,8 +112,17 @@ func (c *storeConfig) check(fs *flag.FlagSet) error {
 		return fmt.Errorf("--store must be memory or redis, got %q", c.kind)
 	}
 	switch {
-	case len(c.redisAddrs) == 0:
-		return errors.New("--store redis needs --redis-addr")
+	case len(c.redisAddrs) > 0 && len(c.sentinelAddrs) > 0:
+		return errors.New("--redis-addr and --redis-sentinel-addr exclude each other: " +
+			"give the Redis servers, or the Sentinels that name the master")
+	case len(c.sentinelAddrs) > 0 && c.sentinelMaster == "":
+		return errors.New("--redis-sentinel-addr needs --redis-sentinel-master, the name the Sentinels monitor the master under")
+	case c.sentinelMaster != "" && len(c.sentinelAddrs) == 0:
+		return errors.New("--redis-sentinel-master needs --redis-sentinel-addr, the Sentinels' addresses")
+	case c.sentinelPasswordFile != "" && c.sentinelMaster == "":
+		return errors.New("--redis-sentinel-password-file needs --redis-sentinel-master and --redis-sentinel-addr")
+	case len(c.redisAddrs) == 0 && len(c.sentinelAddrs) == 0:
+		return errors.New("--store redis needs --redis-addr (a server or Cluster nodes) or --redis-sentinel-addr with --redis-sentinel-master")
 	case c.timeout <= 0:
 		return errors.New("--store-timeout must be positive")
 	case c.clock != "server" && c.clock != "client":
@@ -136,6 +161,7 @@ func openStore(c storeConfig, log *slog.Logger) (*openedStore, error) {
 	}
 	opts := redisstore.Options{
 		Addrs:         c.redisAddrs,
+		Sentinel:      redisstore.SentinelOptions{MasterName: c.sentinelMaster},
 		Timeout:       c.timeout,
 		RejectCache:   c.rejectCache,
 		MaxFlushDelay: c.flushDelay,
@@ -153,11 +179,20 @@ func openStore(c storeConfig, log *slog.Logger) (*openedStore, error) {
 	if opts.TLS, err = redisTLS(c); err != nil {
 		return nil, err
 	}
+	if c.sentinelMaster != "" {
+		opts.Addrs = c.sentinelAddrs
+		if opts.Sentinel.Password, err = readPassword(c.sentinelPasswordFile, sentinelPasswordEnv, "--redis-sentinel-password-file"); err != nil {
+			return nil, err
+		}
+		if opts.TLS != nil {
+			opts.Sentinel.TLS = opts.TLS.Clone()
+		}
+	}
 	client, err := redisstore.New(opts)
 	if err != nil {
 		return nil, fmt.Errorf("redis store: %w", err)
 	}
-	log.Info("store", "kind", "redis", "addrs", c.redisAddrs, "clock", opts.Clock.String(),
+	log.Info("store", "kind", "redis", "addrs", opts.Addrs, "sentinel_master", c.sentinelMaster, "clock", opts.Clock.String(),
 		"timeout", c.timeout.String(), "tls", opts.TLS != nil, "reject_cache", c.rejectCache)
 	return &openedStore{
 		newStore: func(policyID v1alpha1.PolicyID) limiter.Store { return client.Store(policyID.String()) },
@@ -234,12 +269,18 @@ func pingLoop(ctx context.Context, ping func(context.Context) error, up func(boo
 
 // redisPassword reads the password from path, or from the environment when path is empty.
 func redisPassword(path string) (string, error) {
+	return readPassword(path, passwordEnv, "--redis-password-file")
+}
+
+// readPassword reads a password from path (given by flag), or from the environment variable env
+// when path is empty.
+func readPassword(path, env, flag string) (string, error) {
 	if path == "" {
-		return os.Getenv(passwordEnv), nil
+		return os.Getenv(env), nil
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return "", fmt.Errorf("read --redis-password-file: %w", err)
+		return "", fmt.Errorf("read %s: %w", flag, err)
 	}
 	return strings.TrimRight(string(b), "\r\n"), nil
 }

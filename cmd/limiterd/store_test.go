@@ -35,6 +35,15 @@ func TestStoreFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	sentinel, err := parseFlags(append(base, "--store", "redis", "--redis-sentinel-master", "mymaster",
+		"--redis-sentinel-addr", "s:1,t:2", "--redis-sentinel-password-file", "p"), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := sentinel.store; c.sentinelMaster != "mymaster" || !reflect.DeepEqual(c.sentinelAddrs, []string{"s:1", "t:2"}) ||
+		c.sentinelPasswordFile != "p" || len(c.redisAddrs) != 0 {
+		t.Errorf("sentinel flags parsed as %+v", c)
+	}
 	if want := []string{"a:1", "b:2", "c:3"}; !reflect.DeepEqual(cfg.store.redisAddrs, want) {
 		t.Errorf("--redis-addr gave %q, want %q", cfg.store.redisAddrs, want)
 	}
@@ -54,6 +63,12 @@ func TestStoreFlags(t *testing.T) {
 		{[]string{"--store", "redis", "--redis-addr", "a:1", "--redis-cert-file", "c.pem"}, "go together"},
 		{[]string{"--store", "redis", "--redis-addr", "a:1,,b:2"}, "empty address"},
 		{[]string{"--store", "redis", "--redis-addr", "a:1", "--redis-max-flush-delay", "-1ms"}, "--redis-max-flush-delay must not be negative"},
+		{[]string{"--store", "redis", "--redis-sentinel-addr", "s:1"}, "--redis-sentinel-addr needs --redis-sentinel-master"},
+		{[]string{"--store", "redis", "--redis-sentinel-master", "m"}, "--redis-sentinel-master needs --redis-sentinel-addr"},
+		{[]string{"--store", "redis", "--redis-sentinel-master", "m", "--redis-addr", "a:1"}, "--redis-sentinel-master needs --redis-sentinel-addr"},
+		{[]string{"--store", "redis", "--redis-sentinel-master", "m", "--redis-sentinel-addr", "s:1", "--redis-addr", "a:1"}, "exclude each other"},
+		{[]string{"--store", "redis", "--redis-addr", "a:1", "--redis-sentinel-password-file", "p"}, "--redis-sentinel-password-file needs --redis-sentinel-master"},
+		{[]string{"--redis-sentinel-master", "m", "--redis-sentinel-addr", "s:1"}, "need --store redis"},
 	} {
 		if _, err := parseFlags(append(base, tc.args...), io.Discard); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: error %v, want one containing %q", tc.args, err, tc.want)
@@ -148,6 +163,32 @@ func TestRedisStoreOverTLS(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("limiterd_store_up is not 1 with redis up")
 		}
+	}
+}
+
+// TestRedisStoreThroughSentinels runs limiterd on a master found through 3 Sentinels that take
+// a password: decisions are shared in the master, and /readyz reports the store.
+func TestRedisStoreThroughSentinels(t *testing.T) {
+	g := redistest.StartSentinels(t, redistest.SentinelConfig{Name: "limiterd", SentinelPassword: "sentinel-s3cret"})
+	dir := t.TempDir()
+	passwordFile := filepath.Join(dir, "sentinel-password")
+	if err := os.WriteFile(passwordFile, []byte("sentinel-s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := start(t, hooks{}, "--policy-file", policyFile(t, dir, tokenBucketPolicy),
+		"--store", "redis", "--redis-sentinel-master", "limiterd",
+		"--redis-sentinel-addr", strings.Join(g.SentinelAddrs(), ","), "--redis-sentinel-password-file", passwordFile,
+		"--store-timeout", "5s")
+	if status, body := get(t, d.admin+"/readyz"); status != http.StatusOK {
+		t.Fatalf("/readyz: %d %s", status, body)
+	}
+	for i, want := range []int{http.StatusOK, http.StatusOK, http.StatusOK, http.StatusTooManyRequests} {
+		if got := decide(t, d.decisions, "sentinel-client"); got.status != want {
+			t.Fatalf("decision %d: status %d, want %d (%v)", i, got.status, want, got.body)
+		}
+	}
+	if keys := g.Master.Do(t, "DBSIZE"); keys != "1" {
+		t.Errorf("the master holds %s keys, want the client's 1", keys)
 	}
 }
 

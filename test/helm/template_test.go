@@ -549,6 +549,30 @@ func checkStatusRole(t testing.TB, m manifest) {
 	checkBinding(t, rb.RoleRef, rb.Subjects, "Role", limiterdName+"-status", limiterdName)
 }
 
+// TestTemplateRedisSentinel checks Redis Sentinel: the master's name, the Sentinels'
+// addresses and their password file from its Secret, beside the master's, and no --redis-addr.
+func TestTemplateRedisSentinel(t *testing.T) {
+	t.Parallel()
+	m := render(t, "--set", "limiterd.store.type=redis", "--set", "limiterd.store.redis.sentinel.masterName=mymaster",
+		"--set", "limiterd.store.redis.sentinel.addrs={sentinel-0.redis:26379,sentinel-1.redis:26379}",
+		"--set", "limiterd.store.redis.sentinel.passwordSecret.name=sentinel-auth",
+		"--set", "limiterd.store.redis.sentinel.passwordSecret.key=sentinel-password",
+		"--set", "limiterd.store.redis.passwordSecret.name=redis-auth")
+	dep := typed[appsv1.Deployment](t, m.get(t, "Deployment", limiterdName))
+	c := container(t, dep, "limiterd")
+	checkArgs(t, c.Args, []string{"--store=redis", "--redis-sentinel-master=mymaster",
+		"--redis-sentinel-addr=sentinel-0.redis:26379", "--redis-sentinel-addr=sentinel-1.redis:26379"},
+		[]string{"--redis-addr", "--redis-tls"})
+	checkSecretFile(t, dep, c, "--redis-sentinel-password-file", "sentinel-auth", "sentinel-password")
+	checkSecretFile(t, dep, c, "--redis-password-file", "redis-auth", "password")
+
+	// Without a Secret, no Sentinel password.
+	m = render(t, "--set", "limiterd.store.type=redis", "--set", "limiterd.store.redis.sentinel.masterName=mymaster",
+		"--set", "limiterd.store.redis.sentinel.addrs={sentinel-0.redis:26379}")
+	c = container(t, typed[appsv1.Deployment](t, m.get(t, "Deployment", limiterdName)), "limiterd")
+	checkArgs(t, c.Args, []string{"--redis-sentinel-master=mymaster"}, []string{"--redis-sentinel-password-file", "--redis-password-file"})
+}
+
 // TestTemplateRefusesInconsistentValues checks the cross-key checks the schema cannot make.
 func TestTemplateRefusesInconsistentValues(t *testing.T) {
 	t.Parallel()
@@ -558,6 +582,11 @@ func TestTemplateRefusesInconsistentValues(t *testing.T) {
 		want string
 	}{
 		{"redis without address", []string{"--set", "limiterd.store.type=redis"}, "limiterd/store/redis/addrs"},
+		{"redis addresses and sentinel", []string{"--set", "limiterd.store.type=redis", "--set", "limiterd.store.redis.addrs={r:6379}",
+			"--set", "limiterd.store.redis.sentinel.masterName=m", "--set", "limiterd.store.redis.sentinel.addrs={s:26379}"},
+			"limiterd.store.redis.addrs and limiterd.store.redis.sentinel exclude each other"},
+		{"sentinel addresses without the master's name", []string{"--set", "limiterd.store.redis.sentinel.addrs={s:26379}"},
+			"sentinel.masterName and limiterd.store.redis.sentinel.addrs must be given together"},
 		{"client certificate without key", []string{"--set", "limiterd.store.type=redis", "--set", "limiterd.store.redis.addrs={r:6379}",
 			"--set", "limiterd.store.redis.tls.enabled=true", "--set", "limiterd.store.redis.tls.secretName=s", "--set", "limiterd.store.redis.tls.certKey=tls.crt"},
 			"certKey and limiterd.store.redis.tls.keyKey must be given together"},

@@ -1,6 +1,7 @@
 // Package redis_test runs limiterd as separate processes (bin/limiterd, built from this checkout
 // by `make build`; see internal/testbin) against
-// real redis-server processes: a single server, and a 3-master Redis Cluster made on loopback.
+// real redis-server processes: a single server, a 3-master Redis Cluster made on loopback, and a
+// master with a replica and 3 Sentinels, failed over under load (sentinel_test.go).
 // It checks what only a shared store gives: several replicas admit a client's limit once in
 // total.
 package redis_test

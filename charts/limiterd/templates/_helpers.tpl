@@ -158,6 +158,12 @@ limiterd.reservationKeySecretName: the Secret holding the key that signs refund 
 {{- end }}
 
 {{/*
+limiterd.redisSentinelPasswordDir: where the Redis Sentinels' password Secret is mounted in
+limiterd's container.
+*/}}
+{{- define "limiterd.redisSentinelPasswordDir" -}}/etc/limiterd/redis-sentinel-password{{- end }}
+
+{{/*
 limiterd.redisTLSDir: where the Redis TLS Secret is mounted in limiterd's container.
 */}}
 {{- define "limiterd.redisTLSDir" -}}/etc/limiterd/redis-tls{{- end }}
@@ -168,8 +174,15 @@ across keys; included by the limiterd Deployment.
 */}}
 {{- define "limiterd.validate" -}}
 {{- $store := .Values.limiterd.store }}
-{{- if and (eq $store.type "redis") (not $store.redis.addrs) }}
-{{- fail "limiterd.store.redis.addrs needs an address when limiterd.store.type is redis" }}
+{{- $sentinel := $store.redis.sentinel }}
+{{- if and (eq $store.type "redis") (not $store.redis.addrs) (not $sentinel.masterName) }}
+{{- fail "limiterd.store.redis.addrs needs an address when limiterd.store.type is redis (or give limiterd.store.redis.sentinel)" }}
+{{- end }}
+{{- if and $store.redis.addrs $sentinel.masterName }}
+{{- fail "limiterd.store.redis.addrs and limiterd.store.redis.sentinel exclude each other: give the Redis servers, or the Sentinels (sentinel.addrs) and the master's name" }}
+{{- end }}
+{{- if ne (empty $sentinel.masterName) (empty $sentinel.addrs) }}
+{{- fail "limiterd.store.redis.sentinel.masterName and limiterd.store.redis.sentinel.addrs must be given together" }}
 {{- end }}
 {{- $tls := $store.redis.tls }}
 {{- if ne (empty $tls.certKey) (empty $tls.keyKey) }}

@@ -52,8 +52,13 @@ const DefaultMaxFlushDelay = 50 * time.Microsecond
 // Options configure a Client.
 type Options struct {
 	// Addrs are host:port addresses: one Redis server, or nodes of a Redis Cluster (detected
-	// with CLUSTER SLOTS; the other nodes are discovered).
+	// with CLUSTER SLOTS; the other nodes are discovered), or, when Sentinel.MasterName is set,
+	// Redis Sentinels (the others are discovered).
 	Addrs []string
+	// Sentinel, when its MasterName is set, makes Addrs the addresses of Redis Sentinels that
+	// monitor the master of that name: the Client asks them for the master, decides on it
+	// alone, and follows it when they fail over to a replica.
+	Sentinel SentinelOptions
 	// Username and Password authenticate each connection (empty: no AUTH; Username empty with a
 	// Password: the default user).
 	Username, Password string
@@ -99,6 +104,23 @@ type Options struct {
 	Logger *slog.Logger
 }
 
+// SentinelOptions say how to reach the master of a Redis Sentinel deployment. Username,
+// Password and TLS authenticate the connections to the Redis servers.
+type SentinelOptions struct {
+	// MasterName is the name the Sentinels monitor the master under (empty: no Sentinel).
+	MasterName string
+	// Username and Password authenticate each connection to a Sentinel (empty: no AUTH), as
+	// the Sentinels' requirepass or ACL users ask.
+	Username, Password string
+	// TLS, when set, is the TLS configuration of every connection to a Sentinel.
+	TLS *tls.Config
+}
+
+// sentinelRefreshInterval is how often a Sentinel client asks the Sentinels for the master, on
+// top of following their +switch-master messages: a missed message would otherwise leave it on
+// the old master for good (rueidis.SentinelOption.TopologyRefreshInterval).
+const sentinelRefreshInterval = 5 * time.Second
+
 // Errors of a Client.
 var (
 	// ErrNotConnected: no connection to Redis was established yet (it is retried in the
@@ -130,6 +152,7 @@ type Client struct {
 	prepared sync.Map // strategy ID (uint64) -> *prepared, while the strategy is in use
 	stop     context.CancelFunc
 	done     chan struct{} // closed when the connect loop ended
+	followed chan struct{} // with Sentinel: closed when followMaster ended
 	closed   atomic.Bool
 	breaker  *breaker
 	waits    *deadlines // bound a single decision's wait (Options.Timeout)
@@ -208,6 +231,10 @@ func New(opts Options) (*Client, error) {
 		c.checkEviction(ctx)
 		c.preloadScripts(ctx)
 	}
+	if opts.Sentinel.MasterName != "" {
+		c.followed = make(chan struct{})
+		go c.followMaster(ctx)
+	}
 	if opts.RejectCache > 0 {
 		c.resetsDone = make(chan struct{})
 		started := make(chan struct{})
@@ -224,7 +251,8 @@ func New(opts Options) (*Client, error) {
 
 // connect makes the underlying client. rueidis reconnects by itself once it exists.
 func (c *Client) connect() error {
-	rc, err := rueidis.NewClient(rueidis.ClientOption{
+	dialer := net.Dialer{Timeout: max(c.opts.Timeout, time.Second), KeepAlive: time.Second}
+	opt := rueidis.ClientOption{
 		InitAddress:   c.opts.Addrs,
 		Username:      c.opts.Username,
 		Password:      c.opts.Password,
@@ -232,13 +260,32 @@ func (c *Client) connect() error {
 		ClientName:    "limiterd",
 		DisableCache:  true,
 		MaxFlushDelay: c.opts.MaxFlushDelay,
-		Dialer:        net.Dialer{Timeout: max(c.opts.Timeout, time.Second), KeepAlive: time.Second},
+		Dialer:        dialer,
 		// Decisions are not idempotent: never resend one after a network error.
 		DisableRetry: true,
 		// Keep the topology of a cluster current even without MOVED replies.
 		ClusterOption: rueidis.ClusterOption{ShardsRefreshInterval: 10 * time.Second},
-	})
+	}
+	if s := c.opts.Sentinel; s.MasterName != "" {
+		// The client then talks to the master alone: Nodes() is the current master, so that
+		// Ping, the scripts' preload and the memory check address it, and the reset
+		// subscription is on it (a failover closes it, and subscribeResets subscribes on the
+		// new master).
+		opt.Sentinel = rueidis.SentinelOption{
+			MasterSet:               s.MasterName,
+			Username:                s.Username,
+			Password:                s.Password,
+			TLSConfig:               s.TLS,
+			ClientName:              "limiterd",
+			Dialer:                  dialer,
+			TopologyRefreshInterval: sentinelRefreshInterval,
+		}
+	}
+	rc, err := rueidis.NewClient(opt)
 	if err != nil {
+		if c.opts.Sentinel.MasterName != "" {
+			return fmt.Errorf("connect to master %q through sentinels %s: %w", c.opts.Sentinel.MasterName, strings.Join(c.opts.Addrs, ","), err)
+		}
 		return fmt.Errorf("connect to %s: %w", strings.Join(c.opts.Addrs, ","), err)
 	}
 	c.conn.Store(&conn{rc})
@@ -277,6 +324,9 @@ func (c *Client) Close() {
 	}
 	c.stop()
 	<-c.done
+	if c.followed != nil {
+		<-c.followed
+	}
 	if c.resetsDone != nil {
 		<-c.resetsDone
 	}
@@ -294,6 +344,42 @@ func (c *Client) get() (*conn, error) {
 		return nil, ErrNotConnected
 	}
 	return cn, nil
+}
+
+// masterCheckInterval is how often a Sentinel client looks whether it follows a new master.
+const masterCheckInterval = 200 * time.Millisecond
+
+// followMaster, with Sentinel, loads the scripts on each new master the client follows, and
+// checks its memory settings, until ctx is done. Redis does not replicate its script cache: right
+// after a failover every script would be missing on the new master, and the first call of each
+// would take two round trips and a compilation within its timeout (see preloadScripts). The
+// master the client connected to is handled by New and connectLoop; the decisions that reach a
+// new master before this loop sees it load what they miss themselves.
+func (c *Client) followMaster(ctx context.Context) {
+	defer close(c.followed)
+	ticker := time.NewTicker(masterCheckInterval)
+	defer ticker.Stop()
+	var last string
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+		cn := c.conn.Load()
+		if cn == nil {
+			continue
+		}
+		for addr := range cn.Nodes() { // the master alone
+			if last != "" && addr != last {
+				c.log.Info("redis sentinel: following a new master", "master", c.opts.Sentinel.MasterName,
+					"addr", addr, "previous", last)
+				c.checkEviction(ctx)
+				c.preloadScripts(ctx)
+			}
+			last = addr
+		}
+	}
 }
 
 // RecommendedEvictionPolicy is the maxmemory-policy that bounds the memory of client state:
@@ -346,8 +432,8 @@ func (c *Client) checkEviction(ctx context.Context) {
 	}
 }
 
-// Ping checks that every Redis node (every master and replica of a cluster) answers, for
-// readiness.
+// Ping checks that every Redis node (every master and replica of a cluster; the current master
+// with Sentinel) answers, for readiness.
 func (c *Client) Ping(ctx context.Context) error {
 	cn, err := c.get()
 	if err != nil {

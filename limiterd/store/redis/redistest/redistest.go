@@ -1,5 +1,5 @@
-// Package redistest runs real redis-server processes for tests: a single server or a Redis
-// Cluster, on free loopback ports, in temporary directories, killed when the test ends.
+// Package redistest runs real redis-server processes for tests: a single server, a Redis
+// Cluster, or a master with replicas and Sentinels, on free loopback ports, in temporary directories, killed when the test ends.
 //
 // redis-server and redis-cli come from Debian's redis-server and redis-tools (.ci/run installs
 // them). A test that needs them fails when they are missing, and is skipped under -short (see
@@ -51,6 +51,7 @@ type Server struct {
 	dir  string
 	port int
 	args []string
+	auth string // the password Do sends
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd     // nil while stopped
@@ -232,7 +233,11 @@ func (s *Server) signal(t testing.TB, sig syscall.Signal) {
 // Do runs one command with redis-cli against the server and returns its raw output, trimmed.
 func (s *Server) Do(t testing.TB, args ...string) string {
 	t.Helper()
-	return CLI(t, append([]string{"-h", "127.0.0.1", "-p", strconv.Itoa(s.port)}, args...)...)
+	base := []string{"-h", "127.0.0.1", "-p", strconv.Itoa(s.port)}
+	if s.auth != "" {
+		base = append(base, "--no-auth-warning", "-a", s.auth)
+	}
+	return CLI(t, append(base, args...)...)
 }
 
 // CLI runs redis-cli with args and returns its output, trimmed; it fails the test on error.
@@ -296,6 +301,153 @@ func StartCluster(t testing.TB, n int) *Cluster {
 func (c *Cluster) Addrs() []string {
 	out := make([]string, len(c.Nodes))
 	for i, s := range c.Nodes {
+		out[i] = s.Addr()
+	}
+	return out
+}
+
+// Sentinels are a master, its replicas and the Redis Sentinels that monitor it, on loopback.
+type Sentinels struct {
+	// Name is the name the Sentinels monitor the master under.
+	Name      string
+	Master    *Server
+	Replicas  []*Server
+	Sentinels []*Server
+}
+
+// SentinelConfig shapes StartSentinels.
+type SentinelConfig struct {
+	Name                string        // the master's name (default "mymaster")
+	Replicas, Sentinels int           // how many of each (default 1 and 3)
+	Quorum              int           // Sentinels that must agree the master is down (default a majority)
+	DownAfter           time.Duration // down-after-milliseconds (default 1 s)
+	FailoverTimeout     time.Duration // failover-timeout (default 3 s)
+	// SentinelPassword, when set, is the Sentinels' requirepass: clients and the other
+	// Sentinels authenticate with it.
+	SentinelPassword string
+}
+
+// StartSentinels runs a master, its replicas and Sentinels monitoring it until the test ends, and
+// waits until every replica is in sync and every Sentinel knows the replicas and the other
+// Sentinels, so that a failover can start as soon as the master fails.
+func StartSentinels(t testing.TB, cfg SentinelConfig) *Sentinels {
+	t.Helper()
+	Require(t)
+	if cfg.Name == "" {
+		cfg.Name = "mymaster"
+	}
+	if cfg.Replicas == 0 {
+		cfg.Replicas = 1
+	}
+	if cfg.Sentinels == 0 {
+		cfg.Sentinels = 3
+	}
+	if cfg.Quorum == 0 {
+		cfg.Quorum = cfg.Sentinels/2 + 1
+	}
+	if cfg.DownAfter == 0 {
+		cfg.DownAfter = time.Second
+	}
+	if cfg.FailoverTimeout == 0 {
+		cfg.FailoverTimeout = 3 * time.Second
+	}
+	g := &Sentinels{Name: cfg.Name, Master: Start(t)}
+	for range cfg.Replicas {
+		g.Replicas = append(g.Replicas, Start(t, "--replicaof", "127.0.0.1", strconv.Itoa(g.Master.Port())))
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for _, r := range g.Replicas {
+		for r.Info(t, "replication", "master_link_status") != "up" {
+			if time.Now().After(deadline) {
+				t.Fatalf("replica %s not in sync with master %s", r.Addr(), g.Master.Addr())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	for range cfg.Sentinels {
+		s, err := newSentinel(g.Master.Port(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Close)
+		g.Sentinels = append(g.Sentinels, s)
+	}
+	for _, s := range g.Sentinels {
+		for {
+			master := s.Do(t, "SENTINEL", "MASTER", cfg.Name)
+			if fieldOf(master, "num-slaves") == strconv.Itoa(cfg.Replicas) &&
+				fieldOf(master, "num-other-sentinels") == strconv.Itoa(cfg.Sentinels-1) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("sentinel %s does not know the deployment:\n%s", s.Addr(), master)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	return g
+}
+
+// fieldOf returns the value after the line name in redis-cli's output of a flat map (one key or
+// value a line), or "".
+func fieldOf(out, name string) string {
+	lines := strings.Split(out, "\n")
+	for i := 0; i+1 < len(lines); i += 2 {
+		if strings.TrimSpace(lines[i]) == name {
+			return strings.TrimSpace(lines[i+1])
+		}
+	}
+	return ""
+}
+
+// newSentinel runs a Sentinel monitoring the master on masterPort, until Close.
+func newSentinel(masterPort int, cfg SentinelConfig) (*Server, error) {
+	dir, err := os.MkdirTemp("", "redistest-sentinel")
+	if err != nil {
+		return nil, fmt.Errorf("sentinel directory: %w", err)
+	}
+	s := &Server{dir: dir}
+	conf := filepath.Join(dir, "sentinel.conf")
+	for attempt := 0; attempt < 3; attempt++ { // a free port can be taken before redis binds it
+		if s.port, err = freePort(); err != nil {
+			break
+		}
+		// Sentinel rewrites its configuration file: each attempt writes it anew.
+		text := fmt.Sprintf("port %d\nbind 127.0.0.1\nprotected-mode no\ndir %s\nlogfile %s\nloglevel notice\n"+
+			"sentinel monitor %s 127.0.0.1 %d %d\nsentinel down-after-milliseconds %[4]s %[7]d\n"+
+			"sentinel failover-timeout %[4]s %[8]d\nsentinel parallel-syncs %[4]s 1\n",
+			s.port, dir, filepath.Join(dir, "redis.log"), cfg.Name, masterPort, cfg.Quorum,
+			cfg.DownAfter.Milliseconds(), cfg.FailoverTimeout.Milliseconds())
+		if cfg.SentinelPassword != "" {
+			text += fmt.Sprintf("requirepass %q\n", cfg.SentinelPassword)
+			s.auth = cfg.SentinelPassword
+		}
+		if err = os.WriteFile(conf, []byte(text), 0o600); err != nil {
+			break
+		}
+		s.args = []string{conf, "--sentinel"}
+		if err = s.start(); err == nil {
+			return s, nil
+		}
+	}
+	_ = os.RemoveAll(dir)
+	return nil, err
+}
+
+// MasterAddr returns the master's host:port as the first Sentinel reports it.
+func (g *Sentinels) MasterAddr(t testing.TB) string {
+	t.Helper()
+	out := strings.Fields(g.Sentinels[0].Do(t, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", g.Name))
+	if len(out) != 2 {
+		t.Fatalf("sentinel %s: master %s: %q", g.Sentinels[0].Addr(), g.Name, out)
+	}
+	return net.JoinHostPort(out[0], out[1])
+}
+
+// SentinelAddrs returns the Sentinels' addresses.
+func (g *Sentinels) SentinelAddrs() []string {
+	out := make([]string, len(g.Sentinels))
+	for i, s := range g.Sentinels {
 		out[i] = s.Addr()
 	}
 	return out
