@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 )
@@ -14,21 +15,52 @@ const MaxBatchItems = 1000
 // long error messages.
 const maxBatchAnswerBytes = 8 << 20
 
-// BatchItem is one request of a batch.
+// BatchItem is one request of a batch. Its zero Cost spends one unit, as Allow does: an item
+// that says nothing about its cost is one request, never a free look. Set Peek to look without
+// spending.
+//
+//	{Key: "alice"}              // one request: spends 1
+//	{Key: "alice", Cost: 5}     // spends 5
+//	{Key: "alice", Peek: true}  // what a one-unit request would get now; spends nothing
 type BatchItem struct {
 	// Policy names the item's policy ("<namespace>/<name>"); "" uses the Client's (WithPolicy),
 	// or limiterd's only policy.
 	Policy string
 	// Key identifies the client.
 	Key string
-	// Cost is what the request spends; 0 peeks, as AllowN does (set it to 1 for one request).
+	// Cost is what the request spends; 0 means 1 (as an omitted cost does in limiterd's API),
+	// so that a batch that forgets its costs still limits. A negative Cost is sent as it is,
+	// and limiterd refuses the item (400).
 	Cost int64
+	// Peek asks what a one-unit request of Key would get now, consuming nothing, as
+	// Client.Peek does. Cost must then be 0: an item with both is not sent, and its
+	// Result.Err wraps ErrPeekWithCost.
+	Peek bool
+}
+
+// ErrPeekWithCost is the error, wrapped, of a BatchItem with Peek set and a Cost other than 0:
+// it asks both to spend and not to spend, so the Client refuses it without sending it, and
+// nothing is decided or consumed for it.
+var ErrPeekWithCost = errors.New("a peek has no cost: set Peek or Cost, not both")
+
+// wireCost is the cost an item sends: 0 for a peek, 1 for the zero Cost.
+func (it BatchItem) wireCost() (int64, error) {
+	switch {
+	case it.Peek && it.Cost != 0:
+		return 0, ErrPeekWithCost
+	case it.Peek:
+		return 0, nil
+	case it.Cost == 0:
+		return 1, nil
+	}
+	return it.Cost, nil
 }
 
 // Result is limiterd's answer to one item of a batch: its Decision, or Err when the item was not
 // decided and consumed nothing: an *Error with the status a single call would have answered (400
 // for an invalid item, 404 for an unknown policy), or an error wrapping ErrKeyNotUTF8 for a key
-// the Client refused without sending it, as AllowN does. A batch answer has no header fields, so
+// the Client refused without sending it, as AllowN does, or ErrPeekWithCost for a peek with a
+// cost. A batch answer has no header fields, so
 // Decision's RateLimitPolicy and RateLimit are "".
 type Result struct {
 	Decision
@@ -48,11 +80,13 @@ type batchResult struct {
 }
 
 // AllowBatch asks for the decisions of up to MaxBatchItems items in one call, which costs
-// limiterd far less than one call each. It returns one Result per item, in the order of items:
+// limiterd far less than one call each. Each item spends its Cost, 1 when Cost is 0, or nothing
+// when it is a Peek (see BatchItem). It returns one Result per item, in the order of items:
 // limiterd decides them in that order, so that items on one client key are decided as
 // successive AllowN calls would be, and a bad item fails alone (Result.Err). An item whose key
-// is not valid UTF-8 is not sent: its Result.Err wraps ErrKeyNotUTF8, and the other items are
-// decided as if it were not there (as limiterd skips an invalid item). It returns an *Error,
+// is not valid UTF-8, or a Peek with a Cost, is not sent: its Result.Err wraps ErrKeyNotUTF8 or
+// ErrPeekWithCost, and the other items are decided as if it were not there (as limiterd skips
+// an invalid item). It returns an *Error,
 // and no result, when limiterd refuses the whole batch (413 for more than MaxBatchItems items
 // sent, 503 before any policy is loaded), and another error when limiterd could not be asked
 // or answered something that is no batch answer. No items to send: no call.
@@ -69,10 +103,15 @@ func (c *Client) AllowBatch(ctx context.Context, items []BatchItem) ([]Result, e
 			out[i].Err = fmt.Errorf("item %d: %w", i, err)
 			continue
 		}
+		cost, err := it.wireCost()
+		if err != nil {
+			out[i].Err = fmt.Errorf("item %d: %w", i, err)
+			continue
+		}
 		if it.Policy == "" {
 			it.Policy = c.policy
 		}
-		req.Items = append(req.Items, allowRequest(it))
+		req.Items = append(req.Items, allowRequest{Policy: it.Policy, Key: it.Key, Cost: cost})
 		sent = append(sent, i)
 	}
 	if len(sent) == 0 {

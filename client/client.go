@@ -11,6 +11,7 @@
 //
 // AllowBatch asks for up to MaxBatchItems decisions in one call (POST /v1/allow:batch), which
 // costs limiterd far less than one call each: for workers that decide for many clients at once.
+// A BatchItem's zero Cost spends 1, as Allow does; BatchItem.Peek looks without spending.
 //
 // A client key is any non-empty string of valid UTF-8. The Client refuses a key that is not
 // (ErrKeyNotUTF8) before sending anything, rather than let JSON turn its invalid bytes into

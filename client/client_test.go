@@ -365,7 +365,7 @@ func TestStackedTierDecisions(t *testing.T) {
 	if err2 != nil || len(reservations) != 2 || !d.Allowed || len(d.Limits) != 2 || d.Limits[0].Remaining != 2 || d.Limits[1].Remaining != 3 {
 		t.Fatalf("refunds of the 2 admitted units: %+v, %v; want both limits whole", d, err2)
 	}
-	results, err := c.AllowBatch(t.Context(), []client.BatchItem{{Key: "alice", Cost: 0}, {Key: "bob", Cost: 3}})
+	results, err := c.AllowBatch(t.Context(), []client.BatchItem{{Key: "alice", Peek: true}, {Key: "bob", Cost: 3}})
 	if err != nil {
 		t.Fatal(err)
 	}
