@@ -1,0 +1,405 @@
+// Package heavyhitters keeps the heaviest keys of a sliding recent period in bounded memory,
+// whatever the number of distinct keys: limiterd's answer to "who is being limited right now".
+//
+// # The sketch
+//
+// Each sketch is a Space-Saving summary (Metwally, Agrawal and El Abbadi, "Efficient computation
+// of frequent and top-k elements in data streams", ICDT 2005) of k counters. A key already
+// counted is incremented; a new key takes the counter of the smallest count m, starting at m+1
+// with an error of m. Over a stream of N records, every counter's count overestimates its key's
+// true count by at most its error, which is at most the sketch's smallest count, at most N/k
+// (the k counts sum to N); and every key whose true count exceeds N/k holds a counter.
+//
+// # Sliding period and shards
+//
+// A Tracker keeps, per Direction, a ring of Buckets sketches sets, each for one BucketWidth of
+// time (by default 5 of one minute: the period covered is the current minute and the four
+// before it). Recording at an instant of a later bucket clears the ring slot it reuses, so
+// nothing older than the ring is ever counted and there is nothing to sweep. A ring rather than
+// decayed counts because the answer then has a plain meaning ("decisions since 12:04") and an
+// exact error bound; exponential decay would blur both.
+//
+// Each bucket holds Shards sketches. A record takes a shard chosen at random, with TryLock, and
+// the next one when that one is busy: concurrent decisions, of one hot key too, never wait for
+// one another unless every shard is busy, and there is no global lock on the hot path. Keys are
+// not partitioned by shard, so a key may be counted in several sketches; Top merges them
+// (Agarwal et al., "Mergeable summaries", 2012): a key's count is the sum of its counts where
+// it is held plus, where it is not, that sketch's smallest count when the sketch is full (the
+// most the key can have had there; 0 when not full: an absent key was never recorded there).
+// Its error is the sum in the same way of its errors and those smallest counts. So, with N the
+// records in the period and k the counters per sketch:
+//
+//   - each reported count c with error e satisfies c-e <= true count <= c, and e <= N/k
+//     (the sum over sketches of N_s/k);
+//   - every key whose true count over the period exceeds N/k is reported by TopN with n large
+//     enough (it exceeds N_s/k in some sketch, so that sketch holds it).
+//
+// # Memory
+//
+// A Tracker holds at most 2 × Buckets × Shards × Counters entries, each with a key of at most
+// MaxKeyBytes bytes (copied: a record never keeps the caller's string, which may be a slice of
+// a request body; a longer key is recorded by its first MaxKeyBytes bytes, so callers bound
+// keys themselves, as engine.ClientKey does at 1,024 bytes). Its sketches are allocated on the
+// first record, so a policy that decides nothing costs a few words.
+//
+// The package is pure: time is always a parameter.
+package heavyhitters
+
+import (
+	"cmp"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Direction is what a record counts.
+type Direction uint8
+
+// The directions.
+const (
+	// Admitted counts decisions that let a request through.
+	Admitted Direction = iota
+	// Rejected counts decisions that refused one.
+	Rejected
+	directions
+)
+
+// String returns the direction's name in the admin API.
+func (d Direction) String() string {
+	if d == Rejected {
+		return "rejected"
+	}
+	return "admitted"
+}
+
+// Defaults of Config.
+const (
+	DefaultCounters    = 64
+	DefaultBuckets     = 5
+	DefaultBucketWidth = time.Minute
+	DefaultMaxKeyBytes = 1024
+	maxDefaultShards   = 16
+)
+
+// Config sizes a Tracker. Zero fields take the defaults.
+type Config struct {
+	// Counters is k, the counters of each sketch (default 64).
+	Counters int
+	// Buckets is the number of sketches sets in the ring (default 5).
+	Buckets int
+	// BucketWidth is the time each bucket counts (default one minute).
+	BucketWidth time.Duration
+	// Shards is the number of sketches of each bucket (default GOMAXPROCS, at most 16).
+	Shards int
+	// MaxKeyBytes bounds a recorded key (default 1,024).
+	MaxKeyBytes int
+}
+
+func (c Config) withDefaults() Config {
+	if c.Counters <= 0 {
+		c.Counters = DefaultCounters
+	}
+	if c.Buckets <= 0 {
+		c.Buckets = DefaultBuckets
+	}
+	if c.BucketWidth <= 0 {
+		c.BucketWidth = DefaultBucketWidth
+	}
+	if c.Shards <= 0 {
+		c.Shards = min(runtime.GOMAXPROCS(0), maxDefaultShards)
+	}
+	if c.MaxKeyBytes <= 0 {
+		c.MaxKeyBytes = DefaultMaxKeyBytes
+	}
+	return c
+}
+
+// MaxEntries is the most entries a Tracker of this configuration holds.
+func (c Config) MaxEntries() int {
+	c = c.withDefaults()
+	return int(directions) * c.Buckets * c.Shards * c.Counters
+}
+
+// Tracker keeps the heaviest keys of the recent period, by Direction. It is safe for concurrent
+// use.
+type Tracker struct {
+	cfg      Config
+	sketches atomic.Pointer[[]sketch] // [(direction*Buckets + slot)*Shards + shard], allocated on the first Record
+	alloc    sync.Mutex
+}
+
+// New returns an empty Tracker.
+func New(cfg Config) *Tracker { return &Tracker{cfg: cfg.withDefaults()} }
+
+// Config returns the tracker's configuration, defaults filled in.
+func (t *Tracker) Config() Config { return t.cfg }
+
+// bucket returns the number of the bucket of instant now.
+func (t *Tracker) bucket(now time.Time) int64 {
+	ns := now.UnixNano()
+	w := int64(t.cfg.BucketWidth)
+	b := ns / w
+	if ns%w < 0 {
+		b--
+	}
+	return b
+}
+
+func (t *Tracker) slot(b int64) int {
+	s := int(b % int64(t.cfg.Buckets))
+	if s < 0 {
+		s += t.cfg.Buckets
+	}
+	return s
+}
+
+func (t *Tracker) all() []sketch {
+	if p := t.sketches.Load(); p != nil {
+		return *p
+	}
+	t.alloc.Lock()
+	defer t.alloc.Unlock()
+	if p := t.sketches.Load(); p != nil {
+		return *p
+	}
+	s := make([]sketch, int(directions)*t.cfg.Buckets*t.cfg.Shards)
+	t.sketches.Store(&s)
+	return s
+}
+
+// Record counts one record of key in direction d at instant now. A record older than the
+// ring (now before a bucket the ring slot has moved on from) is dropped.
+func (t *Tracker) Record(d Direction, key string, now time.Time) {
+	if d >= directions {
+		return
+	}
+	if len(key) > t.cfg.MaxKeyBytes {
+		key = key[:t.cfg.MaxKeyBytes]
+	}
+	b := t.bucket(now)
+	shards := t.cfg.Shards
+	base := (int(d)*t.cfg.Buckets + t.slot(b)) * shards
+	set := t.all()[base : base+shards]
+	first := 0
+	if shards > 1 {
+		first = int(rand.Uint32N(uint32(shards)))
+	}
+	for i := range shards {
+		s := &set[(first+i)%shards]
+		if s.mu.TryLock() {
+			s.add(b, key, t.cfg.Counters)
+			s.mu.Unlock()
+			return
+		}
+	}
+	s := &set[first]
+	s.mu.Lock()
+	s.add(b, key, t.cfg.Counters)
+	s.mu.Unlock()
+}
+
+// Entry is one key of a Top.
+type Entry struct {
+	Key string
+	// Count is at least the key's true count over the period, and Count-Error at most it.
+	Count uint64
+	Error uint64
+}
+
+// Top is the heaviest keys of one direction over a period.
+type Top struct {
+	Direction Direction
+	// From and To delimit the period counted: From is the start of the oldest bucket of the
+	// ring, To the instant asked at.
+	From, To time.Time
+	// Total is N, the records counted over the period.
+	Total uint64
+	// Bound is N/k: no Entry's Error exceeds it, and every key recorded more than Bound times
+	// over the period is in the top (for an n large enough).
+	Bound uint64
+	// Entries are the heaviest keys by Count, descending (ties by key), at most n of them.
+	Entries []Entry
+}
+
+// TopN returns at most n of the heaviest keys of direction d over the period that ends at now.
+func (t *Tracker) TopN(d Direction, now time.Time, n int) Top {
+	b := t.bucket(now)
+	top := Top{Direction: d, To: now,
+		From: time.Unix(0, (b-int64(t.cfg.Buckets)+1)*int64(t.cfg.BucketWidth))}
+	p := t.sketches.Load()
+	if p == nil || d >= directions || n <= 0 {
+		return top
+	}
+	type acc struct{ count, err int64 }
+	merged := make(map[string]*acc)
+	var mins int64 // the sum of the smallest counts of the full sketches
+	for slot := range t.cfg.Buckets {
+		base := (int(d)*t.cfg.Buckets + slot) * t.cfg.Shards
+		for i := range t.cfg.Shards {
+			s := &(*p)[base+i]
+			s.mu.Lock()
+			if s.bucket <= b-int64(t.cfg.Buckets) || s.bucket > b || len(s.entries) == 0 {
+				s.mu.Unlock()
+				continue
+			}
+			var m int64
+			if len(s.entries) == t.cfg.Counters {
+				m = int64(s.entries[s.heap[0]].count)
+			}
+			mins += m
+			top.Total += s.total
+			for _, e := range s.entries {
+				a := merged[e.key]
+				if a == nil {
+					a = &acc{}
+					merged[e.key] = a
+				}
+				a.count += int64(e.count) - m
+				a.err += int64(e.err) - m
+			}
+			s.mu.Unlock()
+		}
+	}
+	top.Bound = top.Total / uint64(t.cfg.Counters)
+	entries := make([]Entry, 0, len(merged))
+	for k, a := range merged {
+		entries = append(entries, Entry{Key: k, Count: uint64(a.count + mins), Error: uint64(a.err + mins)})
+	}
+	slices.SortFunc(entries, func(x, y Entry) int {
+		if c := cmp.Compare(y.Count, x.Count); c != 0 {
+			return c
+		}
+		return strings.Compare(x.Key, y.Key)
+	})
+	if len(entries) > n {
+		entries = slices.Clip(entries[:n])
+	}
+	top.Entries = entries
+	return top
+}
+
+// Size returns the entries the tracker holds and the bytes of their keys: at most
+// Config.MaxEntries entries, each key of at most Config.MaxKeyBytes.
+func (t *Tracker) Size() (entries, keyBytes int) {
+	p := t.sketches.Load()
+	if p == nil {
+		return 0, 0
+	}
+	for i := range *p {
+		s := &(*p)[i]
+		s.mu.Lock()
+		entries += len(s.entries)
+		for _, e := range s.entries {
+			keyBytes += len(e.key)
+		}
+		s.mu.Unlock()
+	}
+	return entries, keyBytes
+}
+
+// sketch is one Space-Saving summary of one bucket.
+type sketch struct {
+	mu      sync.Mutex
+	bucket  int64  // the bucket counted
+	total   uint64 // the records counted, N
+	index   map[string]int32
+	entries []entry  // the counters, in no order
+	heap    []int32  // indexes of entries, a min-heap by count
+	pos     []int32  // pos[i]: the place of entries[i] in heap
+	_       [24]byte // a sketch fills two cache lines: shards do not share theirs
+}
+
+type entry struct {
+	key        string
+	count, err uint64
+}
+
+// add counts key in bucket b on a sketch of k counters.
+func (s *sketch) add(b int64, key string, k int) {
+	if s.index != nil && b < s.bucket {
+		return // older than the ring: dropped
+	}
+	if s.index == nil || b != s.bucket {
+		s.reset(b, k)
+	}
+	s.total++
+	if i, ok := s.index[key]; ok {
+		s.entries[i].count++
+		s.down(int(s.pos[i]))
+		return
+	}
+	key = strings.Clone(key)
+	if len(s.entries) < k {
+		i := int32(len(s.entries))
+		s.entries = append(s.entries, entry{key: key, count: 1})
+		s.index[key] = i
+		s.heap = append(s.heap, i)
+		s.pos = append(s.pos, int32(len(s.heap)-1))
+		s.up(len(s.heap) - 1)
+		return
+	}
+	i := s.heap[0]
+	e := &s.entries[i]
+	delete(s.index, e.key)
+	m := e.count
+	*e = entry{key: key, count: m + 1, err: m}
+	s.index[key] = i
+	s.down(0)
+}
+
+func (s *sketch) reset(b int64, k int) {
+	s.bucket, s.total = b, 0
+	if s.index == nil {
+		s.index = make(map[string]int32, k)
+		s.entries = make([]entry, 0, k)
+		s.heap = make([]int32, 0, k)
+		s.pos = make([]int32, 0, k)
+		return
+	}
+	clear(s.index)
+	clear(s.entries) // let the keys go
+	s.entries, s.heap, s.pos = s.entries[:0], s.heap[:0], s.pos[:0]
+}
+
+func (s *sketch) less(a, b int) bool {
+	return s.entries[s.heap[a]].count < s.entries[s.heap[b]].count
+}
+
+func (s *sketch) swap(a, b int) {
+	s.heap[a], s.heap[b] = s.heap[b], s.heap[a]
+	s.pos[s.heap[a]], s.pos[s.heap[b]] = int32(a), int32(b)
+}
+
+func (s *sketch) up(j int) {
+	for j > 0 {
+		p := (j - 1) / 2
+		if !s.less(j, p) {
+			return
+		}
+		s.swap(j, p)
+		j = p
+	}
+}
+
+func (s *sketch) down(j int) {
+	n := len(s.heap)
+	for {
+		l := 2*j + 1
+		if l >= n {
+			return
+		}
+		c := l
+		if r := l + 1; r < n && s.less(r, l) {
+			c = r
+		}
+		if !s.less(c, j) {
+			return
+		}
+		s.swap(j, c)
+		j = c
+	}
+}
