@@ -37,16 +37,18 @@
 // # Memory
 //
 // A Tracker holds at most 2 × Buckets × Shards × Counters entries, each with a key of at most
-// MaxKeyBytes bytes (copied: a record never keeps the caller's string, which may be a slice of
-// a request body; a longer key is recorded by its first MaxKeyBytes bytes, so callers bound
-// keys themselves, as engine.ClientKey does at 1,024 bytes). Its sketches are allocated on the
-// first record, so a policy that decides nothing costs a few words.
+// MaxKeyBytes bytes: keys are copied into buffers the entries own and reuse (a record never
+// keeps the caller's string, which may be a slice of a request body, and recording allocates
+// nothing once a sketch is full); a longer key is recorded by its first MaxKeyBytes bytes, so
+// callers bound keys themselves, as engine.ClientKey does at 1,024 bytes. Its sketches are
+// allocated on the first record, so a policy that decides nothing costs a few words.
 //
 // The package is pure: time is always a parameter.
 package heavyhitters
 
 import (
 	"cmp"
+	"hash/maphash"
 	"math/rand/v2"
 	"runtime"
 	"slices"
@@ -128,12 +130,13 @@ func (c Config) MaxEntries() int {
 // use.
 type Tracker struct {
 	cfg      Config
+	seed     maphash.Seed
 	sketches atomic.Pointer[[]sketch] // [(direction*Buckets + slot)*Shards + shard], allocated on the first Record
 	alloc    sync.Mutex
 }
 
 // New returns an empty Tracker.
-func New(cfg Config) *Tracker { return &Tracker{cfg: cfg.withDefaults()} }
+func New(cfg Config) *Tracker { return &Tracker{cfg: cfg.withDefaults(), seed: maphash.MakeSeed()} }
 
 // Config returns the tracker's configuration, defaults filled in.
 func (t *Tracker) Config() Config { return t.cfg }
@@ -180,6 +183,7 @@ func (t *Tracker) Record(d Direction, key string, now time.Time) {
 	if len(key) > t.cfg.MaxKeyBytes {
 		key = key[:t.cfg.MaxKeyBytes]
 	}
+	h := maphash.String(t.seed, key)
 	b := t.bucket(now)
 	shards := t.cfg.Shards
 	base := (int(d)*t.cfg.Buckets + t.slot(b)) * shards
@@ -191,14 +195,14 @@ func (t *Tracker) Record(d Direction, key string, now time.Time) {
 	for i := range shards {
 		s := &set[(first+i)%shards]
 		if s.mu.TryLock() {
-			s.add(b, key, t.cfg.Counters)
+			s.add(b, h, key, t.cfg.Counters)
 			s.mu.Unlock()
 			return
 		}
 	}
 	s := &set[first]
 	s.mu.Lock()
-	s.add(b, key, t.cfg.Counters)
+	s.add(b, h, key, t.cfg.Counters)
 	s.mu.Unlock()
 }
 
@@ -253,10 +257,10 @@ func (t *Tracker) TopN(d Direction, now time.Time, n int) Top {
 			mins += m
 			top.Total += s.total
 			for _, e := range s.entries {
-				a := merged[e.key]
+				a := merged[string(e.key)]
 				if a == nil {
 					a = &acc{}
-					merged[e.key] = a
+					merged[string(e.key)] = a // a copy: the sketch reuses e.key
 				}
 				a.count += int64(e.count) - m
 				a.err += int64(e.err) - m
@@ -282,8 +286,9 @@ func (t *Tracker) TopN(d Direction, now time.Time, n int) Top {
 	return top
 }
 
-// Size returns the entries the tracker holds and the bytes of their keys: at most
-// Config.MaxEntries entries, each key of at most Config.MaxKeyBytes.
+// Size returns the entries the tracker holds and the bytes it keeps for keys (its key
+// buffers' capacities, counting those of entries a bucket's reset left unused): at most
+// Config.MaxEntries entries and MaxEntries × MaxKeyBytes bytes.
 func (t *Tracker) Size() (entries, keyBytes int) {
 	p := t.sketches.Load()
 	if p == nil {
@@ -293,75 +298,93 @@ func (t *Tracker) Size() (entries, keyBytes int) {
 		s := &(*p)[i]
 		s.mu.Lock()
 		entries += len(s.entries)
-		for _, e := range s.entries {
-			keyBytes += len(e.key)
+		for _, e := range s.entries[:cap(s.entries)] {
+			keyBytes += cap(e.key)
 		}
 		s.mu.Unlock()
 	}
 	return entries, keyBytes
 }
 
-// sketch is one Space-Saving summary of one bucket.
+// sketch is one Space-Saving summary of one bucket. Its index maps the keys' hashes
+// (maphash, of a seed of the Tracker's: callers cannot choose colliding keys) to their counters,
+// so that a new key reuses the bytes of the key it evicts and recording allocates nothing once
+// the sketch is full.
 type sketch struct {
 	mu      sync.Mutex
 	bucket  int64  // the bucket counted
 	total   uint64 // the records counted, N
-	index   map[string]int32
-	entries []entry  // the counters, in no order
+	index   map[uint64]int32
+	entries []entry  // the counters, in no order; those past len keep their key buffers
 	heap    []int32  // indexes of entries, a min-heap by count
 	pos     []int32  // pos[i]: the place of entries[i] in heap
 	_       [24]byte // a sketch fills two cache lines: shards do not share theirs
 }
 
 type entry struct {
-	key        string
+	key        []byte // reused by the next key of the counter
+	hash       uint64
 	count, err uint64
 }
 
-// add counts key in bucket b on a sketch of k counters.
-func (s *sketch) add(b int64, key string, k int) {
+// setKey makes e's key a copy of key, reusing its buffer when it is large enough.
+func (e *entry) setKey(key string, hash uint64) {
+	if cap(e.key) < len(key) {
+		e.key = make([]byte, 0, len(key))
+	}
+	e.key, e.hash = append(e.key[:0], key...), hash
+}
+
+// add counts key, of hash h, in bucket b on a sketch of k counters. A key whose hash collides
+// with another counted key's (probability about k/2^64 per record) is not counted.
+func (s *sketch) add(b int64, h uint64, key string, k int) {
 	if s.index != nil && b < s.bucket {
 		return // older than the ring: dropped
 	}
 	if s.index == nil || b != s.bucket {
 		s.reset(b, k)
 	}
-	s.total++
-	if i, ok := s.index[key]; ok {
+	if i, ok := s.index[h]; ok {
+		if string(s.entries[i].key) != key {
+			return
+		}
+		s.total++
 		s.entries[i].count++
 		s.down(int(s.pos[i]))
 		return
 	}
-	key = strings.Clone(key)
-	if len(s.entries) < k {
-		i := int32(len(s.entries))
-		s.entries = append(s.entries, entry{key: key, count: 1})
-		s.index[key] = i
-		s.heap = append(s.heap, i)
+	s.total++
+	if n := len(s.entries); n < k {
+		s.entries = s.entries[:n+1]
+		e := &s.entries[n]
+		e.setKey(key, h)
+		e.count, e.err = 1, 0
+		s.index[h] = int32(n)
+		s.heap = append(s.heap, int32(n))
 		s.pos = append(s.pos, int32(len(s.heap)-1))
 		s.up(len(s.heap) - 1)
 		return
 	}
 	i := s.heap[0]
 	e := &s.entries[i]
-	delete(s.index, e.key)
+	delete(s.index, e.hash)
 	m := e.count
-	*e = entry{key: key, count: m + 1, err: m}
-	s.index[key] = i
+	e.setKey(key, h)
+	e.count, e.err = m+1, m
+	s.index[h] = i
 	s.down(0)
 }
 
 func (s *sketch) reset(b int64, k int) {
 	s.bucket, s.total = b, 0
 	if s.index == nil {
-		s.index = make(map[string]int32, k)
+		s.index = make(map[uint64]int32, k)
 		s.entries = make([]entry, 0, k)
 		s.heap = make([]int32, 0, k)
 		s.pos = make([]int32, 0, k)
 		return
 	}
 	clear(s.index)
-	clear(s.entries) // let the keys go
 	s.entries, s.heap, s.pos = s.entries[:0], s.heap[:0], s.pos[:0]
 }
 

@@ -140,8 +140,8 @@ func TestKeyFloodMemoryBounded(t *testing.T) {
 		tr.Record(heavyhitters.Direction(i%2), key, now)
 		if i%997 == 0 {
 			entries, bytes := tr.Size()
-			if entries > cfg.MaxEntries() || bytes > entries*100 {
-				t.Fatalf("after %d keys: %d entries (bound %d), %d key bytes (bound %d)", i+1, entries, cfg.MaxEntries(), bytes, entries*100)
+			if entries > cfg.MaxEntries() || bytes > cfg.MaxEntries()*100 {
+				t.Fatalf("after %d keys: %d entries (bound %d), %d key bytes (bound %d)", i+1, entries, cfg.MaxEntries(), bytes, cfg.MaxEntries()*100)
 			}
 		}
 	}
@@ -154,6 +154,26 @@ func TestKeyFloodMemoryBounded(t *testing.T) {
 		if len(e.Key) > 100 {
 			t.Fatalf("key of %d bytes kept, over MaxKeyBytes", len(e.Key))
 		}
+	}
+}
+
+// Once a sketch is full, a flood of new keys reuses the evicted keys' buffers: recording
+// allocates nothing.
+func TestFloodAllocatesNothing(t *testing.T) {
+	tr := heavyhitters.New(heavyhitters.Config{Counters: 8, Shards: 1})
+	keys := make([]string, 1000)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("client-%04d", i)
+	}
+	for _, k := range keys[:100] {
+		tr.Record(heavyhitters.Rejected, k, t0)
+	}
+	i := 100
+	if allocs := testing.AllocsPerRun(500, func() {
+		tr.Record(heavyhitters.Rejected, keys[i%len(keys)], t0)
+		i++
+	}); allocs != 0 {
+		t.Errorf("%v allocations per record of a new key, want 0", allocs)
 	}
 }
 
