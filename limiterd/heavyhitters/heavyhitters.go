@@ -19,10 +19,11 @@
 // decayed counts because the answer then has a plain meaning ("decisions since 12:04") and an
 // exact error bound; exponential decay would blur both.
 //
-// Each bucket holds Shards sketches. A record takes a shard chosen at random, with TryLock, and
-// the next one when that one is busy: concurrent decisions, of one hot key too, never wait for
-// one another unless every shard is busy, and there is no global lock on the hot path. Keys are
-// not partitioned by shard, so a key may be counted in several sketches; Top merges them
+// Each bucket holds Shards sketches. A record takes its key's shard (by the key's hash) with
+// TryLock, and when that one is busy another one at random: concurrent decisions, of one hot
+// key too, never wait for one another unless every shard is busy, and there is no global lock
+// on the hot path. So keys are not strictly partitioned by shard, and a key (a hot one under
+// contention) may be counted in several sketches; Top merges them
 // (Agarwal et al., "Mergeable summaries", 2012): a key's count is the sum of its counts where
 // it is held plus, where it is not, that sketch's smallest count when the sketch is full (the
 // most the key can have had there; 0 when not full: an absent key was never recorded there).
@@ -133,6 +134,7 @@ type Tracker struct {
 	seed     maphash.Seed
 	sketches atomic.Pointer[[]sketch] // [(direction*Buckets + slot)*Shards + shard], allocated on the first Record
 	alloc    sync.Mutex
+	cur      atomic.Pointer[span]
 }
 
 // New returns an empty Tracker.
@@ -150,6 +152,25 @@ func (t *Tracker) bucket(now time.Time) int64 {
 		b--
 	}
 	return b
+}
+
+// span is the current bucket, so that a record does not divide the time.
+type span struct {
+	start, end, bucket int64 // [start, end) in Unix nanoseconds
+	slot               int
+}
+
+// at returns the bucket of instant now and its slot in the ring.
+func (t *Tracker) at(now time.Time) (bucket int64, slot int) {
+	ns := now.UnixNano()
+	if c := t.cur.Load(); c != nil && c.start <= ns && ns < c.end {
+		return c.bucket, c.slot
+	}
+	bucket = t.bucket(now)
+	slot = t.slot(bucket)
+	start := bucket * int64(t.cfg.BucketWidth)
+	t.cur.Store(&span{start: start, end: start + int64(t.cfg.BucketWidth), bucket: bucket, slot: slot})
+	return bucket, slot
 }
 
 func (t *Tracker) slot(b int64) int {
@@ -184,23 +205,26 @@ func (t *Tracker) Record(d Direction, key string, now time.Time) {
 		key = key[:t.cfg.MaxKeyBytes]
 	}
 	h := maphash.String(t.seed, key)
-	b := t.bucket(now)
+	b, slot := t.at(now)
 	shards := t.cfg.Shards
-	base := (int(d)*t.cfg.Buckets + t.slot(b)) * shards
+	base := (int(d)*t.cfg.Buckets + slot) * shards
 	set := t.all()[base : base+shards]
-	first := 0
-	if shards > 1 {
-		first = int(rand.Uint32N(uint32(shards)))
+	first := int((h >> 32) * uint64(shards) >> 32) // the key's own shard
+	s := &set[first]
+	if s.mu.TryLock() {
+		s.add(b, h, key, t.cfg.Counters)
+		s.mu.Unlock()
+		return
 	}
+	next := first + int(rand.Uint32N(uint32(shards))) // busy: another one, at random
 	for i := range shards {
-		s := &set[(first+i)%shards]
+		s := &set[(next+i)%shards]
 		if s.mu.TryLock() {
 			s.add(b, h, key, t.cfg.Counters)
 			s.mu.Unlock()
 			return
 		}
 	}
-	s := &set[first]
 	s.mu.Lock()
 	s.add(b, h, key, t.cfg.Counters)
 	s.mu.Unlock()
