@@ -87,3 +87,50 @@ func TestTopClientsOff(t *testing.T) {
 		t.Errorf("err = %v, want ErrTopClientsOff", err)
 	}
 }
+
+// A caller cannot make the record's memory grow: a flood of distinct keys, of the longest
+// length stored as such and longer (stored as digests), single and batched, leaves at most
+// MaxEntries entries of at most 1,024 bytes each, and a client heavier than N/k stays on top of it.
+func TestTopClientsKeyFlood(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	cfg := heavyhitters.Config{Counters: 16, Shards: 2}
+	e := engine.New(engine.Options{Clock: func() time.Time { return now }, TopClients: cfg})
+	p := compile(t, "api", nil)
+	e.Swap(set(t, p))
+	pad := strings.Repeat("k", v1alpha1.MaxClientKeyBytes-10)
+	items := make([]engine.BatchItem, 0, 100)
+	out := make([]engine.BatchResult, 100)
+	for i := range 20000 {
+		key := fmt.Sprintf("%s%010d", pad, i) // 1,024 bytes, stored as itself
+		if i%3 == 0 {
+			key += "-and-longer" // stored as its digest
+		}
+		if i%4 == 0 {
+			if _, err := e.Decide(ctx, p.ID, "boss", 1); err != nil { // unlimited: admitted
+				t.Fatal(err)
+			}
+		}
+		items = append(items, engine.BatchItem{Policy: p.ID, Key: key, Cost: 1})
+		if len(items) == cap(items) {
+			if err := e.DecideBatch(ctx, items, out); err != nil {
+				t.Fatal(err)
+			}
+			items = items[:0]
+			now = now.Add(time.Second) // 200 s in all: within the period
+		}
+	}
+	entries, keyBytes := engine.TopClientsSize(e, p.ID)
+	if max := cfg.MaxEntries(); entries == 0 || entries > max || keyBytes > max*v1alpha1.MaxClientKeyBytes {
+		t.Errorf("%d entries of %d key bytes, bound %d entries of %d bytes", entries, keyBytes, max, v1alpha1.MaxClientKeyBytes)
+	}
+	top, _, err := e.TopClients(p.ID, heavyhitters.Admitted, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if top.Total != 25000 || top.Bound >= 5000 {
+		t.Fatalf("%d decisions, bound %d: the flood does not test the bound", top.Total, top.Bound)
+	}
+	if len(top.Entries) != 1 || top.Entries[0].Key != "boss" || top.Entries[0].Count < 5000 || top.Entries[0].Count-top.Entries[0].Error > 5000 {
+		t.Errorf("top admitted: %+v (bound %d), want boss with 5000", top.Entries, top.Bound)
+	}
+}
