@@ -276,7 +276,7 @@ func (t *Tracker) TopN(d Direction, now time.Time, n int) Top {
 			}
 			var m int64
 			if len(s.entries) == t.cfg.Counters {
-				m = int64(s.entries[s.heap[0]].count)
+				m = int64(s.heap[0].count)
 			}
 			mins += m
 			top.Total += s.total
@@ -340,9 +340,15 @@ type sketch struct {
 	total   uint64 // the records counted, N
 	index   map[uint64]int32
 	entries []entry  // the counters, in no order; those past len keep their key buffers
-	heap    []int32  // indexes of entries, a min-heap by count
+	heap    []node   // a min-heap by count of the entries
 	pos     []int32  // pos[i]: the place of entries[i] in heap
 	_       [24]byte // a sketch fills two cache lines: shards do not share theirs
+}
+
+// node is an entry in the heap: its count there, so that sifting reads one array.
+type node struct {
+	count uint64
+	entry int32
 }
 
 type entry struct {
@@ -374,7 +380,9 @@ func (s *sketch) add(b int64, h uint64, key string, k int) {
 		}
 		s.total++
 		s.entries[i].count++
-		s.down(int(s.pos[i]))
+		p := int(s.pos[i])
+		s.heap[p].count++
+		s.down(p)
 		return
 	}
 	s.total++
@@ -384,17 +392,18 @@ func (s *sketch) add(b int64, h uint64, key string, k int) {
 		e.setKey(key, h)
 		e.count, e.err = 1, 0
 		s.index[h] = int32(n)
-		s.heap = append(s.heap, int32(n))
+		s.heap = append(s.heap, node{count: 1, entry: int32(n)})
 		s.pos = append(s.pos, int32(len(s.heap)-1))
 		s.up(len(s.heap) - 1)
 		return
 	}
-	i := s.heap[0]
+	i := s.heap[0].entry
 	e := &s.entries[i]
 	delete(s.index, e.hash)
 	m := e.count
 	e.setKey(key, h)
 	e.count, e.err = m+1, m
+	s.heap[0].count = m + 1
 	s.index[h] = i
 	s.down(0)
 }
@@ -404,7 +413,7 @@ func (s *sketch) reset(b int64, k int) {
 	if s.index == nil {
 		s.index = make(map[uint64]int32, k)
 		s.entries = make([]entry, 0, k)
-		s.heap = make([]int32, 0, k)
+		s.heap = make([]node, 0, k)
 		s.pos = make([]int32, 0, k)
 		return
 	}
@@ -413,12 +422,12 @@ func (s *sketch) reset(b int64, k int) {
 }
 
 func (s *sketch) less(a, b int) bool {
-	return s.entries[s.heap[a]].count < s.entries[s.heap[b]].count
+	return s.heap[a].count < s.heap[b].count
 }
 
 func (s *sketch) swap(a, b int) {
 	s.heap[a], s.heap[b] = s.heap[b], s.heap[a]
-	s.pos[s.heap[a]], s.pos[s.heap[b]] = int32(a), int32(b)
+	s.pos[s.heap[a].entry], s.pos[s.heap[b].entry] = int32(a), int32(b)
 }
 
 func (s *sketch) up(j int) {
