@@ -444,12 +444,6 @@ func (e *Engine) TopClients(policyID v1alpha1.PolicyID, d heavyhitters.Direction
 	return b.top.TopN(d, e.opts.Clock(), n), b.policy, nil
 }
 
-// TopClientsConfig returns the configuration of the record of heaviest clients, defaults
-// filled in.
-func (e *Engine) TopClientsConfig() heavyhitters.Config {
-	return heavyhitters.New(e.opts.TopClients).Config()
-}
-
 // BatchItem is one request of a batch: what Decide takes.
 type BatchItem struct {
 	Policy v1alpha1.PolicyID
