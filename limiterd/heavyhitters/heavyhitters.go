@@ -10,6 +10,12 @@
 // true count by at most its error, which is at most the sketch's smallest count, at most N/k
 // (the k counts sum to N); and every key whose true count exceeds N/k holds a counter.
 //
+// The sketch is exact Space-Saving, kept as the paper's "stream summary": the counters sorted
+// by count in runs of equal counts, found by an open-addressing index of their keys' hashes.
+// Counting a key, and replacing the smallest counter with a new key, are O(1) (no heap to sift,
+// no map entry to delete and insert): under a flood of new keys, where every record evicts,
+// a record costs about what one of a counted key does, plus the key's copy.
+//
 // # Sliding period and shards
 //
 // A Tracker keeps, per Direction, a ring of Buckets sketches sets, each for one BucketWidth of
@@ -41,8 +47,11 @@
 // MaxKeyBytes bytes: keys are copied into buffers the entries own and reuse (a record never
 // keeps the caller's string, which may be a slice of a request body, and recording allocates
 // nothing once a sketch is full); a longer key is recorded by its first MaxKeyBytes bytes, so
-// callers bound keys themselves, as engine.ClientKey does at 1,024 bytes. Its sketches are
-// allocated on the first record, so a policy that decides nothing costs a few words.
+// callers bound keys themselves, as engine.ClientKey does at 1,024 bytes. Besides key bytes, a
+// sketch's arrays, allocated once, take 80 bytes per counter (its entry, place and run) and an
+// index of 8 bytes a slot, 4k slots when k is a power of two (as by default), fewer than 8k
+// otherwise: 112 bytes per counter by default. Its sketches are allocated on the first record,
+// so a policy that decides nothing costs a few words.
 //
 // The package is pure: time is always a parameter.
 package heavyhitters
@@ -274,10 +283,7 @@ func (t *Tracker) TopN(d Direction, now time.Time, n int) Top {
 				s.mu.Unlock()
 				continue
 			}
-			var m int64
-			if len(s.entries) == t.cfg.Counters {
-				m = int64(s.heap[0].count)
-			}
+			m := int64(s.min(t.cfg.Counters))
 			mins += m
 			top.Total += s.total
 			for _, e := range s.entries {
@@ -330,31 +336,44 @@ func (t *Tracker) Size() (entries, keyBytes int) {
 	return entries, keyBytes
 }
 
-// sketch is one Space-Saving summary of one bucket. Its index maps the keys' hashes
-// (maphash, of a seed of the Tracker's: callers cannot choose colliding keys) to their counters,
-// so that a new key reuses the bytes of the key it evicts and recording allocates nothing once
-// the sketch is full.
+// sketch is one Space-Saving summary of one bucket, kept as the original paper's "stream
+// summary": its counters sorted by count, in runs of equal counts, so that counting a key and
+// replacing the smallest counter are both O(1) (a run's first counter swaps places with the one
+// counted, which joins the run before or starts one), where a heap would sift. Its index is
+// open addressing over the keys' hashes (maphash, of a seed of the Tracker's: callers cannot
+// choose colliding keys); a hash is compared first and a key's bytes only on a match, so keys
+// whose hashes collide are still told apart. An evicted key's bytes are reused by the key that
+// replaces it: recording allocates nothing once the sketch is full.
 type sketch struct {
 	mu      sync.Mutex
-	bucket  int64  // the bucket counted
-	total   uint64 // the records counted, N
-	index   map[uint64]int32
+	bucket  int64    // the bucket counted
+	total   uint64   // the records counted, N
 	entries []entry  // the counters, in no order; those past len keep their key buffers
-	heap    []node   // a min-heap by count of the entries
-	pos     []int32  // pos[i]: the place of entries[i] in heap
-	_       [24]byte // a sketch fills two cache lines: shards do not share theirs
-}
-
-// node is an entry in the heap: its count there, so that sifting reads one array.
-type node struct {
-	count uint64
-	entry int32
+	order   []int32  // the entries by count, descending: order[entries[i].pos] == i
+	runs    []run    // the runs of equal counts in order, by id
+	free    []int32  // the ids of the unused runs
+	index   []slot   // open addressing, linear probing; a power of two at least 4k: short probes
+	_       [48]byte // a sketch fills three cache lines: shards do not share theirs
 }
 
 type entry struct {
 	key        []byte // reused by the next key of the counter
 	hash       uint64
 	count, err uint64
+	pos, run   int32 // its place in order, and the id of its run
+}
+
+// run is the places [first, last] of order, whose entries all have count.
+type run struct {
+	count       uint64
+	first, last int32
+}
+
+// slot is one place of the index: the low half of an entry's hash (its place in the index and
+// a filter before comparing keys), and the entry plus one (0: empty).
+type slot struct {
+	hash  uint32
+	entry int32
 }
 
 // setKey makes e's key a copy of key, reusing its buffer when it is large enough.
@@ -365,8 +384,7 @@ func (e *entry) setKey(key string, hash uint64) {
 	e.key, e.hash = append(e.key[:0], key...), hash
 }
 
-// add counts key, of hash h, in bucket b on a sketch of k counters. A key whose hash collides
-// with another counted key's (probability about k/2^64 per record) is not counted.
+// add counts key, of hash h, in bucket b on a sketch of k counters.
 func (s *sketch) add(b int64, h uint64, key string, k int) {
 	if s.index != nil && b < s.bucket {
 		return // older than the ring: dropped
@@ -374,88 +392,140 @@ func (s *sketch) add(b int64, h uint64, key string, k int) {
 	if s.index == nil || b != s.bucket {
 		s.reset(b, k)
 	}
-	if i, ok := s.index[h]; ok {
-		if string(s.entries[i].key) != key {
+	s.total++
+	mask := uint64(len(s.index) - 1)
+	for j := h & mask; ; j = (j + 1) & mask {
+		e := s.index[j].entry
+		if e == 0 {
+			break
+		}
+		if s.index[j].hash == uint32(h) && string(s.entries[e-1].key) == key {
+			s.incr(e - 1)
 			return
 		}
-		s.total++
-		s.entries[i].count++
-		p := int(s.pos[i])
-		s.heap[p].count++
-		s.down(p)
-		return
 	}
-	s.total++
 	if n := len(s.entries); n < k {
 		s.entries = s.entries[:n+1]
 		e := &s.entries[n]
 		e.setKey(key, h)
-		e.count, e.err = 1, 0
-		s.index[h] = int32(n)
-		s.heap = append(s.heap, node{count: 1, entry: int32(n)})
-		s.pos = append(s.pos, int32(len(s.heap)-1))
-		s.up(len(s.heap) - 1)
+		e.count, e.err, e.pos = 1, 0, int32(n)
+		s.order = append(s.order, int32(n))
+		if r := n - 1; r >= 0 && s.runs[s.entries[s.order[r]].run].count == 1 {
+			e.run = s.entries[s.order[r]].run // all counts are at least 1: the last run is 1's
+			s.runs[e.run].last = int32(n)
+		} else {
+			e.run = s.newRun(1, int32(n))
+		}
+		s.insert(h, int32(n))
 		return
 	}
-	i := s.heap[0].entry
+	i := s.order[len(s.order)-1] // the smallest count
 	e := &s.entries[i]
-	delete(s.index, e.hash)
-	m := e.count
+	s.remove(e.hash, i)
 	e.setKey(key, h)
-	e.count, e.err = m+1, m
-	s.heap[0].count = m + 1
-	s.index[h] = i
-	s.down(0)
+	e.err = e.count
+	s.insert(h, i)
+	s.incr(i)
+}
+
+// incr adds one to the count of entry i, keeping order sorted.
+func (s *sketch) incr(i int32) {
+	e := &s.entries[i]
+	id := e.run
+	r := &s.runs[id]
+	f := r.first
+	if p := e.pos; p != f { // i takes the place of its run's first, which takes its place
+		o := s.order[f]
+		s.order[f], s.order[p] = i, o
+		s.entries[o].pos, e.pos = p, f
+	}
+	e.count++
+	if f > 0 {
+		if prev := s.entries[s.order[f-1]].run; s.runs[prev].count == e.count {
+			s.runs[prev].last = f // i joins the run before
+			e.run = prev
+			if r.first++; r.first > r.last {
+				s.free = append(s.free, id)
+			}
+			return
+		}
+	}
+	if r.first == r.last {
+		r.count++ // i was its run's only entry: the run is now of the count after
+		return
+	}
+	r.first++
+	e.run = s.newRun(e.count, f)
+}
+
+func (s *sketch) newRun(count uint64, at int32) int32 {
+	id := s.free[len(s.free)-1]
+	s.free = s.free[:len(s.free)-1]
+	s.runs[id] = run{count: count, first: at, last: at}
+	return id
+}
+
+// min returns the smallest count when the sketch holds k counters, and 0 when fewer: a key
+// it does not hold was then never recorded in it.
+func (s *sketch) min(k int) uint64 {
+	if len(s.entries) < k {
+		return 0
+	}
+	return s.entries[s.order[len(s.order)-1]].count
+}
+
+// insert indexes entry i by hash h.
+func (s *sketch) insert(h uint64, i int32) {
+	mask := uint64(len(s.index) - 1)
+	j := h & mask
+	for s.index[j].entry != 0 {
+		j = (j + 1) & mask
+	}
+	s.index[j] = slot{hash: uint32(h), entry: i + 1}
+}
+
+// remove unindexes entry i, of hash h, moving back the entries probed past it so that every
+// entry stays reachable from its hash's place with no empty place between.
+func (s *sketch) remove(h uint64, i int32) {
+	mask := uint64(len(s.index) - 1)
+	j := h & mask
+	for s.index[j].entry != i+1 {
+		j = (j + 1) & mask
+	}
+	for {
+		s.index[j] = slot{}
+		k := j
+		for {
+			k = (k + 1) & mask
+			if s.index[k].entry == 0 {
+				return
+			}
+			// The entry at k moves to j if j lies on its probe path, from its place to k.
+			if (k-uint64(s.index[k].hash))&mask >= (k-j)&mask {
+				break
+			}
+		}
+		s.index[j] = s.index[k]
+		j = k
+	}
 }
 
 func (s *sketch) reset(b int64, k int) {
 	s.bucket, s.total = b, 0
 	if s.index == nil {
-		s.index = make(map[uint64]int32, k)
+		n := 1
+		for n < 4*k {
+			n *= 2
+		}
+		s.index = make([]slot, n)
 		s.entries = make([]entry, 0, k)
-		s.heap = make([]node, 0, k)
-		s.pos = make([]int32, 0, k)
-		return
+		s.order = make([]int32, 0, k)
+		s.runs = make([]run, k)
+		s.free = make([]int32, 0, k)
 	}
 	clear(s.index)
-	s.entries, s.heap, s.pos = s.entries[:0], s.heap[:0], s.pos[:0]
-}
-
-func (s *sketch) less(a, b int) bool {
-	return s.heap[a].count < s.heap[b].count
-}
-
-func (s *sketch) swap(a, b int) {
-	s.heap[a], s.heap[b] = s.heap[b], s.heap[a]
-	s.pos[s.heap[a].entry], s.pos[s.heap[b].entry] = int32(a), int32(b)
-}
-
-func (s *sketch) up(j int) {
-	for j > 0 {
-		p := (j - 1) / 2
-		if !s.less(j, p) {
-			return
-		}
-		s.swap(j, p)
-		j = p
-	}
-}
-
-func (s *sketch) down(j int) {
-	n := len(s.heap)
-	for {
-		l := 2*j + 1
-		if l >= n {
-			return
-		}
-		c := l
-		if r := l + 1; r < n && s.less(r, l) {
-			c = r
-		}
-		if !s.less(c, j) {
-			return
-		}
-		s.swap(j, c)
-		j = c
+	s.entries, s.order, s.free = s.entries[:0], s.order[:0], s.free[:0]
+	for id := k - 1; id >= 0; id-- {
+		s.free = append(s.free, int32(id))
 	}
 }
