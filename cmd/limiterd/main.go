@@ -321,6 +321,7 @@ func serve(ctx context.Context, cfg config, stderr io.Writer, h hooks) error {
 		ReadinessChecks: d.readiness,
 		StatusChecks:    d.status,
 		Logger:          log,
+		Replica:         replicaName(cfg.kube.replicaName),
 	})
 	decisionsLn, err := listen(ctx, cfg.addr, cfg.http.limit, d.tls.decisions)
 	if err != nil {
@@ -422,4 +423,14 @@ func shutdownHTTP(servers []*http.Server, listeners []net.Listener, timeout time
 	}
 	shutdowns.Wait()
 	return errs
+}
+
+// replicaName names this replica in the admin API's answers: --replica-name (or, with
+// Kubernetes, the host name it defaults to), else the host name.
+func replicaName(configured string) string {
+	if configured != "" {
+		return configured
+	}
+	host, _ := os.Hostname()
+	return strings.ToLower(host)
 }

@@ -61,6 +61,7 @@ type config struct {
 	maxRequests int
 	batch       int
 	cpuProfile  string
+	noTop       bool
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -74,6 +75,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&cfg.keys, "keys", 10_000, "distinct client keys, used round-robin")
 	fs.IntVar(&cfg.maxRequests, "max-requests", 5_000_000, "most requests one target gets in one round")
 	fs.IntVar(&cfg.batch, "batch", 100, "decisions per call of the batch target, POST /v1/allow:batch (0: no batch target)")
+	fs.BoolVar(&cfg.noTop, "no-top-clients", false, "turn off limiterd's record of its heaviest clients (engine.Options.NoTopClients), to measure its cost against a run with it")
 	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (servers and clients) to this `file`")
 	if err := fs.Parse(args); err != nil {
 		return config{}, fmt.Errorf("parse flags: %w", err) // still flag.ErrHelp for errors.Is after --help
@@ -114,7 +116,7 @@ func trivialHandler(w http.ResponseWriter, r *http.Request) {
 
 // newLimiterd returns limiterd's decisions handler with one token-bucket policy: 1000 tokens,
 // refilled at 1000 a second, so the default key spread is mostly admitted.
-func newLimiterd() (http.Handler, error) {
+func newLimiterd(noTop bool) (http.Handler, error) {
 	rp := &v1alpha1.RateLimitPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: "bench", Namespace: "default"},
 		Spec: v1alpha1.RateLimitPolicySpec{
@@ -136,7 +138,7 @@ func newLimiterd() (http.Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("build the benchmark policy set: %w", err)
 	}
-	e := engine.New(engine.Options{Budget: limiter.NewBudget(1_000_000, 0)})
+	e := engine.New(engine.Options{Budget: limiter.NewBudget(1_000_000, 0), NoTopClients: noTop})
 	e.Swap(set)
 	return server.NewDecisions(e, nil), nil
 }
@@ -212,7 +214,7 @@ func run(args []string, stdout, stderr io.Writer) (runErr error) {
 	// Nothing cancels the requests: a request in flight when a round's time is up finishes, so
 	// that its keep-alive connection is reused by the next round.
 	ctx := context.Background()
-	limiterd, err := newLimiterd()
+	limiterd, err := newLimiterd(cfg.noTop)
 	if err != nil {
 		return err
 	}
@@ -248,8 +250,8 @@ func run(args []string, stdout, stderr io.Writer) (runErr error) {
 	defer transport.CloseIdleConnections()
 	client := &http.Client{Transport: transport, Timeout: 10 * time.Second}
 
-	fmt.Fprintf(stdout, "GOMAXPROCS=%d CPUs=%d workers=%d duration=%v rounds=%d keys=%d batch=%d (servers and load generator share the CPUs)\n",
-		runtime.GOMAXPROCS(0), runtime.NumCPU(), cfg.workers, cfg.duration, cfg.rounds, cfg.keys, cfg.batch)
+	fmt.Fprintf(stdout, "GOMAXPROCS=%d CPUs=%d workers=%d duration=%v rounds=%d keys=%d batch=%d top-clients=%v (servers and load generator share the CPUs)\n",
+		runtime.GOMAXPROCS(0), runtime.NumCPU(), cfg.workers, cfg.duration, cfg.rounds, cfg.keys, cfg.batch, !cfg.noTop)
 	results := make(map[string]*result)
 	// Per-round throughput ratios, robust to drifting load: limiterd/trivial, batch/single.
 	var roundRatios, batchRatios []float64

@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/limiterd/limiterd/api/v1alpha1"
+	"github.com/limiterd/limiterd/limiterd/heavyhitters"
 	"github.com/limiterd/limiterd/limiterd/limiter"
 	"github.com/limiterd/limiterd/limiterd/policy"
 	"github.com/limiterd/limiterd/limiterd/reservation"
@@ -89,6 +90,8 @@ var (
 	ErrReservationStale = errors.New("reservation no longer matches the client's tier")
 	// ErrRefunded: the reservation was refunded before; nothing more is.
 	ErrRefunded = errors.New("reservation already refunded")
+	// ErrTopClientsOff: the engine does not record its heaviest clients (Options.NoTopClients).
+	ErrTopClientsOff = errors.New("the heaviest clients are not recorded on this replica")
 	// ErrTooManyRefunds: the store keeps as many refund records as it may
 	// (limiter.ErrTooManyRefunds): nothing was refunded; a retry succeeds once records expire.
 	ErrTooManyRefunds = errors.New("too many refunds are recorded: nothing was refunded; retry later")
@@ -166,6 +169,11 @@ type Options struct {
 	// RefundsUnavailable, when set, says why this engine issues no reservation and refuses
 	// every refund (ErrRefundsDisabled): for example a shared store without a shared key.
 	RefundsUnavailable string
+	// TopClients sizes each policy's record of its heaviest clients (TopClients; zero fields:
+	// heavyhitters' defaults, the last five minutes).
+	TopClients heavyhitters.Config
+	// NoTopClients turns that record off: TopClients answers ErrTopClientsOff.
+	NoTopClients bool
 }
 
 // Engine decides for the loaded policies. It is safe for concurrent use.
@@ -197,6 +205,9 @@ type bound struct {
 	epoch uint64
 	// tierTags stand for the tiers in reservations, by Tier.Index: see tierTag.
 	tierTags []reservation.Tag
+	// top records the policy's heaviest clients (nil: Options.NoTopClients). It outlives
+	// swaps as the store does.
+	top *heavyhitters.Tracker
 }
 
 // NopObserver is an Observer, PolicyObserver and TierObserver that records nothing.
@@ -254,9 +265,12 @@ func (e *Engine) Swap(set *policy.Set) {
 	for _, p := range set.All() {
 		b := &bound{policy: p, obs: e.opts.Observer.Policy(p.ID)}
 		if prev, ok := old.lookup(p.ID); ok {
-			b.store, b.local, b.epoch = prev.store, prev.local, prev.epoch
+			b.store, b.local, b.epoch, b.top = prev.store, prev.local, prev.epoch, prev.top
 		} else {
 			b.store = e.opts.NewStore(p.ID)
+			if !e.opts.NoTopClients {
+				b.top = heavyhitters.New(e.opts.TopClients)
+			}
 			if _, local := b.store.(limiter.LocalStore); local {
 				b.epoch = e.epochs.Add(1)
 			}
@@ -393,9 +407,40 @@ func (e *Engine) decide(ctx context.Context, b *bound, key string, cost int64) R
 	r.Outcome = outcome(&r)
 	e.reserve(b, &r, key, start, cost)
 	if cost > 0 {
+		b.record(r.Outcome, key, start)
 		b.tiers[tier.Index].Observe(r.Outcome, e.opts.Clock().Sub(start))
 	}
 	return r
+}
+
+// record counts a decision (no peek) of the client stored as key in the policy's heaviest
+// clients: Allowed as admitted; Rejected, and a dry-run tier's rejection, as rejected, since
+// "who is being limited" is what a policy in dry run is rolled out to learn.
+func (b *bound) record(o Outcome, key string, now time.Time) {
+	if b.top == nil {
+		return
+	}
+	d := heavyhitters.Admitted
+	if o != Allowed {
+		d = heavyhitters.Rejected
+	}
+	b.top.Record(d, key, now)
+}
+
+// TopClients returns at most n of the clients with the most decisions in direction d (admitted
+// or rejected) under the named policy over the recent period (Options.TopClients: the last
+// five minutes by default), as counted by this engine alone; keys are the stored ones
+// (ClientKey). Peeks are not counted; batch items are, each as one decision. It fails with
+// ErrTopClientsOff when the engine does not record them, and as Decide does for the policy.
+func (e *Engine) TopClients(policyID v1alpha1.PolicyID, d heavyhitters.Direction, n int) (heavyhitters.Top, *policy.Policy, error) {
+	b, err := e.find(policyID)
+	if err != nil {
+		return heavyhitters.Top{}, nil, err
+	}
+	if b.top == nil {
+		return heavyhitters.Top{}, nil, ErrTopClientsOff
+	}
+	return b.top.TopN(d, e.opts.Clock(), n), b.policy, nil
 }
 
 // BatchItem is one request of a batch: what Decide takes.
@@ -517,6 +562,7 @@ func (e *Engine) DecideBatch(ctx context.Context, items []BatchItem, out []Batch
 			r.Outcome = outcome(&r.Result)
 			e.reserve(g.b, &r.Result, key(i), start, items[i].Cost)
 			if items[i].Cost > 0 {
+				g.b.record(r.Outcome, key(i), start)
 				decided++
 			}
 		}

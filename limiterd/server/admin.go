@@ -46,6 +46,9 @@ type AdminOptions struct {
 	ReadinessTimeout time.Duration
 	// Logger receives unexpected failures (nil: slog.Default).
 	Logger *slog.Logger
+	// Replica names this replica in the answers of GET /v1/top, for a caller that merges
+	// several (the pod's name, say).
+	Replica string
 }
 
 // Admin serves the admin API of an engine:
@@ -58,6 +61,9 @@ type AdminOptions struct {
 //	GET    /v1/policies                      the loaded policies the caller may list
 //	GET    /v1/clients?policy=...&key=...    a client's state, without consuming anything
 //	DELETE /v1/clients?policy=...&key=...    forget a client's state (204)
+//	GET    /v1/top?policy=...[&by=rejected|admitted][&n=20]
+//	                                         the clients with the most decisions of the last
+//	                                         minutes on this replica (n at most 1,000)
 //
 // policy may be omitted when exactly one policy is loaded. Errors answer {"error": "..."} with
 // the statuses of the decisions API; a store that fails answers 503.
@@ -70,6 +76,7 @@ type AdminOptions struct {
 //	                      /readyz names the failing checks with "failed" and no error, since
 //	                      an error may name a store's address: the kubelet needs the status only
 //	GET /v1/clients       get ratelimitpolicies/clients <name> in the policy's namespace
+//	GET /v1/top           get ratelimitpolicies/clients <name> in the policy's namespace
 //	DELETE /v1/clients    delete ratelimitpolicies/clients <name> in the policy's namespace
 //	/v1/policies          list ratelimitpolicies in a policy's namespace, for each policy listed
 //
@@ -84,6 +91,7 @@ type Admin struct {
 	status  []ReadinessCheck
 	timeout time.Duration
 	log     *slog.Logger
+	replica string
 }
 
 // NewAdmin returns the admin API of e.
@@ -108,6 +116,7 @@ func NewAdmin(e *engine.Engine, opts AdminOptions) *Admin {
 		status:  opts.StatusChecks,
 		timeout: opts.ReadinessTimeout,
 		log:     opts.Logger,
+		replica: opts.Replica,
 	}
 }
 
@@ -141,6 +150,8 @@ func (a *Admin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		a.clients(w, r)
 	case "/v1/policies":
 		a.policies(w, r)
+	case "/v1/top":
+		a.top(w, r)
 	default:
 		writeError(w, http.StatusNotFound, "no such path")
 	}
