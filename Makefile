@@ -249,8 +249,8 @@ bench-grpc: ## Decisions/s and p50/p99 latency of the gRPC (Envoy) API and the H
 	$(GO) test -run '^$$' -bench 'GRPCvsHTTP' -benchtime $(BENCH_TIME) -count 1 ./limiterd/envoyrls -args -bench-workers=$(BENCH_WORKERS)
 
 .PHONY: bench-redis
-bench-redis: ## Decisions/s and p50/p99 on a local redis-server: Store.Decide, the HTTP path single and in batches of 100, and redis-benchmark running the same script, one run.
-	$(GO) test -run '^$$' -bench 'BenchmarkRedis$$' -benchtime 50000x -count 1 ./limiterd/store/redis/
+bench-redis: ## Decisions/s and p50/p99 on a local redis-server: Store.Decide, the HTTP path single and in batches of 100, redis-benchmark running the same script; then per algorithm and stack of two, Redis CPU µs and commands per decision. One run.
+	$(GO) test -run '^$$' -bench '^BenchmarkRedis(Cost)?$$' -benchtime 50000x -count 1 ./limiterd/store/redis/
 
 .PHONY: bench-redis-clients
 bench-redis-clients: ## Compare Redis clients (rueidis, go-redis pool, go-redis autopipeline) running the token-bucket script (a module of its own).

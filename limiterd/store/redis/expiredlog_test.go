@@ -16,11 +16,18 @@ import (
 // limitertest.T0, as the script would have written it for sw, at key.
 func writeExpiredLog(t testing.TB, c *Client, key string, sw *limiter.SlidingWindow, n int) {
 	t.Helper()
+	writeLog(t, c, key, sw, limitertest.T0, n)
+}
+
+// writeLog writes a sliding window's log of n entries, one unit a millisecond from the instant
+// from, as the script would have written it for sw, at key (which must not exist).
+func writeLog(t testing.TB, c *Client, key string, sw *limiter.SlidingWindow, from time.Time, n int) {
+	t.Helper()
 	cn, err := c.get()
 	if err != nil {
 		t.Fatal(err)
 	}
-	args := []string{c.prepare(sw).fp, strconv.FormatInt(limitertest.T0.Unix(), 10), "0"}
+	args := []string{c.prepare(sw).fp, strconv.FormatInt(from.Unix(), 10), "0"}
 	flush := func() {
 		if err := cn.Do(t.Context(), cn.B().Rpush().Key(key).Element(args...).Build()).Error(); err != nil {
 			t.Fatal(err)
@@ -28,7 +35,7 @@ func writeExpiredLog(t testing.TB, c *Client, key string, sw *limiter.SlidingWin
 		args = args[:0]
 	}
 	for i := range n {
-		args = append(args, strconv.Itoa(i*int(time.Millisecond)), strconv.Itoa(i+1))
+		args = append(args, strconv.Itoa(from.Nanosecond()+i*int(time.Millisecond)), strconv.Itoa(i+1))
 		if len(args) >= 2000 {
 			flush()
 		}
