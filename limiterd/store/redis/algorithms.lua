@@ -243,10 +243,12 @@ end
 local function swAdmits(w, c) return c <= w.limit and w.used + c <= w.limit end
 
 -- swHead rewrites the log's header: the entries that left the window dropped, a conversion's
--- fingerprint and base.
+-- fingerprint and base. The entries left are renumbered from 0, as the reply's search reads
+-- them after a refund.
 local function swHead(w)
   redis.call('LPOP', w.k, 3 + 2 * w.first)
   redis.call('LPUSH', w.k, int(w.base), int(w.epoch), w.fp)
+  w.n, w.first = w.n - w.first, 0
 end
 
 -- swAdmit appends the cost c to the log.
