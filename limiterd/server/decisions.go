@@ -78,7 +78,10 @@
 // once, only while its units still count, and only the policy, client and tier it names (see
 // engine.Refund); the units come back clamped to the limit: a token bucket's tokens exactly (to
 // the fraction), a sliding window's newest admitted units still in its window. The answer is
-// 200 with the body and header fields of a peek after the refund. Errors refund nothing: 400
+// 200 with the body and header fields of a peek after the refund, plus "refunded": the units
+// that came back, as the store counted them in the refund (engine.Result.Refunded: how many
+// more units the limit admits right after it than right before), the binding limit's at the
+// top and each limit's in "limits". Errors refund nothing: 400
 // for a malformed request or reservation, or a cost past the reservation's; 403 for a
 // reservation not signed by this service's key, or a policy without refunds; 404 for a policy
 // no longer loaded; 409 for a reservation refunded before, or whose client changed tier; 410
@@ -699,6 +702,10 @@ func appendDecision(b []byte, res *engine.Result, retry bool) []byte {
 			b = append(b, '0')
 		}
 	}
+	if res.Refunded != nil { // a refund's answer: what it gave back (the binding limit's)
+		b = append(b, `,"refunded":`...)
+		b = strconv.AppendInt(b, res.Refunded[res.Binding], 10)
+	}
 	if res.Limits != nil {
 		b = append(b, `,"limits":[`...)
 		for i := range res.Limits {
@@ -718,6 +725,10 @@ func appendDecision(b []byte, res *engine.Result, retry bool) []byte {
 			b = strconv.AppendInt(b, ratelimitheaders.Seconds(l.ResetAfter), 10)
 			b = append(b, `,"resetAfterMs":`...)
 			b = strconv.AppendInt(b, milliseconds(l.ResetAfter), 10)
+			if i < len(res.Refunded) {
+				b = append(b, `,"refunded":`...)
+				b = strconv.AppendInt(b, res.Refunded[i], 10)
+			}
 			b = append(b, '}')
 		}
 		b = append(b, ']')
