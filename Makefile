@@ -52,9 +52,14 @@ build-limiterd: ## Build bin/limiterd only.
 build-kubectl-limiterd: ## Build bin/kubectl-limiterd only, the kubectl plugin (copy it onto your PATH).
 	$(GO) build -trimpath -o $(BIN)/kubectl-limiterd ./cmd/kubectl-limiterd
 
+# Where `make run` serves decisions: loopback only, so that a first run exposes nothing to the
+# network (the decisions API has no authentication). `make run RUN_ADDR=:8080` serves every
+# interface; give --allowed-hosts then (limiterd logs that it answers any Host without it).
+RUN_ADDR ?= 127.0.0.1:8080
+
 .PHONY: run
-run: build-limiterd ## Run limiterd locally: in-memory store, the sample policy, decisions on :8080, admin on :9090.
-	$(BIN)/limiterd --policy-file config/samples/ratelimitpolicy.yaml
+run: build-limiterd ## Run limiterd locally: in-memory store, the sample policy, decisions on 127.0.0.1:8080 (RUN_ADDR), admin on 127.0.0.1:9090.
+	$(BIN)/limiterd --policy-file config/samples/ratelimitpolicy.yaml --addr $(RUN_ADDR)
 
 .PHONY: fmt
 fmt: golangci-lint ## Format the code with the formatters of .golangci.yml (gofmt, goimports).

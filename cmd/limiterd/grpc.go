@@ -174,8 +174,8 @@ func serveGRPC(ctx context.Context, draining <-chan struct{}, addr string, timeo
 	// Past maxConnections, the listener accepts no more until one closes.
 	ln = netutil.LimitListener(ln, limits.maxConnections)
 	srv := grpc.NewServer(append(limits.options(), opts...)...)
-	rlsv3.RegisterRateLimitServiceServer(srv, envoyrls.New(e, log))
-	authv3.RegisterAuthorizationServer(srv, extauthz.New(e, log))
+	envoyrls.Register(srv, envoyrls.New(e, log))
+	envoyrls.RegisterAuthorization(srv, extauthz.New(e, log))
 	healthSrv := health.NewServer()
 	healthSrv.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	healthSrv.SetServingStatus(authv3.Authorization_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)

@@ -432,6 +432,49 @@ func TestServeGRPCRefusesOversizeMessages(t *testing.T) {
 	}
 }
 
+// TestServeGRPCRefusesRequestsPastTheCountsAsInvalid: a request past a count of the server's
+// codec (descriptors, entries, ext_authz header fields) fails with InvalidArgument naming the
+// bound, a fault of the caller. Before, it failed with Internal, which reads as a fault of
+// the server.
+func TestServeGRPCRefusesRequestsPastTheCountsAsInvalid(t *testing.T) {
+	g := startGRPC(t, time.Now, time.Minute)
+	tooMany := &rlsv3.RateLimitRequest{Domain: "default/api"}
+	for range envoyrls.MaxDescriptors + 1 {
+		tooMany.Descriptors = append(tooMany.Descriptors, allowRequest().Descriptors[0])
+	}
+	wide := allowRequest()
+	for range envoyrls.MaxDescriptorEntries {
+		wide.Descriptors[0].Entries = append(wide.Descriptors[0].Entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: "k", Value: "v"})
+	}
+	for _, tc := range []struct {
+		name string
+		req  *rlsv3.RateLimitRequest
+		want error
+	}{
+		{"1,001 descriptors", tooMany, envoyrls.ErrTooManyDescriptors},
+		{"65 entries", wide, envoyrls.ErrTooManyEntries},
+	} {
+		_, err := g.rls.ShouldRateLimit(t.Context(), tc.req)
+		if status.Code(err) != codes.InvalidArgument || status.Convert(err).Message() != tc.want.Error() {
+			t.Errorf("%s: %v, want InvalidArgument %q", tc.name, err, tc.want)
+		}
+	}
+	check := checkRequest("alice")
+	for i := range envoyrls.MaxCheckHeaders {
+		check.Attributes.Request.Http.Headers[fmt.Sprint("x-", i)] = "v"
+	}
+	_, err := authv3.NewAuthorizationClient(g.conn).Check(t.Context(), check)
+	if status.Code(err) != codes.InvalidArgument || status.Convert(err).Message() != envoyrls.ErrTooManyCheckHeaders.Error() {
+		t.Errorf("a check of %d header fields: %v, want InvalidArgument %q", envoyrls.MaxCheckHeaders+1, err, envoyrls.ErrTooManyCheckHeaders)
+	}
+	// Nothing was charged: alice still has her 2 requests.
+	for i := range 2 {
+		if resp, err := g.rls.ShouldRateLimit(t.Context(), allowRequest()); err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("decision %d after the refused requests: %v %v, want OK", i, resp, err)
+		}
+	}
+}
+
 func TestGRPCLimitsFollowTheHTTPFlags(t *testing.T) {
 	cfg, err := parseFlags([]string{"--policy-file", "p.yaml", "--read-timeout", "3s", "--idle-timeout", "7s"}, io.Discard)
 	if err != nil {

@@ -6,6 +6,7 @@
 //
 //	limiterd --policy-file policies.yaml [--policy-file more.yaml] [flags]
 //	limiterd --kubeconfig kubeconfig [--namespace ns] [flags]   (in a pod: neither flag needed)
+//	limiterd --version
 //
 // Run limiterd --help for the flags. It stops gracefully on SIGTERM or SIGINT: /readyz fails at
 // once while every API keeps serving for --shutdown-delay; then it stops accepting connections
@@ -50,7 +51,8 @@ func main() {
 }
 
 // runMain runs limiterd until SIGTERM or SIGINT and returns its exit status: 0 once it has
-// stopped gracefully or printed its usage for --help, 1 on an error, which it prints.
+// stopped gracefully, printed its usage for --help or its version for --version, 1 on an error,
+// which it prints.
 func runMain() int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
@@ -67,6 +69,8 @@ func runMain() int {
 
 // config is what the flags say.
 type config struct {
+	// version: print the version and exit.
+	version         bool
 	policyFiles     []string
 	addr            string
 	allowedHosts    []string
@@ -105,6 +109,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	var cfg config
 	fs := flag.NewFlagSet("limiterd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.BoolVar(&cfg.version, "version", false, "print the version (module version, VCS revision, Go version) and exit")
 	fs.Var((*stringList)(&cfg.policyFiles), "policy-file",
 		"`path` of a policy file: a YAML stream of RateLimitPolicy documents, watched and reloaded on change (repeatable; at least one)")
 	fs.StringVar(&cfg.addr, "addr", ":8080", "`address` of the decisions API")
@@ -134,6 +139,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	cfg.tls.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return config{}, fmt.Errorf("parse flags: %w", err) // still flag.ErrHelp for errors.Is after --help
+	}
+	if cfg.version { // nothing else is checked: --version answers whatever else is given
+		return cfg, nil
 	}
 	if err := cfg.http.check(); err != nil {
 		return config{}, err
@@ -181,10 +189,14 @@ type hooks struct {
 }
 
 // run runs limiterd until ctx is done, then shuts it down gracefully. Logs (JSON) and usage go
-// to stderr; nothing is written to stdout.
-func run(ctx context.Context, args []string, _, stderr io.Writer) error {
+// to stderr; only --version writes to stdout, the version, and then returns.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg, err := parseFlags(args, stderr)
 	if err != nil {
+		return err
+	}
+	if cfg.version {
+		_, err := fmt.Fprintln(stdout, "limiterd", buildVersion())
 		return err
 	}
 	return serve(ctx, cfg, stderr, hooks{klogToLog: true})
@@ -374,7 +386,7 @@ func serve(ctx context.Context, cfg config, stderr io.Writer, h hooks) error {
 	if set := d.engine.Policies(); set != nil {
 		policies = set.Len()
 	}
-	log.Info("limiterd serving", "addr", decisionsLn.Addr().String(), "admin_addr", adminLn.Addr().String(),
+	log.Info("limiterd serving", "version", buildVersion(), "addr", decisionsLn.Addr().String(), "admin_addr", adminLn.Addr().String(),
 		"policies", policies, "max_clients", cfg.maxClients, "admin_auth", d.adminAuth.Mode())
 	if h.listening != nil {
 		h.listening(decisionsLn.Addr(), adminLn.Addr())

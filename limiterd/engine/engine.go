@@ -122,6 +122,11 @@ type Result struct {
 	// (not a dry-run tier's rejection) and the store decided it (no StoreError), unless every
 	// unit refills within a nanosecond (nothing could ever be refunded); "" otherwise.
 	Reservation string
+	// Refunded is set on Refund's answer only (nil otherwise): what the refund gave back to
+	// each limit of the tier, in its order (one for a tier of one limit), as the store counted
+	// it in the refund's atomic step (limiter.Request.Refunded): how many more units the
+	// limit admits right after the refund than right before it.
+	Refunded []int64
 }
 
 // Observer records decisions, typically as metrics. Tier is called when a policy is swapped in,
@@ -738,7 +743,8 @@ func (e *Engine) Refund(ctx context.Context, token string, amount int64) (Result
 	}
 	r := Result{Policy: b.policy, Tier: tier, Outcome: Allowed}
 	r.Limits = limitDecisions(tier)
-	req := limiter.Request{Key: rsv.Key, Stack: tier.Stack, Cost: amount, Limits: r.Limits}
+	r.Refunded = make([]int64, tier.Stack.Len())
+	req := limiter.Request{Key: rsv.Key, Stack: tier.Stack, Cost: amount, Limits: r.Limits, Refunded: r.Refunded}
 	// Once.Cost bounds each limit's refund to what of the charge has not refilled since it.
 	r.Decision, err = b.store.Refund(ctx, req, now, limiter.Once{ID: rsv.ID, Until: rsv.Until, Issued: rsv.At, Cost: rsv.Cost})
 	switch {

@@ -89,7 +89,7 @@ func BenchmarkGRPCvsHTTP(b *testing.B) {
 	grpcTarget := func(service rlsv3.RateLimitServiceServer, opts ...grpc.ServerOption) func(ctx context.Context, key string) error {
 		ln := listenLoopback(b)
 		srv := grpc.NewServer(opts...)
-		rlsv3.RegisterRateLimitServiceServer(srv, service)
+		Register(srv, service)
 		go func() { _ = srv.Serve(ln) }()
 		b.Cleanup(srv.Stop)
 		conn, err := grpc.NewClient("passthrough:///"+ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))

@@ -28,7 +28,7 @@ func dialLoopback(t testing.TB, e *engine.Engine) rlsv3.RateLimitServiceClient {
 		t.Fatal(err)
 	}
 	srv := grpc.NewServer()
-	rlsv3.RegisterRateLimitServiceServer(srv, New(e, nil))
+	Register(srv, New(e, nil))
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))

@@ -45,7 +45,8 @@ const (
 )
 
 // Errors of a request the Codec refuses as it decodes. grpc-go answers a request its codec
-// cannot decode with the status Internal, whose message holds the error's text.
+// cannot decode with the status Internal, whose message holds the error's text; a service
+// registered with Register (RegisterAuthorization) answers these bounds with InvalidArgument.
 var (
 	// ErrTooManyDescriptors is the error of a request with more than MaxDescriptors descriptors.
 	ErrTooManyDescriptors = fmt.Errorf("envoyrls: the request has more than %d descriptors", MaxDescriptors)
@@ -92,7 +93,24 @@ func (Codec) Marshal(v any) (mem.BufferSlice, error) {
 // Unmarshal decodes data into v: a *rlsv3.RateLimitRequest with DecodeRateLimitRequest, any
 // other message with grpc-go's proto codec, an ext_authz *authv3.CheckRequest once
 // CheckHeaders has found it within MaxCheckHeaders.
-func (Codec) Unmarshal(data mem.BufferSlice, v any) error {
+func (c Codec) Unmarshal(data mem.BufferSlice, v any) error {
+	// Register's messages: a refusal past a bound is recorded in the message, and not returned,
+	// for the method's handler to answer InvalidArgument (grpc-go answers an error of the codec
+	// with Internal at once).
+	switch b := v.(type) {
+	case *boundedRequest:
+		err := c.Unmarshal(data, b.RateLimitRequest)
+		if errors.Is(err, ErrTooManyDescriptors) || errors.Is(err, ErrTooManyEntries) {
+			b.err, err = err, nil
+		}
+		return err
+	case *boundedCheck:
+		err := c.Unmarshal(data, b.CheckRequest)
+		if errors.Is(err, ErrTooManyCheckHeaders) {
+			b.err, err = err, nil
+		}
+		return err
+	}
 	req, ok := v.(*rlsv3.RateLimitRequest)
 	if !ok {
 		if _, check := v.(*authv3.CheckRequest); check {

@@ -39,6 +39,12 @@ func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
 // nil) and returns a connection to it, both closed when the test ends.
 func serveLoopback(t testing.TB, e *engine.Engine, opts []grpc.ServerOption) *grpc.ClientConn {
 	t.Helper()
+	return serveLoopbackWith(t, e, opts, func(srv *grpc.Server, s *Service) { Register(srv, s) })
+}
+
+// serveLoopbackWith is serveLoopback registering the service with register.
+func serveLoopbackWith(t testing.TB, e *engine.Engine, opts []grpc.ServerOption, register func(*grpc.Server, *Service)) *grpc.ClientConn {
+	t.Helper()
 	if opts == nil {
 		opts = ServerOptions()
 	}
@@ -47,7 +53,7 @@ func serveLoopback(t testing.TB, e *engine.Engine, opts []grpc.ServerOption) *gr
 		t.Fatal(err)
 	}
 	srv := grpc.NewServer(opts...)
-	rlsv3.RegisterRateLimitServiceServer(srv, New(e, nil))
+	register(srv, New(e, nil))
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	conn, err := grpc.NewClient("passthrough:///"+ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -132,17 +138,25 @@ func TestServerRefusesRequestsPastTheBounds(t *testing.T) {
 	if err != nil || len(resp.GetStatuses()) != MaxDescriptors {
 		t.Fatalf("%d descriptors: %d statuses, %v", MaxDescriptors, len(resp.GetStatuses()), err)
 	}
+	// Refused by the codec, with InvalidArgument (Register's), not Internal (grpc-go's answer to
+	// a codec's error, which reads as a fault of the server).
 	_, err = shouldRateLimitRaw(t.Context(), conn, manyDescriptors(MaxDescriptors+1))
-	if err == nil || !strings.Contains(err.Error(), ErrTooManyDescriptors.Error()) {
-		t.Errorf("%d descriptors: %v, want %v", MaxDescriptors+1, err, ErrTooManyDescriptors)
+	if status.Code(err) != codes.InvalidArgument || status.Convert(err).Message() != ErrTooManyDescriptors.Error() {
+		t.Errorf("%d descriptors: %v, want InvalidArgument %v", MaxDescriptors+1, err, ErrTooManyDescriptors)
 	}
 	kv := make([]string, 0, 2*(MaxDescriptorEntries+1))
 	for range MaxDescriptorEntries + 1 {
 		kv = append(kv, "k", "v")
 	}
 	_, err = shouldRateLimitRaw(t.Context(), conn, wireRequest("default/api", wireDescriptor(kv...)))
-	if err == nil || !strings.Contains(err.Error(), ErrTooManyEntries.Error()) {
-		t.Errorf("%d entries: %v, want %v", MaxDescriptorEntries+1, err, ErrTooManyEntries)
+	if status.Code(err) != codes.InvalidArgument || status.Convert(err).Message() != ErrTooManyEntries.Error() {
+		t.Errorf("%d entries: %v, want InvalidArgument %v", MaxDescriptorEntries+1, err, ErrTooManyEntries)
+	}
+	// Registered the generated way, the same refusal is grpc-go's Internal: what Register is for.
+	generated := serveLoopbackWith(t, e, nil, func(srv *grpc.Server, s *Service) { rlsv3.RegisterRateLimitServiceServer(srv, s) })
+	_, err = shouldRateLimitRaw(t.Context(), generated, manyDescriptors(MaxDescriptors+1))
+	if status.Code(err) != codes.Internal || !strings.Contains(err.Error(), ErrTooManyDescriptors.Error()) {
+		t.Errorf("%d descriptors, registered the generated way: %v, want Internal %v", MaxDescriptors+1, err, ErrTooManyDescriptors)
 	}
 	// A message past MaxRequestBytes is refused from its length.
 	big := wireRequest("default/api", wireDescriptor("client", strings.Repeat("x", MaxRequestBytes)))

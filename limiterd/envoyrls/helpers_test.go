@@ -44,7 +44,7 @@ func dial(t testing.TB, e *engine.Engine) rlsv3.RateLimitServiceClient {
 	t.Helper()
 	ln := bufconn.Listen(1 << 20)
 	srv := grpc.NewServer(ServerOptions()...)
-	rlsv3.RegisterRateLimitServiceServer(srv, New(e, nil))
+	Register(srv, New(e, nil))
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	conn, err := grpc.NewClient("passthrough:///bufconn",

@@ -50,7 +50,7 @@ func serveHeld(t *testing.T, h heldRLS, conns int) []*grpc.ClientConn {
 		t.Fatal(err)
 	}
 	srv := grpc.NewServer(ServerOptions()...)
-	rlsv3.RegisterRateLimitServiceServer(srv, h)
+	Register(srv, h)
 	healthpb.RegisterHealthServer(srv, health.NewServer())
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
@@ -273,7 +273,7 @@ func TestCallsThatNeverReachTheServiceReleaseTheirSlots(t *testing.T) {
 	oversize := bytes.Repeat([]byte{0}, MaxRequestBytes+1)
 	for i := range MaxCallsInFlight + 10 {
 		var err error
-		switch want := codes.Internal; i % 3 {
+		switch want := codes.InvalidArgument; i % 3 {
 		case 0:
 			_, err = shouldRateLimitRaw(t.Context(), conn, refused)
 			if status.Code(err) != want {

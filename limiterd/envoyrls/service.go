@@ -69,8 +69,9 @@
 // (256) calls at once over all its connections, and refuses one past it with
 // ResourceExhausted before reading its message; Envoy treats that as any failed call, so its
 // failure_mode_deny decides, as for an HTTP 503. Served with ServerOptions, the server's Codec refuses a request past a count
-// as it reads it, before it allocates any of its messages (the call fails with Internal, the
-// code grpc-go gives a request its codec refuses, and the message names the bound), and
+// as it reads it, before it allocates any of its messages: registered with Register, the call
+// fails with InvalidArgument and a message naming the bound (registered the generated way,
+// with Internal, the code grpc-go gives any error of a codec, which reads as a server fault), and
 // grpc-go refuses a larger message with ResourceExhausted from its length alone; through
 // another codec, the service refuses past a count with InvalidArgument. The Codec keeps
 // strings as sent: a descriptor's keys and values (and the domain) need not be UTF-8, as

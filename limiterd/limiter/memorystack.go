@@ -97,6 +97,9 @@ func (m *Memory) applyStack(key string, st *Stack, now time.Time, cost int64, o 
 	out = out[:n]
 	key = storedKey(key)
 	sh, _ := m.shard(key, o == opDecide)
+	if g != nil && g.refunded != nil {
+		clear(g.refunded[:n]) // a limit that keeps nothing to refund gives nothing back
+	}
 	if sh == nil { // the store never decided: every limit is fresh
 		if o == opRefund && !m.admitRefund(key, g, now) {
 			return false
@@ -160,15 +163,22 @@ func (m *Memory) applyStack(key string, st *Stack, now time.Time, cost int64, o 
 		}
 		for i, rl := range st.limits {
 			l := &limits[i]
+			var before Decision
 			switch {
 			case !l.tracked:
 				out[i] = peek(rl, &l.s, now) // nothing to refund
+				continue
 			case l.w != nil:
+				before = peek(rl, l.w, now)
 				out[i] = refund(rl, l.w, now, cost, once) // the log only shrinks: its capacity stays
 			default:
+				before = peek(rl, &l.s, now)
 				was, prev := l.s.stamp, sh.buckets.slots[l.slot].state.by
 				out[i] = refund(rl, &l.s, now, cost, once)
 				sh.buckets.slots[l.slot].state = sh.pack(&l.s, was, prev)
+			}
+			if g != nil && g.refunded != nil {
+				g.refunded[i] = max(0, out[i].Remaining-before.Remaining)
 			}
 		}
 		return false

@@ -206,7 +206,7 @@ func (m *Memory) Refund(_ context.Context, req Request, now time.Time, once Once
 	// The stack path for every stack, one limit included (TestApplyOneMatchesStack holds the
 	// two paths to one answer): the gate stays off applyOne, the decisions' fast path.
 	var (
-		g      = refundGate{once: once}
+		g      = refundGate{once: once, refunded: req.Refunded}
 		limits [MaxStack]stackLimit
 		own    [MaxStack]Decision
 	)
@@ -227,6 +227,9 @@ func (m *Memory) Refund(_ context.Context, req Request, now time.Time, once Once
 type refundGate struct {
 	once Once
 	err  error // why the gate refused
+	// refunded, unless nil, receives what the refund gave back to each limit
+	// (Request.Refunded).
+	refunded []int64
 }
 
 // admitRefund passes the gate g (nil: none) of a refund for the client whose stored key is key,

@@ -26,7 +26,8 @@ type Store interface {
 	// req.Key, each as RateLimiter.Refund does (clamped to its own limit; with once.Cost > 0, a
 	// token bucket gets back at most what of that charge it has not refilled since once.Issued,
 	// at now: TokenBucket.RefundInterval), and answers as
-	// Decide would for a peek after it (writing to req.Limits unless nil), unless a refund of
+	// Decide would for a peek after it (writing to req.Limits unless nil, and what each limit
+	// gave back to req.Refunded unless nil), unless a refund of
 	// once.ID was made before: then it returns ErrRefunded and refunds nothing. The check, the
 	// record of once.ID and the refund are one atomic step; the record is kept at least until
 	// once.Until and RefundRecordGrace more. A refund of a charge made (once.Issued) at or
@@ -77,6 +78,12 @@ type Request struct {
 	Stack  *Stack
 	Cost   int64
 	Limits []Decision
+	// Refunded, unless nil, receives from Store.Refund what the refund gave back to each limit
+	// (len(Refunded) must be at least Stack.Len()): how many more units the limit admits right
+	// after the refund than right before it, in the same atomic step. A token bucket's fraction
+	// of a token counts once it completes a whole one; a limit clamped at its limit counts what
+	// fitted; a limit that kept nothing to refund counts 0.
+	Refunded []int64
 }
 
 // Answer is a store's answer to one Request of a batch: the Decision, or the error Decide would

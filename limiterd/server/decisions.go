@@ -57,8 +57,15 @@
 // "retryAfterMs":0 and no Retry-After, and consumes nothing; the other fields describe the
 // client's state as it is. A tier without a limit (Unlimited) answers 200 with "limit" and
 // "remaining" null and no RateLimit fields, since it has no quota to advertise. A dry-run tier always answers
-// 200; its fields describe the decision that would have been enforced. The answer never says
-// which algorithm decided.
+// 200 with "allowed":true and never Retry-After; its other fields (limit, remaining, resets,
+// RateLimit) describe the state as enforcing it would, and it adds
+//
+//	"dryRun":true,"wouldAllow":false,"wouldRetryAfterSeconds":2,"wouldRetryAfterMs":1500
+//
+// and the header field Limiterd-Dry-Run: would-reject (would-allow when it would have admitted
+// the request): wouldAllow is the decision enforcing the tier would have made, and the would
+// retry fields its retry time (0 when it would admit, or when no wait would). The answer never
+// says which algorithm decided.
 //
 // # Refunds
 //
@@ -71,7 +78,10 @@
 // once, only while its units still count, and only the policy, client and tier it names (see
 // engine.Refund); the units come back clamped to the limit: a token bucket's tokens exactly (to
 // the fraction), a sliding window's newest admitted units still in its window. The answer is
-// 200 with the body and header fields of a peek after the refund. Errors refund nothing: 400
+// 200 with the body and header fields of a peek after the refund, plus "refunded": the units
+// that came back, as the store counted them in the refund (engine.Result.Refunded: how many
+// more units the limit admits right after it than right before), the binding limit's at the
+// top and each limit's in "limits". Errors refund nothing: 400
 // for a malformed request or reservation, or a cost past the reservation's; 403 for a
 // reservation not signed by this service's key, or a policy without refunds; 404 for a policy
 // no longer loaded; 409 for a reservation refunded before, or whose client changed tier; 410
@@ -183,6 +193,9 @@ var (
 	allowGet        = []string{"GET"}
 	allowGetDelete  = []string{"GET, DELETE"}
 	noSniff         = []string{"nosniff"}
+	// The Limiterd-Dry-Run values of a dry-run tier's answer.
+	dryRunWouldAllow  = []string{"would-allow"}
+	dryRunWouldReject = []string{"would-reject"}
 )
 
 // Canonical header keys, so values can be set on the map directly.
@@ -190,6 +203,7 @@ const (
 	headerRateLimitPolicy = ratelimitheaders.RateLimitPolicy
 	headerRateLimit       = ratelimitheaders.RateLimit
 	headerRetryAfter      = ratelimitheaders.RetryAfter
+	headerDryRun          = "Limiterd-Dry-Run"
 )
 
 // Decisions serves the decisions API for an engine.
@@ -625,6 +639,13 @@ func writeAnswer(w http.ResponseWriter, res *engine.Result, status int) {
 		}
 		b = b[:0]
 	}
+	if res.Tier.DryRun {
+		if res.Outcome == engine.DryRunRejected {
+			h[headerDryRun] = dryRunWouldReject
+		} else {
+			h[headerDryRun] = dryRunWouldAllow
+		}
+	}
 	b = appendDecision(b, res, retry)
 	b = append(b, '\n')
 	buf.b = b
@@ -662,6 +683,29 @@ func appendDecision(b []byte, res *engine.Result, retry bool) []byte {
 	} else {
 		b = append(b, '0')
 	}
+	if res.Tier.DryRun {
+		// A dry-run tier admits every request: say so, and what enforcing it would answer.
+		wouldAllow := res.Outcome != engine.DryRunRejected
+		wouldRetry := !wouldAllow && res.RetryAfter > 0
+		b = append(b, `,"dryRun":true,"wouldAllow":`...)
+		b = strconv.AppendBool(b, wouldAllow)
+		b = append(b, `,"wouldRetryAfterSeconds":`...)
+		if wouldRetry {
+			b = ratelimitheaders.AppendRetryAfter(b, res.RetryAfter)
+		} else {
+			b = append(b, '0')
+		}
+		b = append(b, `,"wouldRetryAfterMs":`...)
+		if wouldRetry {
+			b = strconv.AppendInt(b, milliseconds(res.RetryAfter), 10)
+		} else {
+			b = append(b, '0')
+		}
+	}
+	if res.Refunded != nil { // a refund's answer: what it gave back (the binding limit's)
+		b = append(b, `,"refunded":`...)
+		b = strconv.AppendInt(b, res.Refunded[res.Binding], 10)
+	}
 	if res.Limits != nil {
 		b = append(b, `,"limits":[`...)
 		for i := range res.Limits {
@@ -681,6 +725,10 @@ func appendDecision(b []byte, res *engine.Result, retry bool) []byte {
 			b = strconv.AppendInt(b, ratelimitheaders.Seconds(l.ResetAfter), 10)
 			b = append(b, `,"resetAfterMs":`...)
 			b = strconv.AppendInt(b, milliseconds(l.ResetAfter), 10)
+			if i < len(res.Refunded) {
+				b = append(b, `,"refunded":`...)
+				b = strconv.AppendInt(b, res.Refunded[i], 10)
+			}
 			b = append(b, '}')
 		}
 		b = append(b, ']')

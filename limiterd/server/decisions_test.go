@@ -11,6 +11,7 @@ import (
 
 	"github.com/limiterd/limiterd/api/v1alpha1"
 	"github.com/limiterd/limiterd/internal/testsupport"
+	"github.com/limiterd/limiterd/limiterd/engine"
 )
 
 func TestAllowTokenBucketAnswersAndHeaders(t *testing.T) {
@@ -157,6 +158,56 @@ func TestAllowDryRunTierAlwaysAdmits(t *testing.T) {
 	}
 	if got := a.header.Get("RateLimit"); got != `"shadow";r=0;t=60` {
 		t.Errorf("RateLimit = %q, want the enforced-would-be state", got)
+	}
+}
+
+// TestAllowDryRunTierSaysWhatItWouldDo: a dry-run tier's answer admits (200, "allowed":true, no
+// Retry-After) and says that it is a dry run and what enforcing the tier would have answered:
+// "wouldAllow" and the would-be retry time in the body, Limiterd-Dry-Run in the header. Before,
+// a would-be rejection answered "allowed":true and retry 0 with no hint of it. A batch item
+// says it too.
+func TestAllowDryRunTierSaysWhatItWouldDo(t *testing.T) {
+	tier := testsupport.TokenBucketTier("shadow", 1, 1, time.Minute)
+	tier.DryRun = true
+	h := NewDecisions(newEngine(t, testsupport.NewClock(), newPolicy("api", tier)), nil)
+	for i, want := range []struct{ body, header string }{
+		{`{"allowed":true,"limit":1,"remaining":0,"resetAfterSeconds":60,"retryAfterSeconds":0,"resetAfterMs":60000,"retryAfterMs":0,` +
+			`"dryRun":true,"wouldAllow":true,"wouldRetryAfterSeconds":0,"wouldRetryAfterMs":0}`, "would-allow"},
+		{`{"allowed":true,"limit":1,"remaining":0,"resetAfterSeconds":60,"retryAfterSeconds":0,"resetAfterMs":60000,"retryAfterMs":0,` +
+			`"dryRun":true,"wouldAllow":false,"wouldRetryAfterSeconds":60,"wouldRetryAfterMs":60000}`, "would-reject"},
+	} {
+		a := serve(t, h, http.MethodPost, "/v1/allow", `{"key":"k"}`)
+		if a.status != 200 || strings.TrimSpace(a.body) != want.body || a.header.Get("Retry-After") != "" {
+			t.Errorf("request %d: %d %s Retry-After %q, want 200 %s", i, a.status, a.body, a.header.Get("Retry-After"), want.body)
+		}
+		if got := a.header.Get("Limiterd-Dry-Run"); got != want.header {
+			t.Errorf("request %d: Limiterd-Dry-Run %q, want %q", i, got, want.header)
+		}
+	}
+	a := serve(t, h, http.MethodPost, "/v1/allow:batch", `{"items":[{"key":"k"}]}`)
+	if a.status != 200 || !strings.Contains(a.body, `"allowed":true`) || !strings.Contains(a.body, `"dryRun":true,"wouldAllow":false,"wouldRetryAfterSeconds":60,`) {
+		t.Errorf("batch: %d %s, want the item's would-be rejection", a.status, a.body)
+	}
+	// An enforced tier's answer has none of it.
+	enforced := NewDecisions(newEngine(t, testsupport.NewClock(), newPolicy("api", testsupport.TokenBucketTier("standard", 1, 1, time.Minute))), nil)
+	if a := serve(t, enforced, http.MethodPost, "/v1/allow", `{"key":"k"}`); strings.Contains(a.body, "dryRun") || strings.Contains(a.body, "would") || a.header.Get("Limiterd-Dry-Run") != "" {
+		t.Errorf("enforced tier: %s %v, want no dry-run fields", a.body, a.header)
+	}
+}
+
+// TestAppendDecisionDryRunAllocatesNothing: the dry-run fields keep the answer's body free of
+// allocations.
+func TestAppendDecisionDryRunAllocatesNothing(t *testing.T) {
+	tier := testsupport.TokenBucketTier("shadow", 1, 1, time.Minute)
+	tier.DryRun = true
+	e := newEngine(t, testsupport.NewClock(), newPolicy("api", tier))
+	res, err := e.Decide(t.Context(), "", "k", 2)
+	if err != nil || res.Outcome != engine.DryRunRejected {
+		t.Fatalf("Decide: %v %v, want a dry-run rejection", res.Outcome, err)
+	}
+	b := make([]byte, 0, 1024)
+	if n := testing.AllocsPerRun(100, func() { b = appendDecision(b[:0], &res, false) }); n != 0 {
+		t.Errorf("appendDecision of a dry-run rejection: %v allocations, want 0", n)
 	}
 }
 

@@ -364,3 +364,81 @@ func TestRefundAfterAdminReset(t *testing.T) {
 		t.Fatalf("refund of the reservation from after the reset: %d %s, want 200 and 4 remaining", a.status, a.body)
 	}
 }
+
+// TestRefundSaysWhatCameBack: a refund's answer says how many units came back, "refunded", as
+// the store counted them in the refund (how many more units the client may spend right after it
+// than right before), and a stack's says it per limit too. Before, the answer said nothing of
+// it, and a refund that gave back less than it asked looked like one that gave it all.
+func TestRefundSaysWhatCameBack(t *testing.T) {
+	clock := testsupport.NewClock()
+	// 10 tokens, 1 a second.
+	h := NewDecisions(newEngine(t, clock, withRefunds(newPolicy("api", testsupport.TokenBucketTier("standard", 10, 10, 10*time.Second)))), nil)
+	reserve := func(key string, cost int) string {
+		t.Helper()
+		a := serve(t, h, http.MethodPost, "/v1/allow", `{"key":"`+key+`","cost":`+strconv.Itoa(cost)+`}`)
+		if a.status != 200 || strings.Contains(a.body, "refunded") {
+			t.Fatalf("reserve %d: %d %s, want 200 without refunded", cost, a.status, a.body)
+		}
+		return reservationOf(t, a.body)
+	}
+	refund := func(rsv, cost string) answer {
+		t.Helper()
+		body := `{"reservation":"` + rsv + `"}`
+		if cost != "" {
+			body = `{"reservation":"` + rsv + `","cost":` + cost + `}`
+		}
+		a := serve(t, h, http.MethodPost, "/v1/refund", body)
+		if a.status != 200 {
+			t.Fatalf("refund: %d %s", a.status, a.body)
+		}
+		return a
+	}
+	// All of 10, at once: all of it.
+	if a := refund(reserve("a", 10), ""); !strings.Contains(a.body, `"remaining":10,`) || !strings.HasSuffix(strings.TrimSpace(a.body), `,"refunded":10}`) {
+		t.Errorf("a prompt refund of 10: %s, want remaining 10 and refunded 10", a.body)
+	}
+	// Part of a reservation: that part.
+	if a := refund(reserve("b", 4), "1"); !strings.Contains(a.body, `"remaining":7,`) || !strings.HasSuffix(strings.TrimSpace(a.body), `,"refunded":1}`) {
+		t.Errorf("a refund of 1 of 4: %s, want remaining 7 and refunded 1", a.body)
+	}
+	// A bucket in debt: of 5 asked 2 s after the charge, the 2 s it refilled since do not come
+	// back: 3 do, and the answer says 3.
+	reserve("c", 5)
+	late := reserve("c", 5)
+	clock.Advance(2 * time.Second)
+	if a := refund(late, "5"); !strings.Contains(a.body, `"remaining":5,`) || !strings.HasSuffix(strings.TrimSpace(a.body), `,"refunded":3}`) {
+		t.Errorf("a refund of 5, 2 s late on an empty bucket: %s, want remaining 5 and refunded 3", a.body)
+	}
+
+	// A stack: per limit, and the binding limit's at the top.
+	stack := v1alpha1.Tier{Name: "standard", Limits: []v1alpha1.Limit{
+		{Name: "burst", Algorithm: v1alpha1.AlgorithmTokenBucket, TokenBucket: testsupport.TokenBucketTier("x", 10, 1, time.Hour).TokenBucket},
+		{Name: "daily", Algorithm: v1alpha1.AlgorithmTokenBucket, TokenBucket: testsupport.TokenBucketTier("x", 20, 1, time.Hour).TokenBucket},
+	}}
+	h = NewDecisions(newEngine(t, clock, withRefunds(newPolicy("api", stack))), nil)
+	a := refund(reserve("d", 8), "5")
+	var v struct {
+		Remaining int64  `json:"remaining"`
+		Refunded  *int64 `json:"refunded"`
+		Limits    []struct {
+			Name      string `json:"name"`
+			Remaining int64  `json:"remaining"`
+			Refunded  *int64 `json:"refunded"`
+		} `json:"limits"`
+	}
+	if err := json.Unmarshal([]byte(a.body), &v); err != nil {
+		t.Fatalf("stack refund %s: %v", a.body, err)
+	}
+	if v.Refunded == nil || *v.Refunded != 5 || v.Remaining != 7 || len(v.Limits) != 2 {
+		t.Fatalf("stack refund: %s, want remaining 7 and refunded 5", a.body)
+	}
+	for _, l := range v.Limits {
+		if l.Refunded == nil || *l.Refunded != 5 {
+			t.Errorf("stack refund, limit %s: %s, want refunded 5", l.Name, a.body)
+		}
+	}
+	// A peek of the stack says nothing of refunds.
+	if a := serve(t, h, http.MethodPost, "/v1/allow", `{"key":"d","cost":0}`); strings.Contains(a.body, "refunded") {
+		t.Errorf("a peek: %s, want no refunded", a.body)
+	}
+}

@@ -112,8 +112,12 @@ func TestStackedTierPeekRefundLegacyAndAdmin(t *testing.T) {
 		t.Errorf("legacy fields of a peek: %v, want the binding limit's", a.header)
 	}
 	a = serve(t, h, http.MethodPost, "/v1/refund", `{"reservation":"`+rsv+`","cost":1}`)
-	if a.status != 200 || !strings.HasSuffix(strings.TrimSpace(a.body), `"limits":[`+limitJSON("burst", true, 2, 1, time.Second)+","+
-		limitJSON("daily", true, 3, 2, 30*time.Minute)+"]}") || a.header.Get("RateLimit") != `"paid/burst";r=1;t=1` {
+	// A refund's answer says what came back: the binding limit's, and each limit's.
+	refunded := func(limit string, n int) string {
+		return strings.TrimSuffix(limit, "}") + `,"refunded":` + strconv.Itoa(n) + "}"
+	}
+	if a.status != 200 || !strings.HasSuffix(strings.TrimSpace(a.body), `"refunded":1,"limits":[`+refunded(limitJSON("burst", true, 2, 1, time.Second), 1)+","+
+		refunded(limitJSON("daily", true, 3, 2, 30*time.Minute), 1)+"]}") || a.header.Get("RateLimit") != `"paid/burst";r=1;t=1` {
 		t.Fatalf("a refund: %d %s %v", a.status, a.body, a.header)
 	}
 	if a := serve(t, h, http.MethodPost, "/v1/allow", `{"key":"svc"}`); strings.Contains(a.body, "limits") || a.header.Get("RateLimit-Policy") != "" {

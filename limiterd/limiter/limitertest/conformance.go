@@ -558,6 +558,40 @@ func Refund(store limiter.Store, key string, st *limiter.Stack, at time.Time, am
 		limiter.Once{ID: id, Until: at.Add(time.Hour)})
 }
 
+// refundChecked is Refund, for runners that make one call at a time on a key: it also checks
+// what the store says each limit gave back (Request.Refunded) against a peek just before the
+// refund, at the same instant: the limit's remaining units after it less those before, at most
+// the amount.
+func refundChecked(t *testing.T, step int, store limiter.Store, key string, st *limiter.Stack, at time.Time, amount int64, limits []limiter.Decision) (limiter.Decision, error) {
+	t.Helper()
+	before := make([]limiter.Decision, st.Len())
+	if _, err := store.Decide(context.Background(), key, st, at, 0, before); err != nil {
+		t.Fatalf("step %d: peek before the refund: %v", step, err)
+	}
+	after := limits
+	if after == nil {
+		after = make([]limiter.Decision, st.Len())
+	}
+	refunded := make([]int64, st.Len())
+	for i := range refunded {
+		refunded[i] = -1 // the store must write every limit's
+	}
+	var id [16]byte
+	binary.BigEndian.PutUint64(id[8:], refundIDs.Add(1))
+	d, err := store.Refund(context.Background(), limiter.Request{Key: key, Stack: st, Cost: amount, Limits: after, Refunded: refunded}, at,
+		limiter.Once{ID: id, Until: at.Add(time.Hour)})
+	if err != nil {
+		return d, err
+	}
+	for i := range refunded {
+		if want := after[i].Remaining - before[i].Remaining; refunded[i] != want || refunded[i] < 0 || refunded[i] > amount {
+			t.Errorf("step %d: refund of %d, limit %d: refunded %d, want %d (remaining %d before, %d after)",
+				step, amount, i, refunded[i], want, before[i].Remaining, after[i].Remaining)
+		}
+	}
+	return d, nil
+}
+
 // stepStack returns the stack a step decides by, and the step as checked: a Single step decides
 // by the stack of its one limit and answers as that limit.
 func stepStack(st *limiter.Stack, s StackStep) (*limiter.Stack, StackStep) {
@@ -585,7 +619,7 @@ func runCalls(t *testing.T, store limiter.Store, c StackCase) {
 			op  = "decide"
 		)
 		if s.Refund > 0 {
-			got, err = Refund(store, key, stepSt, T0.Add(s.At), s.Refund, limits)
+			got, err = refundChecked(t, i, store, key, stepSt, T0.Add(s.At), s.Refund, limits)
 			op = "refund"
 		} else {
 			if s.Peek {
@@ -646,7 +680,7 @@ func runBatch(t *testing.T, store limiter.Store, c StackCase) {
 			var d limiter.Decision
 			var err error
 			if s.Refund > 0 {
-				d, err = Refund(store, key, stepSt, T0.Add(s.At), s.Refund, limits)
+				d, err = refundChecked(t, i, store, key, stepSt, T0.Add(s.At), s.Refund, limits)
 			} else {
 				d, err = store.Decide(context.Background(), key, stepSt, T0.Add(s.At), cost, limits)
 			}
@@ -657,7 +691,7 @@ func runBatch(t *testing.T, store limiter.Store, c StackCase) {
 		case s.Refund > 0:
 			flush()
 			limits := make([]limiter.Decision, st.Len())
-			d, err := Refund(store, key, st, T0.Add(s.At), s.Refund, limits)
+			d, err := refundChecked(t, i, store, key, st, T0.Add(s.At), s.Refund, limits)
 			if err != nil {
 				t.Fatalf("step %d (refund): %v", i, err)
 			}

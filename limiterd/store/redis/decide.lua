@@ -24,7 +24,9 @@
 --          OUTCOME_CONVERT, STATE_RAW and a token bucket's state Go must convert first), a
 --          quota's count decided on (qtReply, as a token bucket's). OUTCOME_PERIOD, with nothing
 --          written: a decision would start a quota's period at a now outside the bounds passed;
---          Go passes those of the period that holds NOW, and calls again.
+--          Go passes those of the period that holds NOW, and calls again. OUTCOME_REFUNDED
+--          adds one element a limit after the blocks: what a sliding window's refund added to
+--          its remaining units (0 for the other algorithms).
 --
 -- A decision reads every limit, then writes every limit's new state if every limit admits the
 -- cost (replacing a state that another algorithm left under a limit's key, whose used units it
@@ -166,10 +168,15 @@ end
 
 if mode == MODE_REFUND then
   -- Another algorithm's state, converted, has nothing to refund: answered as a peek, unwritten
-  -- (as limiter.Memory).
+  -- (as limiter.Memory). After the limits' blocks, one element a limit: the units a sliding
+  -- window's refund added to its remaining ones (0 for the others: Go refunds those on the
+  -- state before, and counts them).
   reply[REPLY_OUTCOME] = OUTCOME_REFUNDED
+  local gained = REPLY_LIMITS - 1 + n * LIMIT_REPLY
+  reply[gained + n + 1] = nil
   for i = 1, n do
     local l = limits[i]
+    reply[gained + i] = 0
     if l.tb then
       tbReply(reply, at[i], l) -- the state before the refund: Go refunds on it as Refund does
       if not l.other then tbRefund(l) end
@@ -179,8 +186,10 @@ if mode == MODE_REFUND then
     elseif l.other then
       swReply(reply, at[i], l, 1, swAdmits(l, 1))
     else
+      local before = math.max(0, l.limit - l.used)
       swRefund(l, cost)
       swReply(reply, at[i], l, 1, swAdmits(l, 1))
+      reply[gained + i] = reply[at[i] + R_REMAINING] - before
     end
   end
   return reply

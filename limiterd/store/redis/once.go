@@ -99,7 +99,7 @@ func (s *Store) Refund(ctx context.Context, req limiter.Request, now time.Time, 
 			return limiter.Decision{}, err
 		}
 		c := s.newCall(req.Key, st, now, req.Cost, modeRefund)
-		c.refundOf, c.refundAt = &once, now
+		c.refundOf, c.refundAt, c.refunded = &once, now, req.Refunded
 		k := s.key(req.Key)
 		record, mark := k+refundSuffix(once.ID), k+resetSuffix
 		d, err := c.converge(out, func() ([]rueidis.RedisMessage, error) {

@@ -164,8 +164,9 @@ func TestRefundAtOnceOverHTTP(t *testing.T) {
 					t.Fatalf("charge of %d: %d %v", cost, status, v)
 				}
 				time.Sleep(2 * time.Millisecond) // "at once", but some time has passed
-				if status, v := post("/v1/refund", `{"reservation":"`+rsv+`"}`); status != 200 || v["remaining"].(float64) != 100 {
-					t.Fatalf("refund of all %d units at once: %d %v, want 200 and 100 remaining", cost, status, v)
+				// The answer says how many came back: all of them.
+				if status, v := post("/v1/refund", `{"reservation":"`+rsv+`"}`); status != 200 || v["remaining"].(float64) != 100 || v["refunded"] != float64(cost) {
+					t.Fatalf("refund of all %d units at once: %d %v, want 200, 100 remaining and %d refunded", cost, status, v, cost)
 				}
 				if status, v := post("/v1/allow", `{"key":"`+client+`","cost":100}`); status != 200 || v["allowed"] != true {
 					t.Fatalf("the whole bucket after the refund of %d: %d %v, want admitted", cost, status, v)

@@ -95,6 +95,9 @@ type call struct {
 	// arguments and in the answer Go derives, whichever clock the script runs on.
 	refundOf *limiter.Once
 	refundAt time.Time
+	// refunded, unless nil, receives what a refund added to each limit's remaining units
+	// (limiter.Request.Refunded).
+	refunded []int64
 
 	algorithms algorithms // of the limits: the script that decides them
 }
@@ -197,7 +200,8 @@ func (c *call) answer(arr []rueidis.RedisMessage, out []limiter.Decision) (d lim
 		out = own[:]
 	}
 	n := c.st.Len()
-	if len(arr) != replyLimits+n*limitReply {
+	size := replyLimits + n*limitReply
+	if len(arr) != size && (c.mode != modeRefund || len(arr) != size+n) {
 		return d, false, fmt.Errorf("decision script: malformed answer: %d elements for %d limits", len(arr), n)
 	}
 	head, err := integers(arr, replyLimits)
@@ -205,6 +209,19 @@ func (c *call) answer(arr []rueidis.RedisMessage, out []limiter.Decision) (d lim
 		return d, false, fmt.Errorf("decision script: malformed answer: %w", err)
 	}
 	outcome := head[replyOutcome]
+	// A refund's answer adds, after the blocks, what each sliding window's refund gave back.
+	var gained []int64
+	if outcome == outcomeRefunded {
+		if len(arr) != size+n {
+			return d, false, fmt.Errorf("decision script: malformed answer: %d elements for a refund of %d limits", len(arr), n)
+		}
+		if gained, err = integers(arr[size:], n); err != nil {
+			return d, false, fmt.Errorf("decision script: malformed answer: %w", err)
+		}
+	} else if len(arr) != size {
+		return d, false, fmt.Errorf("decision script: malformed answer: %d elements for %d limits", len(arr), n)
+	}
+	var refunded [limiter.MaxStack]int64
 	decides := c.mode == modeDecide
 	switch {
 	case outcome == outcomeConvert:
@@ -250,6 +267,9 @@ func (c *call) answer(arr []rueidis.RedisMessage, out []limiter.Decision) (d lim
 			} else {
 				out[i] = applyOn(rl, &state, at, c.cost, m)
 			}
+			if m == modeRefund {
+				refunded[i] = max(0, out[i].Remaining-rl.Peek(&b.state, at).Remaining)
+			}
 		case *limiter.Quota:
 			b, err := quotaState(block, rl)
 			if err != nil {
@@ -268,6 +288,9 @@ func (c *call) answer(arr []rueidis.RedisMessage, out []limiter.Decision) (d lim
 			}
 			state := b.state
 			out[i] = applyQuota(rl, &state, at, c.cost, m)
+			if m == modeRefund {
+				refunded[i] = max(0, out[i].Remaining-rl.Peek(&b.state, at).Remaining)
+			}
 		case *limiter.SlidingWindow:
 			if outcome == outcomeConvert {
 				raw, err := slidingWindowRaw(block)
@@ -293,6 +316,9 @@ func (c *call) answer(arr []rueidis.RedisMessage, out []limiter.Decision) (d lim
 				ResetAfter: time.Duration(ints[replyResetAfter]),
 				RetryAfter: time.Duration(ints[replyRetryAfter]),
 			}
+			if gained != nil {
+				refunded[i] = max(0, gained[i])
+			}
 		}
 		allowed = allowed && out[i].Allowed
 	}
@@ -313,6 +339,9 @@ func (c *call) answer(arr []rueidis.RedisMessage, out []limiter.Decision) (d lim
 				}
 			}
 		}
+	}
+	if c.refunded != nil {
+		copy(c.refunded[:n], refunded[:n])
 	}
 	d, _ = limiter.Combine(out[:n])
 	return d, true, nil
