@@ -40,6 +40,23 @@ func keysPolicy() *v1alpha1.RateLimitPolicy {
 	}
 }
 
+// lbPolicy is shop/lb: a burst of budget per client address behind one load balancer
+// (trustedHops 2), for a Caddy that lists the balancer in trusted_proxies.
+func lbPolicy() *v1alpha1.RateLimitPolicy {
+	hops := int32(2)
+	return &v1alpha1.RateLimitPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "lb", Namespace: "shop"},
+		Spec: v1alpha1.RateLimitPolicySpec{
+			DefaultTier: "per-client",
+			Tiers:       []v1alpha1.Tier{testsupport.TokenBucketTier("per-client", budget, 1, time.Minute)},
+			Gateway: &v1alpha1.Gateway{
+				KeySources: []v1alpha1.KeySource{{Type: v1alpha1.KeySourceClientAddress, TrustedHops: &hops}},
+				MissingKey: v1alpha1.MissingKeyReject,
+			},
+		},
+	}
+}
+
 // needCaddy returns caddy's path. Without caddy the test is skipped on a developer's machine
 // and fails under CI, where make test builds it (make caddy) and sets CADDY.
 func needCaddy(t *testing.T) string {
@@ -59,6 +76,8 @@ const (
 	// siteHost is the host the test's clients name: not limiterd's, so that limiterd's Host
 	// check refuses it unless the Caddyfile's header_up sends limiterd's own.
 	siteHost = "example.com"
+	// balancer is the client address the test's Caddy trusts as a proxy.
+	balancer = "127.0.0.3"
 )
 
 // startCaddy runs caddy with one site per forward-auth URI of uris, each docs/gateways/Caddyfile
@@ -77,8 +96,10 @@ func startCaddy(t *testing.T, limiterdAddr, appAddr string, uris ...string) []st
 		}
 	}
 	dir := t.TempDir()
-	// No admin endpoint, no certificates, no listener but the loopback ports below.
-	conf := "{\n\tadmin off\n\tauto_https off\n\tdefault_bind 127.0.0.1\n}\n"
+	// No admin endpoint, no certificates, no listener but the loopback ports below; the
+	// address balancer stands for a load balancer in front of Caddy.
+	conf := "{\n\tadmin off\n\tauto_https off\n\tdefault_bind 127.0.0.1\n" +
+		"\tservers {\n\t\ttrusted_proxies static " + balancer + "/32\n\t}\n}\n"
 	var addrs []string
 	for _, uri := range uris {
 		port := freePort(t)
@@ -172,13 +193,15 @@ func TestCaddy(t *testing.T) {
 		_, _ = io.WriteString(w, "app\n")
 	}))
 	defer app.Close()
-	engine := testsupport.NewEngine(t, time.Now, shopPolicy(), keysPolicy())
+	engine := testsupport.NewEngine(t, time.Now, shopPolicy(), keysPolicy(), lbPolicy())
 	limiterd := httptest.NewServer(server.NewDecisions(engine, nil, server.WithAllowedHosts(nil)))
 	defer limiterd.Close()
 	bases := startCaddy(t, limiterd.Listener.Addr().String(), app.Listener.Addr().String(),
-		"/v1/forward-auth/shop/api?", "/v1/forward-auth/shop/keys?", "/v1/forward-auth/shop/keys?deny=403")
+		"/v1/forward-auth/shop/api?", "/v1/forward-auth/shop/keys?", "/v1/forward-auth/shop/keys?deny=403",
+		"/v1/forward-auth/shop/lb?")
 	// The client's query must not reach limiterd, which refuses any but deny (400).
 	url, keysURL, keys403URL := bases[0]+"/api/orders?page=1", bases[1]+"/api/orders?page=1", bases[2]+"/api/orders"
+	lbURL := bases[3] + "/api/orders"
 
 	alice, bob := clientFrom("127.0.0.1"), clientFrom("127.0.0.2")
 	for i := range budget {
@@ -194,6 +217,10 @@ func TestCaddy(t *testing.T) {
 		}
 		if got := h.Get("RateLimit-Policy"); got != `"per-client";q=3;w=180` {
 			t.Errorf("request %d: the upstream got RateLimit-Policy %q", i, got)
+		}
+		// copy_headers sets request headers: the client's answer has none of the fields.
+		if got := r.header.Values("RateLimit"); len(got) != 0 {
+			t.Errorf("request %d: the client got RateLimit %q on an admission", i, got)
 		}
 	}
 	if n := hits.Load(); n != budget {
@@ -258,6 +285,30 @@ func TestCaddy(t *testing.T) {
 	}
 	if n := hits.Load() - before; n != 1 {
 		t.Errorf("the application got %d requests, want 1 (k3's)", n)
+	}
+
+	// Behind a balancer Caddy trusts, Caddy appends the balancer's address to the field the
+	// balancer sent: trustedHops 2 is the client the balancer saw, each with its own budget.
+	lb := clientFrom(balancer)
+	before = hits.Load()
+	for i := range budget {
+		if r := caddyGet(t, lb, lbURL, http.Header{"X-Forwarded-For": {"198.51.100.7"}}); r.status != http.StatusOK {
+			t.Fatalf("behind the balancer, request %d: %d %q, want 200", i, r.status, r.body)
+		}
+	}
+	if r := caddyGet(t, lb, lbURL, http.Header{"X-Forwarded-For": {"192.0.2.1, 198.51.100.7"}}); r.status != http.StatusTooManyRequests {
+		t.Errorf("behind the balancer, over the budget (a forged entry left of the balancer's): %d %q, want 429", r.status, r.body)
+	}
+	if r := caddyGet(t, lb, lbURL, http.Header{"X-Forwarded-For": {"198.51.100.8"}}); r.status != http.StatusOK {
+		t.Errorf("behind the balancer, another client: %d %q, want 200", r.status, r.body)
+	}
+	// A client Caddy does not trust has its field replaced by its address: one entry, fewer
+	// than trustedHops, so no key (Reject), whatever it forged.
+	if r := caddyGet(t, alice, lbURL, http.Header{"X-Forwarded-For": {"198.51.100.9"}}); r.status != http.StatusTooManyRequests || r.header.Get("Retry-After") != "" {
+		t.Errorf("untrusted client on the trustedHops 2 policy: %d %q, Retry-After %q; want 429 without Retry-After", r.status, r.body, r.header.Get("Retry-After"))
+	}
+	if n := hits.Load() - before; n != budget+1 {
+		t.Errorf("the application got %d requests behind the balancer, want %d", n, budget+1)
 	}
 
 	// limiterd down: Caddy cannot reach the auth upstream, answers 502 and proxies nothing.
