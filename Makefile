@@ -13,21 +13,25 @@ CONTROLLER_TOOLS_VERSION := v0.23.0
 HELM_VERSION := v3.22.0
 GOLANGCI_LINT_VERSION := v2.15.0
 HELM_DOCS_VERSION := v1.14.2
+CADDY_VERSION := v2.11.9
 CONTROLLER_GEN := $(TOOLS_CACHE)/controller-gen-$(CONTROLLER_TOOLS_VERSION)
 HELM := $(TOOLS_CACHE)/helm-$(HELM_VERSION)
 GOLANGCI_LINT := $(TOOLS_CACHE)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 HELM_DOCS := $(TOOLS_CACHE)/helm-docs-$(HELM_DOCS_VERSION)
+# Caddy for the gateway tests (test/gateways): the plain build, whose standard modules include
+# forward_auth.
+CADDY := $(TOOLS_CACHE)/caddy-$(CADDY_VERSION)
 # The test control plane (kube-apiserver, etcd), pinned by hack/tools/{kube,etcd}/go.mod and built
 # by hack/envtest-assets.sh, which links bin/k8s/current to it.
 ENVTEST_ASSETS := $(BIN)/k8s/current
 
-# What the tests are told (internal/testbin): where the control plane, helm, helm-docs and the
-# project's binaries are. No test builds or installs anything.
+# What the tests are told (internal/testbin): where the control plane, helm, helm-docs, caddy and
+# the project's binaries are. No test builds or installs anything.
 # Flags of every go test run: the race detector always; test binaries without DWARF (-w), which
 # nobody debugs from make and whose generation costs a quarter of make test-unit's CPU. Stack
 # traces and race reports keep their file:line (they use the symbol table, not DWARF).
 TEST_FLAGS := -race -ldflags=-w
-TEST_ENV := KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) HELM=$(HELM) HELM_DOCS=$(HELM_DOCS) LIMITERD_BIN_DIR=$(BIN)
+TEST_ENV := KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) HELM=$(HELM) HELM_DOCS=$(HELM_DOCS) CADDY=$(CADDY) LIMITERD_BIN_DIR=$(BIN)
 # The packages that run the project's binaries as processes against a control plane or Redis.
 E2E_PACKAGES := ./test/e2e/... ./test/redis/...
 
@@ -77,10 +81,10 @@ lint: golangci-lint ## Run golangci-lint with the repository's .golangci.yml.
 # bin/ (a no-op once its version is in the cache).
 
 .PHONY: tools
-tools: test-tools golangci-lint ## Install every pinned tool: the test control plane, helm, helm-docs, controller-gen, golangci-lint.
+tools: test-tools golangci-lint ## Install every pinned tool: the test control plane, helm, helm-docs, controller-gen, caddy, golangci-lint.
 
 .PHONY: test-tools
-test-tools: envtest helm helm-docs controller-gen ## Install the tools `make test` needs: the test control plane, helm, helm-docs, controller-gen.
+test-tools: envtest helm helm-docs controller-gen caddy ## Install the tools `make test` needs: the test control plane, helm, helm-docs, controller-gen, caddy.
 
 .PHONY: envtest
 envtest: ## Build the test control plane (kube-apiserver, etcd) into the cache; bin/k8s/current links to it.
@@ -97,6 +101,10 @@ helm-docs: $(HELM_DOCS) ## Install the pinned helm-docs (generates the chart's R
 .PHONY: controller-gen
 controller-gen: $(CONTROLLER_GEN) ## Install the pinned controller-gen; bin/controller-gen links to it.
 	@mkdir -p $(BIN) && ln -sfn $(CONTROLLER_GEN) $(BIN)/controller-gen
+
+.PHONY: caddy
+caddy: $(CADDY) ## Build the pinned caddy (the gateway tests' forward_auth); bin/caddy links to it.
+	@mkdir -p $(BIN) && ln -sfn $(CADDY) $(BIN)/caddy
 
 .PHONY: golangci-lint
 golangci-lint: $(GOLANGCI_LINT) ## Install the pinned golangci-lint; bin/golangci-lint links to it.
@@ -122,6 +130,9 @@ $(GOLANGCI_LINT):
 
 $(HELM_DOCS):
 	$(call go-install,$@,github.com/norwoodj/helm-docs/cmd/helm-docs@$(HELM_DOCS_VERSION))
+
+$(CADDY):
+	$(call go-install,$@,github.com/caddyserver/caddy/v2/cmd/caddy@$(CADDY_VERSION))
 
 ##@ Test
 
