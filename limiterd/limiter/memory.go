@@ -342,8 +342,11 @@ func (m *Memory) createShards() *[memoryShards]memoryShard {
 }
 
 // Decide implements Store: every limit's state is read, decided and written, or restored, under
-// the shard lock of the client key. It never fails.
+// the shard lock of the client key. It fails only on a negative cost (ErrInvalidCost).
 func (m *Memory) Decide(_ context.Context, key string, st *Stack, now time.Time, cost int64, out []Decision) (Decision, error) {
+	if cost < 0 {
+		return Decision{}, ErrInvalidCost
+	}
 	o := opDecide
 	if cost == 0 {
 		o, cost = opPeek, 1
@@ -356,12 +359,12 @@ func (m *Memory) Decide(_ context.Context, key string, st *Stack, now time.Time,
 }
 
 // DecideBatch implements Store: it decides every request in turn, in one pass over the store,
-// exactly as successive Decide calls would. It never fails.
+// exactly as successive Decide calls would: a request fails only on a negative cost.
 func (m *Memory) DecideBatch(ctx context.Context, reqs []Request, now time.Time, out []Answer) {
 	for i := range reqs {
 		r := &reqs[i]
-		d, _ := m.Decide(ctx, r.Key, r.Stack, now, r.Cost, r.Limits)
-		out[i] = Answer{Decision: d}
+		d, err := m.Decide(ctx, r.Key, r.Stack, now, r.Cost, r.Limits)
+		out[i] = Answer{Decision: d, Err: err}
 	}
 }
 

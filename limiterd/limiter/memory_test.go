@@ -305,3 +305,8 @@ func TestMemorySkew(t *testing.T) {
 func TestMemoryResetVoidsRefunds(t *testing.T) {
 	limitertest.RunResetVoidsRefunds(t, func(*testing.T) limiter.Store { return limiter.NewMemory(nil) })
 }
+
+// TestMemoryOverflow runs the overflow table of limitertest on the memory store.
+func TestMemoryOverflow(t *testing.T) {
+	limitertest.RunOverflow(t, func(*testing.T) limiter.Store { return limiter.NewMemory(nil) })
+}

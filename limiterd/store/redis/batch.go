@@ -39,6 +39,10 @@ func (s *Store) DecideBatch(ctx context.Context, reqs []limiter.Request, now tim
 	}
 	pending := make([]int, 0, len(reqs)) // the requests Redis decides
 	for i, r := range reqs {
+		if r.Cost < 0 { // refused before Redis, alone (limiter.ErrInvalidCost)
+			out[i] = limiter.Answer{Err: limiter.ErrInvalidCost}
+			continue
+		}
 		if s.cache != nil && r.Cost > 0 {
 			if d, ok := s.cache.get(r.Key, r.Stack, r.Cost, now, r.Limits); ok {
 				s.c.cacheHits.Add(1)

@@ -289,3 +289,11 @@ func TestSlidingWindowLongLog(t *testing.T) {
 	bytes, _ := strconv.Atoi(do(t, c, "MEMORY", "USAGE", Key(t.Name(), "long")))
 	t.Logf("a sliding-window client with %d entries takes %d bytes in Redis (%.1f bytes an entry)", (n-3)/2, bytes, float64(bytes)/float64((n-3)/2))
 }
+
+// TestOverflow runs the overflow table of limitertest on Redis: costs up to math.MaxInt64,
+// which the scripts take as doubles, refunds of huge amounts, batches whose costs sum beyond
+// int64, on strategies at the corners of their bounds.
+func TestOverflow(t *testing.T) {
+	c := newClient(t, testOptions(shared(t).Addr()))
+	limitertest.RunOverflow(t, func(t *testing.T) limiter.Store { return c.Store(t.Name()) })
+}
