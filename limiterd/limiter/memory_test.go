@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/limiterd/limiterd/internal/testsupport/testseed"
 	"github.com/limiterd/limiterd/limiterd/limiter"
 	"github.com/limiterd/limiterd/limiterd/limiter/limitertest"
 )
@@ -309,4 +310,11 @@ func TestMemoryResetVoidsRefunds(t *testing.T) {
 // TestMemoryOverflow runs the overflow table of limitertest on the memory store.
 func TestMemoryOverflow(t *testing.T) {
 	limitertest.RunOverflow(t, func(*testing.T) limiter.Store { return limiter.NewMemory(nil) })
+}
+
+// TestMemoryClockJumps: a clock stepped back (seconds, hours) or jumping forward (days, a
+// year) never lets a client's state admit more than the limit on the clock of its latest
+// admission (limitertest.RunClockJumps).
+func TestMemoryClockJumps(t *testing.T) {
+	limitertest.RunClockJumps(t, func(*testing.T) limiter.Store { return limiter.NewMemory(nil) }, testseed.Seed(t))
 }

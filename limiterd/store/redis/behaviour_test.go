@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/limiterd/limiterd/internal/testsupport"
+	"github.com/limiterd/limiterd/internal/testsupport/testseed"
 	"github.com/limiterd/limiterd/limiterd/limiter"
 	"github.com/limiterd/limiterd/limiterd/limiter/limitertest"
 )
@@ -296,4 +297,12 @@ func TestSlidingWindowLongLog(t *testing.T) {
 func TestOverflow(t *testing.T) {
 	c := newClient(t, testOptions(shared(t).Addr()))
 	limitertest.RunOverflow(t, func(t *testing.T) limiter.Store { return c.Store(t.Name()) })
+}
+
+// TestClockJumps runs limitertest.RunClockJumps on Redis on the caller's clock: a replica's
+// clock stepped back or jumping forward never lets a client's state admit more than the limit
+// on the clock of its latest admission.
+func TestClockJumps(t *testing.T) {
+	c := newClient(t, testOptions(shared(t).Addr()))
+	limitertest.RunClockJumps(t, func(t *testing.T) limiter.Store { return c.Store(t.Name()) }, testseed.Seed(t))
 }
