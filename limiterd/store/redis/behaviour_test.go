@@ -1,6 +1,8 @@
 package redis
 
 import (
+	"math"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"testing"
@@ -305,4 +307,57 @@ func TestOverflow(t *testing.T) {
 func TestClockJumps(t *testing.T) {
 	c := newClient(t, testOptions(shared(t).Addr()))
 	limitertest.RunClockJumps(t, func(t *testing.T) limiter.Store { return c.Store(t.Name()) }, testseed.Seed(t))
+}
+
+// TestOverflowMatchesMemory decides random sequences on the strategies at the corners of their
+// bounds (limitertest.OverflowLimits) in Redis and in limiter.Memory, and requires the same
+// answer to every decision, peek and refund: the scripts, whose numbers are doubles (exact below
+// 2^53), split instants and intervals into limbs so that a full refill of almost a year (3.2e16
+// ns, above 2^53), fractions of 1/1e9 ns and costs up to 1e9 lose nothing.
+func TestOverflowMatchesMemory(t *testing.T) {
+	c := newClient(t, testOptions(shared(t).Addr()))
+	base := testseed.Seed(t)
+	for name, rl := range limitertest.OverflowLimits() {
+		t.Run(name, func(t *testing.T) {
+			s := c.Store(t.Name())
+			mem := limiter.NewMemory(nil)
+			st := limitertest.One(rl)
+			limit, window := rl.Limit(), rl.Window()
+			r := rand.New(rand.NewPCG(base, uint64(len(name))))
+			now := limitertest.T0
+			for i := range 400 {
+				switch r.IntN(4) {
+				case 0: // the same instant
+				case 1:
+					now = now.Add(time.Duration(r.Int64N(1000))) // nanoseconds: the fractions
+				default:
+					now = now.Add(time.Duration(r.Int64N(int64(max(window/5, 1)))))
+				}
+				cost := []int64{1, limit, limit - 1, limit/2 + 1, 1 + r.Int64N(limit), 1 + r.Int64N(limit), math.MaxInt64, 1<<53 + 1}[r.IntN(8)]
+				cost = max(cost, 1)
+				var got, want limiter.Decision
+				var gotErr, wantErr error
+				op := "decide"
+				switch r.IntN(10) {
+				case 0:
+					op, cost = "peek", 0
+					got, gotErr = s.Decide(t.Context(), "k", st, now, 0, nil)
+					want, wantErr = mem.Decide(t.Context(), "k", st, now, 0, nil)
+				case 1:
+					op = "refund"
+					got, gotErr = limitertest.Refund(s, "k", st, now, cost, nil)
+					want, wantErr = limitertest.Refund(mem, "k", st, now, cost, nil)
+				default:
+					got, gotErr = s.Decide(t.Context(), "k", st, now, cost, nil)
+					want, wantErr = mem.Decide(t.Context(), "k", st, now, cost, nil)
+				}
+				if gotErr != nil || wantErr != nil {
+					t.Fatalf("step %d: %s %d at %v: redis %v, memory %v", i, op, cost, now.Sub(limitertest.T0), gotErr, wantErr)
+				}
+				if got != want {
+					t.Fatalf("step %d (seed %d): %s %d at %v:\n redis  %+v\n memory %+v", i, base, op, cost, now.Sub(limitertest.T0), got, want)
+				}
+			}
+		})
+	}
 }
