@@ -41,6 +41,9 @@
 // leaves a client's state ahead of the clock that comes back: it is rejected until the clock
 // catches up (a token bucket at most a full refill, a sliding window at most a window, a quota
 // until the stored period's end). limitertest.RunClockJumps holds the rule in both stores.
+// Memory decides an instant past LatestInstant (2258) or before EarliestInstant (1681) at that
+// bound (ClampInstant), where Unix nanoseconds and the instants a state holds ahead of now
+// still fit an int64; limitertest.RunFarInstants holds it.
 //
 // # Stacks
 //

@@ -347,6 +347,7 @@ func (m *Memory) Decide(_ context.Context, key string, st *Stack, now time.Time,
 	if cost < 0 {
 		return Decision{}, ErrInvalidCost
 	}
+	now = ClampInstant(now)
 	o := opDecide
 	if cost == 0 {
 		o, cost = opPeek, 1
@@ -477,6 +478,7 @@ const (
 // at now, while a state it forgot had units to refill (resetMarks), so that Refund voids the
 // charges made before (ErrReset). It never fails.
 func (m *Memory) Reset(_ context.Context, key string, now time.Time) error {
+	now = ClampInstant(now)
 	key = storedKey(key)
 	sh, h := m.shard(key, false)
 	if sh == nil {
@@ -713,6 +715,7 @@ func (m *Memory) evict(sh *memoryShard, now time.Time, onlyFresh bool) (sampled 
 // client, one shard at a time, off the decision path: call it
 // periodically from one goroutine. A decision waits at most for one shard's sweep.
 func (m *Memory) Sweep(now time.Time) {
+	now = ClampInstant(now)
 	m.refunds.sweep(now)
 	m.resets.sweep(now)
 	shards := m.shards.Load()

@@ -318,3 +318,9 @@ func TestMemoryOverflow(t *testing.T) {
 func TestMemoryClockJumps(t *testing.T) {
 	limitertest.RunClockJumps(t, func(*testing.T) limiter.Store { return limiter.NewMemory(nil) }, testseed.Seed(t))
 }
+
+// TestMemoryFarInstants: a clock that jumps to the ends of what Unix nanoseconds hold, or past
+// them, admits no more than the limit.
+func TestMemoryFarInstants(t *testing.T) {
+	limitertest.RunFarInstants(t, func(*testing.T) limiter.Store { return limiter.NewMemory(nil) })
+}

@@ -206,6 +206,10 @@ func (m *Memory) Refund(_ context.Context, req Request, now time.Time, once Once
 	if req.Cost < 1 {
 		return Decision{}, ErrInvalidCost
 	}
+	now = ClampInstant(now)
+	if !once.Issued.IsZero() {
+		once.Issued = ClampInstant(once.Issued)
+	}
 	// The stack path for every stack, one limit included (TestApplyOneMatchesStack holds the
 	// two paths to one answer): the gate stays off applyOne, the decisions' fast path.
 	var (

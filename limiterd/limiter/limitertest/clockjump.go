@@ -3,6 +3,7 @@ package limitertest
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -145,4 +146,52 @@ func clockJumpViolation(rl limiter.RateLimiter, costs []int64, tau []time.Time) 
 		}
 	}
 	return ""
+}
+
+// FarInstants are instants a clock may jump to that lie near or past the ends of what an int64
+// of Unix nanoseconds holds (1677-09-21 to 2262-04-11), where now.UnixNano() wraps and a state's
+// instants (now plus a refill, a window or a period) would overflow.
+func FarInstants() map[string]time.Time {
+	return map[string]time.Time{
+		"2262, 30 minutes before int64 ns end": time.Unix(0, math.MaxInt64-int64(30*time.Minute)),
+		"2262, a day before int64 ns end":      time.Unix(0, math.MaxInt64-int64(24*time.Hour)),
+		"2262-04-12, past int64 ns":            time.Date(2262, 4, 12, 0, 0, 0, 0, time.UTC),
+		"3000":                                 time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC),
+		"1677-09-22, near int64 ns start":      time.Unix(0, math.MinInt64+int64(24*time.Hour)),
+		"1600, before int64 ns":                time.Date(1600, 1, 1, 0, 0, 0, 0, time.UTC),
+	}
+}
+
+// RunFarInstants checks that a clock jumping to an instant of FarInstants admits no more than
+// the limit: 100 one-unit requests a millisecond apart from there are admitted at most
+// limit + 1 times (a token bucket's refill over 99 ms is below one unit for every limit of
+// ClockJumpLimits), and the same from an instant a second later, on the same client.
+func RunFarInstants(t *testing.T, newStore func(t *testing.T) limiter.Store) {
+	for name, rl := range ClockJumpLimits() {
+		t.Run(name, func(t *testing.T) {
+			store := newStore(t)
+			st := One(rl)
+			for at, base := range FarInstants() {
+				admitted := int64(0)
+				for i := range 200 {
+					now := base.Add(time.Duration(i%100) * time.Millisecond)
+					if i >= 100 {
+						now = now.Add(time.Second) // a sliding window of a second lets another limit through
+					}
+					d, err := store.Decide(context.Background(), at, st, now, 1, make([]limiter.Decision, 1))
+					if err != nil {
+						t.Fatalf("%s: request %d: %v", at, i, err)
+					}
+					if d.Allowed {
+						admitted++
+					}
+				}
+				// Over 1.1 s: a bucket refilling 1 a second adds at most 2, a window of a second
+				// lets a second limit through.
+				if bound := 2*rl.Limit() + 2; admitted > bound || admitted == 0 {
+					t.Errorf("%s: %d of 200 one-unit requests over 1.1 s admitted, want 1 to %d", at, admitted, bound)
+				}
+			}
+		})
+	}
 }
