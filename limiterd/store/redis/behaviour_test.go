@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"strconv"
@@ -359,5 +360,32 @@ func TestOverflowMatchesMemory(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestFarInstants runs limitertest.RunFarInstants on Redis on the caller's clock: a clock near
+// or past the ends of int64 nanoseconds is decided at limiter.ClampInstant's bound, as in
+// memory, instead of failing (a store error, which failure mode Open admits) or admitting
+// everything. The scripts clamp the server's clock to the same bounds (decide.lua, TIME);
+// TestScriptsClampTheServerClock checks that they carry them.
+func TestFarInstants(t *testing.T) {
+	c := newClient(t, testOptions(shared(t).Addr()))
+	limitertest.RunFarInstants(t, func(t *testing.T) limiter.Store { return c.Store(t.Name()) })
+}
+
+// TestScriptsClampTheServerClock checks that every decision script clamps Redis TIME to the
+// bounds of limiter.ClampInstant, written as the literals of limiter's instants.
+func TestScriptsClampTheServerClock(t *testing.T) {
+	latestS, latestN := split(limiter.LatestInstant.UnixNano())
+	earliestS, earliestN := split(limiter.EarliestInstant.UnixNano())
+	want := fmt.Sprintf("if nows > %d or (nows == %d and nown > %d) then", latestS, latestS, latestN)
+	wantEarly := fmt.Sprintf("elseif nows < %d or (nows == %d and nown < %d) then", earliestS, earliestS, earliestN)
+	for set := withTokenBucket; set <= withAll; set++ {
+		for full := range 2 {
+			src := decideScripts[set][full].source
+			if !strings.Contains(src, want) || !strings.Contains(src, wantEarly) {
+				t.Fatalf("decision script of set %d (full %d) does not clamp TIME to %v and %v", set, full, limiter.EarliestInstant, limiter.LatestInstant)
+			}
+		}
 	}
 }

@@ -91,6 +91,10 @@ func (s *Store) Refund(ctx context.Context, req limiter.Request, now time.Time, 
 	if req.Cost < 1 {
 		return limiter.Decision{}, limiter.ErrInvalidCost
 	}
+	now = limiter.ClampInstant(now)
+	if !once.Issued.IsZero() {
+		once.Issued = limiter.ClampInstant(once.Issued)
+	}
 	st, out := req.Stack, req.Limits
 	// The grace covers the clock skew between this replica and one that judges the reservation
 	// valid later, and a refund's delay (limiter.RefundRecordGrace).
