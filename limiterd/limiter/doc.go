@@ -26,6 +26,25 @@
 // A cost above a strategy's capacity (limit) can never be admitted: it is rejected and consumes
 // nothing.
 //
+// # Clocks that jump
+//
+// Time never moves back for a client's state: an admission at an instant earlier than the
+// client's latest admission is counted as made at that latest admission's instant, never
+// earlier, so a clock stepped back (by seconds or hours) or jumping forward admits, on the clock
+// of the client's latest admission, no more than the limit allows: a token bucket's debt is
+// measured from its theoretical arrival time, and one more than a full refill ahead of now is
+// taken as an empty bucket; a sliding window decides at its newest entry's instant and drops an
+// entry no earlier than the entries before it; a quota keeps counting in its stored period,
+// however far back the clock steps. A state that has decayed to fresh and is dropped (swept,
+// expired in Redis, reset) is a client never seen: after a step back larger than the time the
+// state took to decay, the client is decided afresh on the clock as it shows. A forward jump
+// leaves a client's state ahead of the clock that comes back: it is rejected until the clock
+// catches up (a token bucket at most a full refill, a sliding window at most a window, a quota
+// until the stored period's end). limitertest.RunClockJumps holds the rule in both stores.
+// Memory decides an instant past LatestInstant (2258) or before EarliestInstant (1681) at that
+// bound (ClampInstant), where Unix nanoseconds and the instants a state holds ahead of now
+// still fit an int64; limitertest.RunFarInstants holds it.
+//
 // # Stacks
 //
 // A Stack is a tier's several limits (a burst bucket and a daily window, say), decided all or

@@ -342,8 +342,12 @@ func (m *Memory) createShards() *[memoryShards]memoryShard {
 }
 
 // Decide implements Store: every limit's state is read, decided and written, or restored, under
-// the shard lock of the client key. It never fails.
+// the shard lock of the client key. It fails only on a negative cost (ErrInvalidCost).
 func (m *Memory) Decide(_ context.Context, key string, st *Stack, now time.Time, cost int64, out []Decision) (Decision, error) {
+	if cost < 0 {
+		return Decision{}, ErrInvalidCost
+	}
+	now = ClampInstant(now)
 	o := opDecide
 	if cost == 0 {
 		o, cost = opPeek, 1
@@ -356,12 +360,12 @@ func (m *Memory) Decide(_ context.Context, key string, st *Stack, now time.Time,
 }
 
 // DecideBatch implements Store: it decides every request in turn, in one pass over the store,
-// exactly as successive Decide calls would. It never fails.
+// exactly as successive Decide calls would: a request fails only on a negative cost.
 func (m *Memory) DecideBatch(ctx context.Context, reqs []Request, now time.Time, out []Answer) {
 	for i := range reqs {
 		r := &reqs[i]
-		d, _ := m.Decide(ctx, r.Key, r.Stack, now, r.Cost, r.Limits)
-		out[i] = Answer{Decision: d}
+		d, err := m.Decide(ctx, r.Key, r.Stack, now, r.Cost, r.Limits)
+		out[i] = Answer{Decision: d, Err: err}
 	}
 }
 
@@ -474,6 +478,7 @@ const (
 // at now, while a state it forgot had units to refill (resetMarks), so that Refund voids the
 // charges made before (ErrReset). It never fails.
 func (m *Memory) Reset(_ context.Context, key string, now time.Time) error {
+	now = ClampInstant(now)
 	key = storedKey(key)
 	sh, h := m.shard(key, false)
 	if sh == nil {
@@ -710,6 +715,7 @@ func (m *Memory) evict(sh *memoryShard, now time.Time, onlyFresh bool) (sampled 
 // client, one shard at a time, off the decision path: call it
 // periodically from one goroutine. A decision waits at most for one shard's sweep.
 func (m *Memory) Sweep(now time.Time) {
+	now = ClampInstant(now)
 	m.refunds.sweep(now)
 	m.resets.sweep(now)
 	shards := m.shards.Load()

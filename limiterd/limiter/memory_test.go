@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/limiterd/limiterd/internal/testsupport/testseed"
 	"github.com/limiterd/limiterd/limiterd/limiter"
 	"github.com/limiterd/limiterd/limiterd/limiter/limitertest"
 )
@@ -304,4 +305,22 @@ func TestMemorySkew(t *testing.T) {
 // TestMemoryResetVoidsRefunds: a reset voids the refunds of the charges it erased.
 func TestMemoryResetVoidsRefunds(t *testing.T) {
 	limitertest.RunResetVoidsRefunds(t, func(*testing.T) limiter.Store { return limiter.NewMemory(nil) })
+}
+
+// TestMemoryOverflow runs the overflow table of limitertest on the memory store.
+func TestMemoryOverflow(t *testing.T) {
+	limitertest.RunOverflow(t, func(*testing.T) limiter.Store { return limiter.NewMemory(nil) })
+}
+
+// TestMemoryClockJumps: a clock stepped back (seconds, hours) or jumping forward (days, a
+// year) never lets a client's state admit more than the limit on the clock of its latest
+// admission (limitertest.RunClockJumps).
+func TestMemoryClockJumps(t *testing.T) {
+	limitertest.RunClockJumps(t, func(*testing.T) limiter.Store { return limiter.NewMemory(nil) }, testseed.Seed(t))
+}
+
+// TestMemoryFarInstants: a clock that jumps to the ends of what Unix nanoseconds hold, or past
+// them, admits no more than the limit.
+func TestMemoryFarInstants(t *testing.T) {
+	limitertest.RunFarInstants(t, func(*testing.T) limiter.Store { return limiter.NewMemory(nil) })
 }

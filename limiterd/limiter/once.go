@@ -201,8 +201,15 @@ func (r *refundRecords) len() int {
 // that keeps state for the client refunds, each as RateLimiter.Refund does (a client the store
 // does not track has nothing to refund). It also fails with ErrRefundTooLate, refunding nothing,
 // when now is more than RefundRecordGrace older than the newest now the records have seen
-// (Refund's and Sweep's). It never fails otherwise.
+// (Refund's and Sweep's), and with ErrInvalidCost for a cost below 1. It never fails otherwise.
 func (m *Memory) Refund(_ context.Context, req Request, now time.Time, once Once) (Decision, error) {
+	if req.Cost < 1 {
+		return Decision{}, ErrInvalidCost
+	}
+	now = ClampInstant(now)
+	if !once.Issued.IsZero() {
+		once.Issued = ClampInstant(once.Issued)
+	}
 	// The stack path for every stack, one limit included (TestApplyOneMatchesStack holds the
 	// two paths to one answer): the gate stays off applyOne, the decisions' fast path.
 	var (

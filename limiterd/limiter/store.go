@@ -2,8 +2,15 @@ package limiter
 
 import (
 	"context"
+	"errors"
 	"time"
 )
+
+// ErrInvalidCost is a store's answer to a negative cost, or to a refund of less than one unit:
+// nothing is decided or refunded. The engine and the servers refuse such costs before; a store
+// refuses them too, since no strategy's arithmetic takes them (a token bucket's interval of a
+// negative cost overflows, and a sliding window or a quota would take it as usage given back).
+var ErrInvalidCost = errors.New("invalid cost: a decision's must be at least 0, a refund's at least 1")
 
 // Store keeps the state of one policy's clients and decides a client's requests by a Stack of
 // limits on that state, atomically: concurrent calls on one key behave as some serial order of
@@ -15,14 +22,15 @@ type Store interface {
 	// may use its own clock instead, as Redis does, and says so), all or nothing, in one atomic
 	// step: the request is admitted only if every limit admits it, and then consumes its cost
 	// from each; when any limit rejects it, no limit's state changes. A cost of 0 is a peek:
-	// what a one-unit request would get, consuming nothing and creating no state.
+	// what a one-unit request would get, consuming nothing and creating no state. A negative
+	// cost is refused with ErrInvalidCost.
 	//
 	// It returns the stack's decision, Combine of the limits' decisions, and writes limit i's
 	// decision to out[i] unless out is nil (else len(out) must be at least st.Len()): a limit
 	// that admitted a request that another limit rejected answers its state as it is, still
 	// Allowed (UnchargedDecision).
 	Decide(ctx context.Context, key string, st *Stack, now time.Time, cost int64, out []Decision) (Decision, error)
-	// Refund returns req.Cost units (at least 1) to every limit of req.Stack for the client
+	// Refund returns req.Cost units (at least 1, else ErrInvalidCost) to every limit of req.Stack for the client
 	// req.Key, each as RateLimiter.Refund does (clamped to its own limit; with once.Cost > 0, a
 	// token bucket gets back at most what of that charge it has not refilled since once.Issued,
 	// at now: TokenBucket.RefundInterval), and answers as
@@ -42,7 +50,8 @@ type Store interface {
 	// answer to reqs[i] to out[i]; len(out) must be len(reqs). The answers are those of
 	// successive Decide calls in the order of reqs: requests on one key are decided in order,
 	// each on the state the previous one left. A batch costs less than its requests one by one
-	// (one pass over process memory, one round trip per Redis node).
+	// (one pass over process memory, one round trip per Redis node). A request of a negative
+	// cost is answered ErrInvalidCost, alone.
 	DecideBatch(ctx context.Context, reqs []Request, now time.Time, out []Answer)
 	// Reset forgets the client's state under every limit name it has state for: the names of
 	// the loaded policy's tiers, DefaultLimitName, and names that a policy edit removed (so that

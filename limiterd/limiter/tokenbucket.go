@@ -127,8 +127,12 @@ func (b *TokenBucket) tokens(d instant) int64 {
 
 // debt returns how far the client's TAT lies ahead of now: 0 when the bucket is full, at most
 // one full refill (an empty bucket). A TAT further ahead can only come from a clock that jumped
-// backwards; the bucket is then taken as empty, which never admits more than the limit.
+// backwards; the bucket is then taken as empty, which never admits more than the limit. A fresh
+// state (no stamp) owes nothing, whatever now is (before 1970 too: its TAT of 0 is no debt).
 func (b *TokenBucket) debt(s *State, now int64) instant {
+	if s.stamp == nil {
+		return instant{}
+	}
 	tat := instant{ns: s.tat, frac: uint64(s.frac)}
 	at := instant{ns: now}
 	if !less(at, tat) {
@@ -276,6 +280,9 @@ func (b *TokenBucket) Fresh(s *State, now time.Time) bool {
 // full; more than a full refill for a debt carried from other parameters (carryFrom) or after a
 // clock that jumped backwards. It is at most MaxRefillWindow beyond a full refill.
 func (b *TokenBucket) owed(s *State, now int64) instant {
+	if s.stamp == nil {
+		return instant{}
+	}
 	tat := instant{ns: s.tat, frac: uint64(s.frac)}
 	if at := (instant{ns: now}); less(at, tat) {
 		return b.sub(tat, at)

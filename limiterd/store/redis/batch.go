@@ -37,8 +37,13 @@ func (s *Store) DecideBatch(ctx context.Context, reqs []limiter.Request, now tim
 	if s.cache != nil {
 		epoch = s.c.trust.epoch.Load() // before the round trip: see cacheTrust
 	}
+	now = limiter.ClampInstant(now)
 	pending := make([]int, 0, len(reqs)) // the requests Redis decides
 	for i, r := range reqs {
+		if r.Cost < 0 { // refused before Redis, alone (limiter.ErrInvalidCost)
+			out[i] = limiter.Answer{Err: limiter.ErrInvalidCost}
+			continue
+		}
 		if s.cache != nil && r.Cost > 0 {
 			if d, ok := s.cache.get(r.Key, r.Stack, r.Cost, now, r.Limits); ok {
 				s.c.cacheHits.Add(1)

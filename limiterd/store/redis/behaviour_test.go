@@ -1,12 +1,16 @@
 package redis
 
 import (
+	"fmt"
+	"math"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/limiterd/limiterd/internal/testsupport"
+	"github.com/limiterd/limiterd/internal/testsupport/testseed"
 	"github.com/limiterd/limiterd/limiterd/limiter"
 	"github.com/limiterd/limiterd/limiterd/limiter/limitertest"
 )
@@ -288,4 +292,100 @@ func TestSlidingWindowLongLog(t *testing.T) {
 	n, _ := strconv.Atoi(do(t, c, "LLEN", Key(t.Name(), "long")))
 	bytes, _ := strconv.Atoi(do(t, c, "MEMORY", "USAGE", Key(t.Name(), "long")))
 	t.Logf("a sliding-window client with %d entries takes %d bytes in Redis (%.1f bytes an entry)", (n-3)/2, bytes, float64(bytes)/float64((n-3)/2))
+}
+
+// TestOverflow runs the overflow table of limitertest on Redis: costs up to math.MaxInt64,
+// which the scripts take as doubles, refunds of huge amounts, batches whose costs sum beyond
+// int64, on strategies at the corners of their bounds.
+func TestOverflow(t *testing.T) {
+	c := newClient(t, testOptions(shared(t).Addr()))
+	limitertest.RunOverflow(t, func(t *testing.T) limiter.Store { return c.Store(t.Name()) })
+}
+
+// TestClockJumps runs limitertest.RunClockJumps on Redis on the caller's clock: a replica's
+// clock stepped back or jumping forward never lets a client's state admit more than the limit
+// on the clock of its latest admission.
+func TestClockJumps(t *testing.T) {
+	c := newClient(t, testOptions(shared(t).Addr()))
+	limitertest.RunClockJumps(t, func(t *testing.T) limiter.Store { return c.Store(t.Name()) }, testseed.Seed(t))
+}
+
+// TestOverflowMatchesMemory decides random sequences on the strategies at the corners of their
+// bounds (limitertest.OverflowLimits) in Redis and in limiter.Memory, and requires the same
+// answer to every decision, peek and refund: the scripts, whose numbers are doubles (exact below
+// 2^53), split instants and intervals into limbs so that a full refill of almost a year (3.2e16
+// ns, above 2^53), fractions of 1/1e9 ns and costs up to 1e9 lose nothing.
+func TestOverflowMatchesMemory(t *testing.T) {
+	c := newClient(t, testOptions(shared(t).Addr()))
+	base := testseed.Seed(t)
+	for name, rl := range limitertest.OverflowLimits() {
+		t.Run(name, func(t *testing.T) {
+			s := c.Store(t.Name())
+			mem := limiter.NewMemory(nil)
+			st := limitertest.One(rl)
+			limit, window := rl.Limit(), rl.Window()
+			r := rand.New(rand.NewPCG(base, uint64(len(name))))
+			now := limitertest.T0
+			for i := range 400 {
+				switch r.IntN(4) {
+				case 0: // the same instant
+				case 1:
+					now = now.Add(time.Duration(r.Int64N(1000))) // nanoseconds: the fractions
+				default:
+					now = now.Add(time.Duration(r.Int64N(int64(max(window/5, 1)))))
+				}
+				cost := []int64{1, limit, limit - 1, limit/2 + 1, 1 + r.Int64N(limit), 1 + r.Int64N(limit), math.MaxInt64, 1<<53 + 1}[r.IntN(8)]
+				cost = max(cost, 1)
+				var got, want limiter.Decision
+				var gotErr, wantErr error
+				op := "decide"
+				switch r.IntN(10) {
+				case 0:
+					op, cost = "peek", 0
+					got, gotErr = s.Decide(t.Context(), "k", st, now, 0, nil)
+					want, wantErr = mem.Decide(t.Context(), "k", st, now, 0, nil)
+				case 1:
+					op = "refund"
+					got, gotErr = limitertest.Refund(s, "k", st, now, cost, nil)
+					want, wantErr = limitertest.Refund(mem, "k", st, now, cost, nil)
+				default:
+					got, gotErr = s.Decide(t.Context(), "k", st, now, cost, nil)
+					want, wantErr = mem.Decide(t.Context(), "k", st, now, cost, nil)
+				}
+				if gotErr != nil || wantErr != nil {
+					t.Fatalf("step %d: %s %d at %v: redis %v, memory %v", i, op, cost, now.Sub(limitertest.T0), gotErr, wantErr)
+				}
+				if got != want {
+					t.Fatalf("step %d (seed %d): %s %d at %v:\n redis  %+v\n memory %+v", i, base, op, cost, now.Sub(limitertest.T0), got, want)
+				}
+			}
+		})
+	}
+}
+
+// TestFarInstants runs limitertest.RunFarInstants on Redis on the caller's clock: a clock near
+// or past the ends of int64 nanoseconds is decided at limiter.ClampInstant's bound, as in
+// memory, instead of failing (a store error, which failure mode Open admits) or admitting
+// everything. The scripts clamp the server's clock to the same bounds (decide.lua, TIME);
+// TestScriptsClampTheServerClock checks that they carry them.
+func TestFarInstants(t *testing.T) {
+	c := newClient(t, testOptions(shared(t).Addr()))
+	limitertest.RunFarInstants(t, func(t *testing.T) limiter.Store { return c.Store(t.Name()) })
+}
+
+// TestScriptsClampTheServerClock checks that every decision script clamps Redis TIME to the
+// bounds of limiter.ClampInstant, written as the literals of limiter's instants.
+func TestScriptsClampTheServerClock(t *testing.T) {
+	latestS, latestN := split(limiter.LatestInstant.UnixNano())
+	earliestS, earliestN := split(limiter.EarliestInstant.UnixNano())
+	want := fmt.Sprintf("if nows > %d or (nows == %d and nown > %d) then", latestS, latestS, latestN)
+	wantEarly := fmt.Sprintf("elseif nows < %d or (nows == %d and nown < %d) then", earliestS, earliestS, earliestN)
+	for set := withTokenBucket; set <= withAll; set++ {
+		for full := range 2 {
+			src := decideScripts[set][full].source
+			if !strings.Contains(src, want) || !strings.Contains(src, wantEarly) {
+				t.Fatalf("decision script of set %d (full %d) does not clamp TIME to %v and %v", set, full, limiter.EarliestInstant, limiter.LatestInstant)
+			}
+		}
+	}
 }

@@ -43,6 +43,13 @@ local mode = ARGV[ARG_MODE]
 if ARGV[ARG_NOW_S] == '' then
   local t = redis.call('TIME')
   nows, nown = tonumber(t[1]), tonumber(t[2]) * 1000
+  -- A server clock past the ends of limiter.ClampInstant decides at that end, as Go does with
+  -- the caller's clock: the instants Go derives from NOW must fit an int64 of nanoseconds.
+  if nows > LATEST_S or (nows == LATEST_S and nown > LATEST_N) then
+    nows, nown = LATEST_S, LATEST_N
+  elseif nows < EARLIEST_S or (nows == EARLIEST_S and nown < EARLIEST_N) then
+    nows, nown = EARLIEST_S, EARLIEST_N
+  end
 else
   nows, nown = tonumber(ARGV[ARG_NOW_S]), tonumber(ARGV[ARG_NOW_N])
 end

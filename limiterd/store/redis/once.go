@@ -85,8 +85,16 @@ func refundSuffix(id [16]byte) string { return "#refund:" + hex.EncodeToString(i
 // a refund of a charge made (once.Issued) at or before the client's latest reset. With
 // ServerClock the refund is made at the server's time. With a reject cache, the refund then
 // tells every replica to forget the client's cached rejection, as Reset does, since the client
-// may now be admitted before the cached retry time.
+// may now be admitted before the cached retry time. A cost below 1 is refused with
+// limiter.ErrInvalidCost before Redis, recording nothing.
 func (s *Store) Refund(ctx context.Context, req limiter.Request, now time.Time, once limiter.Once) (limiter.Decision, error) {
+	if req.Cost < 1 {
+		return limiter.Decision{}, limiter.ErrInvalidCost
+	}
+	now = limiter.ClampInstant(now)
+	if !once.Issued.IsZero() {
+		once.Issued = limiter.ClampInstant(once.Issued)
+	}
 	st, out := req.Stack, req.Limits
 	// The grace covers the clock skew between this replica and one that judges the reservation
 	// valid later, and a refund's delay (limiter.RefundRecordGrace).

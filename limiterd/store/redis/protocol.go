@@ -222,5 +222,12 @@ func protocolNames() map[string]string {
 	value("STATE_CHARGED", stateCharged)
 	value("REJECTED", swRejected)
 	value("ADMITTED", swAdmitted)
+	// The ends of the instants decided at (limiter.ClampInstant), for the server's clock.
+	latestS, latestN := split(limiter.LatestInstant.UnixNano())
+	earliestS, earliestN := split(limiter.EarliestInstant.UnixNano())
+	value("LATEST_S", int(latestS))
+	value("LATEST_N", int(latestN))
+	value("EARLIEST_S", int(earliestS))
+	value("EARLIEST_N", int(earliestN))
 	return names
 }

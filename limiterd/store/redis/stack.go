@@ -19,8 +19,14 @@ import (
 // With ServerClock, now is ignored: the decision is made at the Redis server's time. With a
 // reject cache (Options.RejectCache), a rejection is remembered for the client and the stack's
 // limits until the first retry time of its rejecting limits, and the same decision (same cost,
-// same limits) is answered without Redis meanwhile; peeks are never answered from it.
+// same limits) is answered without Redis meanwhile; peeks are never answered from it. A
+// negative cost is refused with limiter.ErrInvalidCost before Redis (no store fault). An
+// instant past the ends of limiter.ClampInstant is decided at that end, on either clock.
 func (s *Store) Decide(ctx context.Context, key string, st *limiter.Stack, now time.Time, cost int64, out []limiter.Decision) (limiter.Decision, error) {
+	if cost < 0 {
+		return limiter.Decision{}, limiter.ErrInvalidCost
+	}
+	now = limiter.ClampInstant(now)
 	m, cost := decideMode(cost)
 	cacheable := s.cache != nil && m == modeDecide
 	var epoch uint64

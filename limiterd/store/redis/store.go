@@ -655,6 +655,7 @@ func (s *Store) refunded(ctx context.Context, key string) {
 // or before now is then void (Refund). now is the caller's clock, the one reservations are
 // issued on, whatever the Clock option.
 func (s *Store) Reset(ctx context.Context, key string, now time.Time) error {
+	now = limiter.ClampInstant(now)
 	cn, err := s.c.get()
 	if err == nil {
 		k := s.key(key)
