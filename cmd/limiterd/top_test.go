@@ -18,7 +18,7 @@ func TestAdminTop(t *testing.T) {
 	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	d := start(t, hooks{}, "--policy-file", policyFile(t, dir, tokenBucketPolicy), "--admin-token-file", tokenFile)
+	d := start(t, hooks{}, "--policy-file", policyFile(t, dir, tokenBucketPolicy), "--admin-token-file", tokenFile, "--top-clients")
 	for range 5 {
 		allowKey(t, d.decisions, "", "alice") // capacity 3: 2 rejected
 	}
@@ -39,5 +39,21 @@ func TestAdminTop(t *testing.T) {
 	host, _ := os.Hostname()
 	if top.Replica != strings.ToLower(host) || top.Replica == "" || len(top.Clients) != 1 || top.Clients[0].Key != "alice" || top.Clients[0].Count != 2 {
 		t.Errorf("/v1/top: %s, want alice rejected twice on replica %q", body, strings.ToLower(host))
+	}
+}
+
+// Without --top-clients the daemon records nothing (the record costs every decision about
+// 30 ns in memory), and GET /v1/top answers 404 with a JSON message saying so.
+func TestAdminTopOffByDefault(t *testing.T) {
+	dir := t.TempDir()
+	token := "0123456789abcdef0123"
+	tokenFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := start(t, hooks{}, "--policy-file", policyFile(t, dir, tokenBucketPolicy), "--admin-token-file", tokenFile)
+	allowKey(t, d.decisions, "", "alice")
+	if status, body := adminCall(t, http.MethodGet, d.admin+"/v1/top", token); status != http.StatusNotFound || !isJSONError(body) {
+		t.Errorf("/v1/top without --top-clients: %d %s, want 404 with a JSON message", status, body)
 	}
 }
