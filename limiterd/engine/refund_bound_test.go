@@ -82,13 +82,22 @@ func (c *refundClient) spendAll() int {
 	return n
 }
 
+// refund refunds amount units of rsv (0: all it charged). A refund that succeeds counts at
+// most amount (asked) against its charge; each limit's answer must say it gave back no more
+// than asked, so a store that returns more than asked fails here, at the refund, not only when
+// the surplus shows as an over-admission later.
 func (c *refundClient) refund(rsv string, amount int64) error {
 	c.t.Helper()
-	_, err := c.e.Refund(ctx, rsv, amount)
+	r, err := c.e.Refund(ctx, rsv, amount)
 	if err == nil {
 		ch := c.held[rsv]
 		if amount == 0 {
 			amount = ch.cost
+		}
+		for i, got := range r.Refunded {
+			if got > amount {
+				c.t.Fatalf("refund of %d units charged %v before gave limit %d back %d units", amount, c.now.Sub(ch.at), i, got)
+			}
 		}
 		ch.refunded += amount
 	}
