@@ -299,13 +299,9 @@ func (a *Admin) clients(w http.ResponseWriter, r *http.Request) {
 	}
 	// The policy is named before authorization and acted on by that name, so that a swap in
 	// between cannot make the request act on a policy it was not authorized for.
-	if policyID, err = a.name(policyID); err != nil {
+	id, err := a.policyNamed(policyID)
+	if err != nil {
 		a.writeError(w, err)
-		return
-	}
-	id, err := v1alpha1.ParsePolicyID(policyID)
-	if err != nil { // names no policy
-		a.writeError(w, fmt.Errorf("%w %q", engine.ErrUnknownPolicy, policyID))
 		return
 	}
 	if !a.authorize(w, r, adminauth.PolicyClients(u, verbOf(r), id.Namespace(), id.Name())) {
@@ -316,7 +312,7 @@ func (a *Admin) clients(w http.ResponseWriter, r *http.Request) {
 			a.writeError(w, err)
 			return
 		}
-		a.log.Info("client state reset", "user", u.GetName(), "policy", policyID, "key", key)
+		a.log.Info("client state reset", "user", u.GetName(), "policy", id, "key", key)
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
@@ -344,17 +340,22 @@ func (a *Admin) clients(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, answer, a.log)
 }
 
-// name returns the ID of the policy a request names: id, or the only loaded policy's when id
-// is "". Its errors are the engine's.
-func (a *Admin) name(id string) (string, error) {
+// policyNamed returns the policy a request names: id parsed, or the only loaded policy's ID
+// when id is "". Its errors are the engine's: an id that cannot name a policy is
+// engine.ErrUnknownPolicy.
+func (a *Admin) policyNamed(id string) (v1alpha1.PolicyID, error) {
 	set := a.engine.Policies()
 	switch {
 	case set == nil:
 		return "", engine.ErrNotReady
 	case id != "":
-		return id, nil
+		parsed, err := v1alpha1.ParsePolicyID(id)
+		if err != nil {
+			return "", fmt.Errorf("%w %q", engine.ErrUnknownPolicy, id)
+		}
+		return parsed, nil
 	case set.Len() == 1:
-		return set.All()[0].ID.String(), nil
+		return set.All()[0].ID, nil
 	case set.Len() == 0:
 		return "", fmt.Errorf("%w: none is loaded", engine.ErrUnknownPolicy)
 	}

@@ -64,13 +64,9 @@ func (a *Admin) top(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	if policyID, err = a.name(policyID); err != nil {
-		a.writeError(w, err)
-		return
-	}
-	id, err := v1alpha1.ParsePolicyID(policyID)
+	id, err := a.policyNamed(policyID)
 	if err != nil {
-		a.writeError(w, fmt.Errorf("%w %q", engine.ErrUnknownPolicy, policyID))
+		a.writeError(w, err)
 		return
 	}
 	if !a.authorize(w, r, adminauth.PolicyClients(u, "get", id.Namespace(), id.Name())) {
