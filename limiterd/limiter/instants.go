@@ -25,9 +25,7 @@ const instantMargin = 4 * int64(MaxRefillWindow)
 // ClampInstant returns now within [EarliestInstant, LatestInstant]: the instant a store decides
 // a request made at now.
 func ClampInstant(now time.Time) time.Time {
-	// One read of now's seconds decides every instant but those of the bounds' own seconds,
-	// which are compared exactly: two Time comparisons cost every decision about 3 ns.
-	if s := now.Unix(); s >= latestSecond || s <= earliestSecond {
+	if !inSeconds(now) {
 		switch {
 		case now.After(LatestInstant):
 			return LatestInstant
@@ -38,8 +36,19 @@ func ClampInstant(now time.Time) time.Time {
 	return now
 }
 
-// The seconds of LatestInstant and EarliestInstant, for ClampInstant.
-var (
-	latestSecond   = LatestInstant.Unix()
-	earliestSecond = EarliestInstant.Unix()
+// inSeconds reports whether now lies strictly between the seconds of EarliestInstant and
+// LatestInstant, where ClampInstant returns it as it is: one read of now's seconds. The
+// decisions' paths call it, inlined, before ClampInstant (a call, and two Time comparisons at
+// the bounds' own seconds), which otherwise cost every decision about 18 instructions (3 ns).
+func inSeconds(now time.Time) bool {
+	s := now.Unix()
+	return s < latestSecond && s > earliestSecond
+}
+
+// The seconds of LatestInstant and EarliestInstant (Time.Unix rounds down), for inSeconds:
+// constants, which a comparison takes as immediates. TestInstantSeconds holds them to the
+// instants.
+const (
+	latestSecond   = (math.MaxInt64 - instantMargin) / int64(time.Second)
+	earliestSecond = (math.MinInt64+instantMargin)/int64(time.Second) - 1 // not a whole second: rounded toward zero, less one
 )

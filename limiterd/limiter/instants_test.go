@@ -32,3 +32,11 @@ func TestClampInstant(t *testing.T) {
 		}
 	}
 }
+
+// TestInstantSeconds holds the constant seconds inSeconds compares with to the bounds' own.
+func TestInstantSeconds(t *testing.T) {
+	if latestSecond != LatestInstant.Unix() || earliestSecond != EarliestInstant.Unix() {
+		t.Fatalf("seconds %d and %d, want %d and %d (the bounds' Unix seconds)",
+			earliestSecond, latestSecond, EarliestInstant.Unix(), LatestInstant.Unix())
+	}
+}

@@ -344,13 +344,15 @@ func (m *Memory) createShards() *[memoryShards]memoryShard {
 // Decide implements Store: every limit's state is read, decided and written, or restored, under
 // the shard lock of the client key. It fails only on a negative cost (ErrInvalidCost).
 func (m *Memory) Decide(_ context.Context, key string, st *Stack, now time.Time, cost int64, out []Decision) (Decision, error) {
-	if cost < 0 {
-		return Decision{}, ErrInvalidCost
-	}
-	now = ClampInstant(now)
 	o := opDecide
-	if cost == 0 {
+	if cost <= 0 { // one comparison on the common path
+		if cost < 0 {
+			return Decision{}, ErrInvalidCost
+		}
 		o, cost = opPeek, 1
+	}
+	if !inSeconds(now) { // the common case inlined: no call
+		now = ClampInstant(now)
 	}
 	d, added := m.applyAny(key, st, now, cost, o, out)
 	if added && m.budget.over() {
