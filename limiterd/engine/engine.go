@@ -92,8 +92,9 @@ var (
 	ErrRefunded = errors.New("reservation already refunded")
 	// ErrTopClientsOff: the engine does not record its heaviest clients (Options.NoTopClients).
 	ErrTopClientsOff = errors.New("the heaviest clients are not recorded on this replica")
-	// ErrTooManyRefunds: the store keeps as many refund records as it may
-	// (limiter.ErrTooManyRefunds): nothing was refunded; a retry succeeds once records expire.
+	// ErrTooManyRefunds: the store keeps as many refund records as it may, of all clients or
+	// of this client's share (limiter.ErrTooManyRefunds, limiter.MaxRefundRecords): nothing was
+	// refunded; a retry succeeds once records expire.
 	ErrTooManyRefunds = errors.New("too many refunds are recorded: nothing was refunded; retry later")
 )
 
@@ -701,7 +702,7 @@ func (e *Engine) Peek(ctx context.Context, policyID v1alpha1.PolicyID, key strin
 // ErrUnknownPolicy, ErrReservationStale (the client's tier, or its limits, are not those that
 // charged), ErrInvalidAmount (over the reservation's cost), ErrRefunded (refunded before: a
 // retry of a refund that succeeded) and ErrTooManyRefunds (the store's refund records are
-// full). A store failure is ErrRefundUncertain whatever the failure mode: the store may have
+// full, or the client holds its share of them). A store failure is ErrRefundUncertain whatever the failure mode: the store may have
 // made the refund (a timeout) or not; retrying is safe, since a reservation
 // refunds at most once. A refund is not recorded by the Observer, and decides nothing on a
 // failure mode's fallback.

@@ -1,6 +1,7 @@
 package limiter_test
 
 import (
+	"encoding/binary"
 	"fmt"
 	"runtime"
 	"sync/atomic"
@@ -197,4 +198,25 @@ func BenchmarkParallel(b *testing.B) {
 			m.Decide(ctx, keys[i%len(keys)], tb, now, 1, nil)
 		}
 	})
+}
+
+// BenchmarkMemoryRefund measures a refund that is recorded: a charge of one unit of a hot
+// client refunded, one record each, records expiring as the clock runs (100 µs a refund, so
+// about 100,000 live records once the grace has passed).
+func BenchmarkMemoryRefund(b *testing.B) {
+	tb := limitertest.One(mustTB(b, 100, 1, time.Second))
+	m := limiter.NewMemory(nil)
+	ctx := b.Context()
+	now := limitertest.T0
+	req := limiter.Request{Key: "hot-client", Stack: tb, Cost: 1}
+	var id [16]byte
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		now = now.Add(100 * time.Microsecond)
+		m.Decide(ctx, "hot-client", tb, now, 1, nil)
+		binary.BigEndian.PutUint64(id[8:], uint64(i))
+		if _, err := m.Refund(ctx, req, now, limiter.Once{ID: id, Until: now.Add(time.Millisecond), Issued: now, Cost: 1}); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

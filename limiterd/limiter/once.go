@@ -3,6 +3,7 @@ package limiter
 import (
 	"context"
 	"errors"
+	"hash/maphash"
 	"math"
 	"sync"
 	"time"
@@ -38,8 +39,8 @@ func (once *Once) issuedNanos() int64 {
 var (
 	// ErrRefunded: a refund of the same ID was made before.
 	ErrRefunded = errors.New("already refunded")
-	// ErrTooManyRefunds: the store keeps MaxRefundRecords records of refunds that have not
-	// expired, and keeps no more.
+	// ErrTooManyRefunds: the store keeps as many records of the client's refunds that have not
+	// expired as its share allows (MaxRefundRecords: fewer than are free), and keeps no more.
 	ErrTooManyRefunds = errors.New("too many refunds in their validity: try again later")
 	// ErrRefundTooLate: the refund's now is more than RefundRecordGrace older than the newest now
 	// the store's records have seen (a refund delayed that long since it read its clock): its
@@ -63,48 +64,69 @@ var (
 // each other and a store round trip is bounded by the Redis store's timeout (50 ms by default),
 // so 10 s is over a hundred times what either needs, and a host whose clock is off by more
 // than that is already broken for rate limiting. What it costs: every record lives 10 s longer,
-// so a policy refunding R reservations a second keeps about 10*R more records (Memory: 80
+// so a policy refunding R reservations a second keeps about 10*R more records (Memory: 64 to 104
 // bytes each, against MaxRefundRecords, which the grace alone fills at about 26,000 refunds a
-// second; Redis: one more small key each). A Memory store also refuses a refund whose now is
+// second, and one client's share, half the records alone, at about 13,000; Redis: one more
+// small key each). A Memory store also refuses a refund whose now is
 // more than the grace older than the newest now its records have seen (ErrRefundTooLate), so
 // that a refund delayed longer still never misses a record that was dropped.
 const RefundRecordGrace = 10 * time.Second
 
-// MaxRefundRecords bounds the refund records a Memory store keeps (about 80 bytes each with
-// their share of the tables: 20 MiB at most a store, so a policy). A record lives until its
-// refund's Until and RefundRecordGrace more (so the cap is reached sooner: the grace alone
-// holds 10 s of refunds); a refund that would need one more record, once expired records are
-// dropped, fails with ErrTooManyRefunds and refunds nothing: a store never forgets a record
-// early, which would let a refund apply twice. Whoever can have decisions admitted can fill them, one record
-// per admitted and refunded decision, so past the cap refunds fail closed: a refused refund
-// costs O(1), and nobody gets more than the policy gives.
+// MaxRefundRecords bounds the refund records a Memory store keeps, so a policy: at most 26 MiB of
+// live heap (about 104 bytes a record when each is of another client, whose count is kept too;
+// 64, 16 MiB, when few clients hold them; measured by TestRefundRecordsMemory, which holds them
+// under 112), and the process's heap may grow to about twice the live figure before the
+// collector runs (GOGC=100). A record lives until its refund's Until and RefundRecordGrace more
+// (so the cap is reached sooner: the grace alone holds 10 s of refunds); a refund that would
+// need one more record, once expired records are dropped, fails with ErrTooManyRefunds and
+// refunds nothing: a store never forgets a record early, which would let a refund apply twice.
+//
+// The records are shared fairly: a refund of a client is recorded only while the client holds
+// fewer records than are free (MaxRefundRecords less every client's records). A client's
+// refund gives its units back, so one client alone can charge and refund without end, one
+// record a refund: with the cap alone it filled the records in about 13 s over HTTP, and every
+// other client's refunds were refused until its records expired (issue 34). Under the share,
+// one client takes at most half of them, k clients at most MaxRefundRecords/(k+1) each, and a
+// client holding fewer than are left free (at least MaxRefundRecords/(k+1) while k clients
+// flood) still has its refunds recorded; past its share only the client's own refunds fail.
+// Filling the records takes about as many clients as records, each with a refund made. Without
+// a flood a client may use what the others leave: half the records hold one client's refunds
+// at 13,000 a second with 10 s of records (the grace and a reservation whose units refill at
+// once). A record is still never dropped before its expiry: refusing keeps a refund at most
+// once, where evicting a record would let its reservation refund again.
 const MaxRefundRecords = 1 << 18
 
 // refundRecords are the IDs of a Memory store's refunds until their until and RefundRecordGrace
 // more: a set for lookups and a min-heap on until, so that dropping the expired records costs
-// O(log n) each and nothing when none has expired.
+// O(log n) each and nothing when none has expired; and each client's count of records.
 type refundRecords struct {
 	mu     sync.Mutex
 	ids    map[[16]byte]struct{}
 	expiry []refundRecord // a min-heap on until
+	// held counts the records of each client with some, by its key's hash in the store (see
+	// Memory.admitRefund), for the fair share (MaxRefundRecords). Two clients whose hashes
+	// collide (64 bits, a seed of the process) would share a count: refused sooner, never more.
+	held map[uint64]uint32
 	// newest is the latest now that add or sweep has seen (Unix ns): every record dropped had
 	// its until+grace at or before it.
 	newest int64
 }
 
-// refundRecord is one record: a refund's ID and its until (Unix ns).
+// refundRecord is one record: a refund's ID, its until (Unix ns) and its client's hash.
 type refundRecord struct {
-	until int64
-	id    [16]byte
+	until  int64
+	client uint64
+	id     [16]byte
 }
 
-// add records id until until (and the grace), unless it is recorded already (ErrRefunded), the
-// refund is void (ErrReset: checked after the record, so that a retry of a refund made before
-// its client's reset still answers ErrRefunded, as Redis does), the records are full
-// (ErrTooManyRefunds) at now, or now is more than the grace older than the newest now seen
-// (ErrRefundTooLate): a record dropped had until+grace <= newest, and a refund judged valid at
-// now has now < until, so one that is not too late still finds its record.
-func (r *refundRecords) add(id [16]byte, until, now time.Time, void bool) error {
+// add records id, a refund of the client whose key hashes to client, until until (and the
+// grace), unless it is recorded already (ErrRefunded), the refund is void (ErrReset: checked
+// after the record, so that a retry of a refund made before its client's reset still answers
+// ErrRefunded, as Redis does), the client's records or all of them are full (ErrTooManyRefunds)
+// at now, or now is more than the grace older than the newest now seen (ErrRefundTooLate): a
+// record dropped had until+grace <= newest, and a refund judged valid at now has now < until,
+// so one that is not too late still finds its record.
+func (r *refundRecords) add(id [16]byte, client uint64, until, now time.Time, void bool) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if now.UnixNano() < r.newest-int64(RefundRecordGrace) {
@@ -117,14 +139,16 @@ func (r *refundRecords) add(id [16]byte, until, now time.Time, void bool) error 
 	if void {
 		return ErrReset
 	}
-	if len(r.ids) >= MaxRefundRecords {
+	// The fair share, which refuses everyone at the cap (nothing is free).
+	if int(r.held[client]) >= MaxRefundRecords-len(r.ids) {
 		return ErrTooManyRefunds
 	}
 	if r.ids == nil {
-		r.ids = make(map[[16]byte]struct{})
+		r.ids, r.held = make(map[[16]byte]struct{}), make(map[uint64]uint32)
 	}
 	r.ids[id] = struct{}{}
-	r.push(refundRecord{until: until.UnixNano(), id: id})
+	r.held[client]++
+	r.push(refundRecord{until: until.UnixNano(), client: client, id: id})
 	return nil
 }
 
@@ -140,10 +164,16 @@ func (r *refundRecords) sweep(now time.Time) {
 func (r *refundRecords) dropExpiredLocked(now int64) {
 	r.newest = max(r.newest, now)
 	for len(r.expiry) > 0 && r.expiry[0].until <= now-int64(RefundRecordGrace) {
-		delete(r.ids, r.pop().id)
+		rec := r.pop()
+		delete(r.ids, rec.id)
+		if n := r.held[rec.client]; n > 1 {
+			r.held[rec.client] = n - 1
+		} else {
+			delete(r.held, rec.client)
+		}
 	}
 	if len(r.expiry) == 0 && r.ids != nil {
-		r.ids, r.expiry = nil, nil // let the tables go
+		r.ids, r.expiry, r.held = nil, nil, nil // let the tables go
 	}
 }
 
@@ -197,7 +227,8 @@ func (r *refundRecords) len() int {
 // Refund implements Store: under the shard lock of the client key, the refund is checked
 // against the client's latest Reset (ErrReset when once.Issued is not after it: see
 // resetMarks), the record of once.ID is kept in process memory until once.Until and
-// RefundRecordGrace more (at most MaxRefundRecords; Sweep drops expired ones), then every limit
+// RefundRecordGrace more (at most MaxRefundRecords, shared fairly among clients; Sweep drops
+// expired ones), then every limit
 // that keeps state for the client refunds, each as RateLimiter.Refund does (a client the store
 // does not track has nothing to refund). It also fails with ErrRefundTooLate, refunding nothing,
 // when now is more than RefundRecordGrace older than the newest now the records have seen
@@ -248,7 +279,7 @@ func (m *Memory) admitRefund(key string, g *refundGate, now time.Time) bool {
 		return true
 	}
 	void := m.resets.voids(key, g.once.issuedNanos())
-	g.err = m.refunds.add(g.once.ID, g.once.Until, now, void)
+	g.err = m.refunds.add(g.once.ID, maphash.String(m.seed, key), g.once.Until, now, void)
 	return g.err == nil
 }
 
