@@ -112,7 +112,7 @@
 // same fields, which Traefik and Caddy return to the client as they are. nginx's auth_request
 // understands only 2xx, 401 and 403 and turns any other status into 500: with ?deny=403 a
 // rejection answers 403 instead (with Retry-After all the same), which an nginx location turns
-// back into 429 (README, "At the gateway"). A request from which no key source yields a key
+// back into 429 (docs/gateways.md). A request from which no key source yields a key
 // follows the policy's missingKey: Reject answers the deny status (429 or 403) without
 // Retry-After, Allow answers 200 {"allowed":true} and charges nothing, Shared decides for the
 // key "anonymous".

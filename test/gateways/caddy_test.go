@@ -322,9 +322,10 @@ func TestCaddy(t *testing.T) {
 	}
 }
 
-// TestReadmeShowsTheShippedCaddyfile keeps the README's Caddy block the file the test runs.
-func TestReadmeShowsTheShippedCaddyfile(t *testing.T) {
-	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+// TestGatewaysDocShowsTheShippedCaddyfile keeps the Caddy block of docs/gateways.md the file
+// the test runs.
+func TestGatewaysDocShowsTheShippedCaddyfile(t *testing.T) {
+	page, err := os.ReadFile(filepath.Join("..", "..", "docs", "gateways.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -332,7 +333,7 @@ func TestReadmeShowsTheShippedCaddyfile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(readme), "```caddyfile\n"+string(conf)+"```") {
-		t.Error("README.md's Caddy block is not docs/gateways/Caddyfile")
+	if !strings.Contains(string(page), "```caddyfile\n"+string(conf)+"```") {
+		t.Error("docs/gateways.md's Caddy block is not docs/gateways/Caddyfile")
 	}
 }

@@ -247,10 +247,10 @@ func TestNginx(t *testing.T) {
 	}
 }
 
-// TestReadmeShowsTheShippedNginxConfiguration keeps the README's nginx block the file the test
-// runs.
-func TestReadmeShowsTheShippedNginxConfiguration(t *testing.T) {
-	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+// TestGatewaysDocShowsTheShippedNginxConfiguration keeps the nginx block of docs/gateways.md
+// the file the test runs.
+func TestGatewaysDocShowsTheShippedNginxConfiguration(t *testing.T) {
+	page, err := os.ReadFile(filepath.Join("..", "..", "docs", "gateways.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,7 +258,7 @@ func TestReadmeShowsTheShippedNginxConfiguration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(readme), "```nginx\n"+string(conf)+"```") {
-		t.Error("README.md's nginx block is not docs/gateways/nginx.conf")
+	if !strings.Contains(string(page), "```nginx\n"+string(conf)+"```") {
+		t.Error("docs/gateways.md's nginx block is not docs/gateways/nginx.conf")
 	}
 }
