@@ -1,5 +1,5 @@
 // Command manager is the limiterd operator: it renders every RateLimitPolicy into a ConfigMap
-// that limiterd reads. It runs in a cluster (config/default) or outside one with KUBECONFIG.
+// that limiterd reads. It runs in a cluster (installed by the chart, charts/limiterd) or outside one with KUBECONFIG.
 package main
 
 import (

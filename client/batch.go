@@ -23,8 +23,8 @@ const maxBatchAnswerBytes = 8 << 20
 //	{Key: "alice", Cost: 5}     // spends 5
 //	{Key: "alice", Peek: true}  // what a one-unit request would get now; spends nothing
 type BatchItem struct {
-	// Policy names the item's policy ("<namespace>/<name>"); "" uses the Client's (WithPolicy),
-	// or limiterd's only policy.
+	// Policy names the item's policy ("<namespace>/<name>", or "<name>" in namespace default);
+	// "" uses the Client's (WithPolicy), or limiterd's only policy.
 	Policy string
 	// Key identifies the client.
 	Key string

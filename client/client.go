@@ -169,8 +169,9 @@ type Client struct {
 // Option configures a Client.
 type Option func(*Client)
 
-// WithPolicy names the policy ("<namespace>/<name>") decisions are made under. Without it,
-// limiterd decides under its only policy, and answers 400 when several are loaded.
+// WithPolicy names the policy decisions are made under: "<namespace>/<name>", or "<name>" in
+// namespace default. Without it, limiterd decides under its only policy, and answers 400 when
+// several are loaded.
 func WithPolicy(id string) Option { return func(c *Client) { c.policy = id } }
 
 // WithTimeout bounds each call, including connecting and reading the answer (0: no bound but

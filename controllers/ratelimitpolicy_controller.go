@@ -60,8 +60,8 @@ const EventReporter = "limiterd-operator"
 
 // The operator's permissions, turned into config/rbac/role.yaml by `make manifests`. Cluster-wide
 // it reads policies, writes their status and records events about them; ConfigMaps it writes in
-// its own namespace only (ConfigMapNamespace; the generated Role is for config/default's
-// limiterd-system). Its one cluster-wide ConfigMap right, delete, removes the ConfigMaps earlier
+// its own namespace only (ConfigMapNamespace; the generated Role names limiterd-system, and
+// the chart grants the same rules in its release namespace). Its one cluster-wide ConfigMap right, delete, removes the ConfigMaps earlier
 // versions rendered into the policies' namespaces (removeLegacyConfigMap); an admission policy
 // (config/manager/configmap_admission.yaml) narrows it to exactly those.
 // +kubebuilder:rbac:groups=limiterd.dev,resources=ratelimitpolicies,verbs=get;list;watch

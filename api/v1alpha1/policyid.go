@@ -8,7 +8,7 @@ import (
 )
 
 // DefaultNamespace is the namespace of a policy that names none: a policy file document without
-// namespace (as with kubectl apply) and an Envoy domain without '/'.
+// namespace (as with kubectl apply), and a policy a request names without '/' (RequestedPolicyID).
 const DefaultNamespace = "default"
 
 // PolicyID identifies a RateLimitPolicy: "<namespace>/<name>". It is how decision requests,
@@ -34,6 +34,18 @@ func orDefaultNamespace(namespace string) string {
 
 // ID returns the ID of p (see NewPolicyID).
 func (p *RateLimitPolicy) ID() PolicyID { return NewPolicyID(p.Namespace, p.Name) }
+
+// RequestedPolicyID returns the ID of the policy a request names, in a decision request's
+// "policy" (HTTP) or an Envoy domain (gRPC) alike: s itself when it has a '/', the policy named
+// s in DefaultNamespace when it has none, and "" for "" (a request that names no policy). It
+// does not check the names: the ID is looked up, and one that is not valid names no loaded
+// policy.
+func RequestedPolicyID(s string) PolicyID {
+	if s == "" || strings.IndexByte(s, '/') >= 0 {
+		return PolicyID(s)
+	}
+	return NewPolicyID(DefaultNamespace, s)
+}
 
 // ParsePolicyID parses "<namespace>/<name>": a namespace (a DNS label), '/', and a policy name
 // (a DNS subdomain), the names Validate accepts.

@@ -30,6 +30,25 @@ func TestNewPolicyID(t *testing.T) {
 	}
 }
 
+func TestRequestedPolicyID(t *testing.T) {
+	for _, tc := range []struct {
+		s    string
+		want PolicyID
+	}{
+		{"", ""},
+		{"api", "default/api"},
+		{"edge/api", "edge/api"},
+		{"default/api", "default/api"},
+		{"/api", "/api"},       // looked up as given: names no policy
+		{"a/b/c", "a/b/c"},     // likewise
+		{"API", "default/API"}, // likewise: no valid policy is named API
+	} {
+		if got := RequestedPolicyID(tc.s); got != tc.want {
+			t.Errorf("RequestedPolicyID(%q) = %q, want %q", tc.s, got, tc.want)
+		}
+	}
+}
+
 func TestParsePolicyID(t *testing.T) {
 	for _, s := range []string{"default/api", "team-a/api.v2", "a/" + strings.Repeat("b", 253), strings.Repeat("a", 63) + "/b"} {
 		id, err := ParsePolicyID(s)

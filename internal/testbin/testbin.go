@@ -60,6 +60,9 @@ var (
 	// RedisServer and RedisCLI come from Debian's redis-server and redis-tools, on $PATH.
 	RedisServer = Program{name: "redis-server", install: "apt-get install redis-server redis-tools"}
 	RedisCLI    = Program{name: "redis-cli", install: "apt-get install redis-server redis-tools"}
+	// Curl comes from Debian's curl (7.82 or later, for --json), on $PATH: test/e2e runs the
+	// README's quick start with it.
+	Curl = Program{name: "curl", install: "apt-get install curl"}
 	// Nginx comes from Debian's nginx-light (with ngx_http_auth_request_module), on $PATH: the
 	// gateway tests (test/gateways) run it in front of limiterd.
 	Nginx = Program{name: "nginx", install: "apt-get install nginx-light"}

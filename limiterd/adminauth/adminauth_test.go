@@ -249,6 +249,7 @@ type fakeAPIServer struct {
 	mu     sync.Mutex
 	asked  []string // the users of the SubjectAccessReviews, in order
 	config *rest.Config
+	srv    *httptest.Server
 }
 
 func newFakeAPIServer(t *testing.T, users map[string]authenticationv1.UserInfo, allowed map[string][]string) *fakeAPIServer {
@@ -290,7 +291,7 @@ func newFakeAPIServer(t *testing.T, users map[string]authenticationv1.UserInfo, 
 		}
 	}))
 	t.Cleanup(srv.Close)
-	f.config = &rest.Config{Host: srv.URL}
+	f.config, f.srv = &rest.Config{Host: srv.URL}, srv
 	return f
 }
 
@@ -362,6 +363,36 @@ func TestKubernetesPrivilegedGroupNeedsReview(t *testing.T) {
 	}
 	if asked := api.askedAbout()[before:]; len(asked) != 0 {
 		t.Errorf("the static token's user was reviewed: %v", asked)
+	}
+}
+
+// TestKubernetesAPIServerUnreachable pins what docs/admin-api.md and SECURITY.md say of an API
+// server that cannot be reached: a token not reviewed before is not authenticated (the server
+// answers 401, as kube-apiserver does), a token reviewed within TokenCacheTTL still is, and an
+// action whose SubjectAccessReview cannot be had is an error (the server answers 503).
+func TestKubernetesAPIServerUnreachable(t *testing.T) {
+	api := newFakeAPIServer(t, map[string]authenticationv1.UserInfo{
+		"alice-token": {Username: "alice"},
+		"bob-token":   {Username: "bob"},
+	}, map[string][]string{"alice": {"get"}})
+	kube, err := Kubernetes(api.config, KubernetesOptions{Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	alice, err := kube.Authenticate(request("alice-token"))
+	if err != nil {
+		t.Fatalf("alice while the API server answers: %v", err)
+	}
+	api.srv.Close()
+
+	if u, err := kube.Authenticate(request("bob-token")); !errors.Is(err, ErrUnauthenticated) {
+		t.Errorf("a token never reviewed, API server unreachable: %v %v, want ErrUnauthenticated", u, err)
+	}
+	if u, err := kube.Authenticate(request("alice-token")); err != nil || u.GetName() != "alice" {
+		t.Errorf("a token reviewed a moment ago, API server unreachable: %v %v, want alice from the cache", u, err)
+	}
+	if ok, _, err := kube.Authorize(t.Context(), PolicyClients(alice, "get", "a", "api")); ok || err == nil {
+		t.Errorf("an action never reviewed, API server unreachable: allowed %v, error %v; want an error", ok, err)
 	}
 }
 

@@ -5,7 +5,8 @@
 // # Domain
 //
 // A request's domain names the policy: "<namespace>/<name>", or "<name>" for a policy of the
-// namespace "default" (as in a policy file document without a namespace). The mapping never
+// namespace "default" (as in a policy file document without a namespace), as the HTTP decision
+// API's "policy" does (v1alpha1.RequestedPolicyID). The mapping never
 // depends on which other policies are loaded. An empty domain is InvalidArgument; a domain that
 // names no loaded policy is NotFound.
 //
@@ -203,16 +204,6 @@ func New(e *engine.Engine, log *slog.Logger) *Service {
 	return &Service{engine: e, log: log}
 }
 
-// PolicyID returns the ID of the policy a domain names: the domain itself when it has a '/'
-// (looked up as given: one that is not a valid ID names no loaded policy), else the policy
-// named domain in v1alpha1.DefaultNamespace.
-func PolicyID(domain string) v1alpha1.PolicyID {
-	if strings.IndexByte(domain, '/') >= 0 {
-		return v1alpha1.PolicyID(domain)
-	}
-	return v1alpha1.NewPolicyID(v1alpha1.DefaultNamespace, domain)
-}
-
 // item is one descriptor, checked.
 type item struct {
 	key     string
@@ -239,7 +230,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	if set == nil {
 		return nil, status.Errorf(codes.Unavailable, "%v", engine.ErrNotReady)
 	}
-	id := PolicyID(domain)
+	id := v1alpha1.RequestedPolicyID(domain)
 	p, ok := set.Get(id)
 	if !ok {
 		return nil, status.Errorf(codes.NotFound, "%v %q (domain %q)", engine.ErrUnknownPolicy, id, domain)

@@ -225,9 +225,6 @@ func TestDomainNamesThePolicy(t *testing.T) {
 			t.Errorf("domain %q decided by tier %q, want %q", domain, got, tier)
 		}
 	}
-	if PolicyID("api") != "default/api" || PolicyID("edge/api") != "edge/api" {
-		t.Errorf("PolicyID: %q %q", PolicyID("api"), PolicyID("edge/api"))
-	}
 }
 
 func TestErrorsConsumeNothing(t *testing.T) {

@@ -184,6 +184,28 @@ func TestAdminAuthorizationByNamespace(t *testing.T) {
 	}
 }
 
+// TestAdminAuthenticationUnavailable: a token that cannot be reviewed (the TokenReview fails, as
+// when the API server cannot be reached) answers 401 with a challenge, as kube-apiserver does,
+// not 503; the cause stays in the log.
+func TestAdminAuthenticationUnavailable(t *testing.T) {
+	e := newEngine(t, testsupport.NewClock(), nsPolicy("a", "api"))
+	unreachable := bearertoken.New(authenticator.TokenFunc(func(context.Context, string) (*authenticator.Response, bool, error) {
+		return nil, false, errors.New("API server unreachable")
+	}))
+	metrics := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("m 1\n")) })
+	admin := NewAdmin(e, AdminOptions{Metrics: metrics, Auth: adminauth.New(unreachable, (&rules{}).authorizer(), "test")})
+	for _, target := range []string{"/metrics", "/v1/policies", "/v1/clients?policy=a/api&key=k"} {
+		a := serveAs(t, admin, "token-alice", http.MethodGet, target)
+		if a.status != http.StatusUnauthorized || a.header.Get("WWW-Authenticate") == "" {
+			t.Errorf("GET %s while token reviews fail: %d %s, want 401 with a challenge", target, a.status, a.body)
+			continue
+		}
+		if strings.Contains(a.body, "unreachable") {
+			t.Errorf("GET %s: the answer tells the cause: %s", target, a.body)
+		}
+	}
+}
+
 func TestAdminAuthorizationUnavailable(t *testing.T) {
 	e := newEngine(t, testsupport.NewClock(), nsPolicy("a", "api"))
 	admin := NewAdmin(e, AdminOptions{Auth: adminauth.New(tokens, (&rules{failing: true}).authorizer(), "test")})

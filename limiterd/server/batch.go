@@ -66,7 +66,7 @@ func (h *Decisions) batch(w http.ResponseWriter, r *http.Request) {
 	sc.decide = sc.decide[:0]
 	for i := range sc.items {
 		if it := &sc.items[i]; it.Err == nil {
-			sc.decide = append(sc.decide, engine.BatchItem{Policy: v1alpha1.PolicyID(it.Policy), Key: it.Key, Cost: it.Cost})
+			sc.decide = append(sc.decide, engine.BatchItem{Policy: v1alpha1.RequestedPolicyID(it.Policy), Key: it.Key, Cost: it.Cost})
 		}
 	}
 	if cap(sc.results) < len(sc.decide) {

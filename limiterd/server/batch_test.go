@@ -52,6 +52,8 @@ func TestBatchAnswersLikeSingleCalls(t *testing.T) {
 		`{"policy":"default/a","key":"alice"}`, // rejected: the two before spent the 3 tokens
 		`{"policy":"default/b","key":"alice"}`,
 		`{"policy":"default/b","key":"alice"}`,           // rejected
+		`{"policy":"b","key":"alice"}`,                   // default/b: rejected too
+		`{"policy":"missing","key":"alice"}`,             // default/missing: 404
 		`{"policy":"default/a","key":"bob","cost":4}`,    // above the capacity: no wait admits it
 		`{"policy":"default/missing","key":"alice"}`,     // 404
 		`{"key":"alice"}`,                                // 400: two policies are loaded

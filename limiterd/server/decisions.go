@@ -13,10 +13,11 @@
 // decided like any other, as the client named by its SHA-256 digest (engine.ClientKey), so its
 // length never decides whether a request is limited.
 //
-// policy may be omitted when exactly one policy is loaded; cost defaults to 1. A cost of 0 is a
-// peek: it consumes nothing and answers what a one-unit request would get now (allowed, the
-// status and Retry-After say whether and when one unit would be admitted). The answer is
-// 200 (allowed) or 429 (rejected) with the body
+// policy may be omitted when exactly one policy is loaded, and "<name>" names the policy of
+// namespace "default", as an Envoy domain does (v1alpha1.RequestedPolicyID); cost defaults to
+// 1. A cost of 0 is a peek: it consumes nothing and answers what a one-unit request would get
+// now (allowed, the status and Retry-After say whether and when one unit would be admitted).
+// The answer is 200 (allowed) or 429 (rejected) with the body
 //
 //	{"allowed":true,"limit":10,"remaining":9,"resetAfterSeconds":2,"retryAfterSeconds":0,
 //	 "resetAfterMs":1500,"retryAfterMs":0}
@@ -469,7 +470,7 @@ func (h *Decisions) allow(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	res, err := h.engine.Decide(r.Context(), v1alpha1.PolicyID(req.Policy), req.Key, req.Cost)
+	res, err := h.engine.Decide(r.Context(), v1alpha1.RequestedPolicyID(req.Policy), req.Key, req.Cost)
 	if err != nil {
 		h.writeEngineError(w, err)
 		return

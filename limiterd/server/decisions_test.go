@@ -235,6 +235,36 @@ func TestAllowPolicySelection(t *testing.T) {
 	}
 }
 
+// TestAllowBareNameIsDefaultNamespace: a policy named without a namespace is the policy of
+// namespace "default", in POST, GET and batch requests alike, as an Envoy domain is
+// (envoyrls): "api" and "default/api" share one policy's counts. A bare name never names a
+// policy of another namespace.
+func TestAllowBareNameIsDefaultNamespace(t *testing.T) {
+	h := NewDecisions(newEngine(t, testsupport.NewClock(),
+		newPolicy("api", testsupport.TokenBucketTier("standard", 2, 1, time.Minute)),
+		nsPolicy("team", "other")), nil)
+	if a := serve(t, h, http.MethodPost, "/v1/allow", `{"policy":"api","key":"k"}`); a.status != 200 ||
+		a.header.Get("RateLimit-Policy") != `"standard";q=2;w=120` {
+		t.Errorf(`POST "api": %d %s %v, want 200 from default/api`, a.status, a.body, a.header)
+	}
+	if a := serve(t, h, http.MethodGet, "/v1/allow?policy=default%2Fapi&key=k", ""); a.status != 200 {
+		t.Errorf(`GET "default/api" after "api": %d %s, want 200 (the second of 2 tokens)`, a.status, a.body)
+	}
+	if a := serve(t, h, http.MethodGet, "/v1/allow?policy=api&key=k", ""); a.status != 429 {
+		t.Errorf(`GET "api" after two decisions of default/api: %d %s, want 429`, a.status, a.body)
+	}
+	results := batchAnswer(t, serve(t, h, http.MethodPost, "/v1/allow:batch", `{"items":[{"policy":"api","key":"k"},{"policy":"api","key":"j"}]}`))
+	if !strings.Contains(string(results[0]), `"allowed":false`) || !strings.Contains(string(results[1]), `"allowed":true`) {
+		t.Errorf(`batch of "api": %s, want k rejected and j allowed`, results)
+	}
+	for _, body := range []string{`{"policy":"other","key":"k"}`, `{"policy":"team","key":"k"}`} {
+		a := serve(t, h, http.MethodPost, "/v1/allow", body)
+		if a.status != 404 || !strings.Contains(a.errorText(t), `"default/`) {
+			t.Errorf("%s: %d %s, want 404 naming the policy of namespace default it looked up", body, a.status, a.body)
+		}
+	}
+}
+
 func TestAllowBeforeAnyPolicyIs503(t *testing.T) {
 	h := NewDecisions(newEngine(t, testsupport.NewClock()), nil)
 	for _, tc := range []struct{ method, target, body string }{

@@ -32,8 +32,9 @@ const (
 // AllowRequest is a decision request: POST /v1/allow {"policy": "...", "key": "...", "cost": 1}
 // or GET /v1/allow?policy=...&key=...&cost=1.
 type AllowRequest struct {
-	// Policy is "<namespace>/<name>"; "" when the request names none (allowed when exactly one
-	// policy is loaded).
+	// Policy is "<namespace>/<name>", or "<name>" for a policy of namespace "default" (as an
+	// Envoy domain: v1alpha1.RequestedPolicyID); "" when the request names none (allowed when
+	// exactly one policy is loaded).
 	Policy string
 	// Key identifies the client: at least 1 byte of UTF-8, of any length (see MaxKeyBytes).
 	Key string

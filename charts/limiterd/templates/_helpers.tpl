@@ -188,8 +188,8 @@ across keys; included by the limiterd Deployment.
 {{- if ne (empty $tls.certKey) (empty $tls.keyKey) }}
 {{- fail "limiterd.store.redis.tls.certKey and limiterd.store.redis.tls.keyKey must be given together" }}
 {{- end }}
-{{- if and $tls.enabled (not $tls.secretName) $tls.certKey }}
-{{- fail "limiterd.store.redis.tls.secretName is required for a client certificate (certKey, keyKey)" }}
+{{- if and (eq $store.type "redis") $tls.enabled (or (not $tls.secretName) (not $tls.caKey)) }}
+{{- fail "limiterd.store.redis.tls.enabled needs limiterd.store.redis.tls.secretName and caKey: the CA that verifies Redis (the images carry no CA bundle)" }}
 {{- end }}
 {{- $pdb := .Values.limiterd.podDisruptionBudget }}
 {{- if and $pdb.enabled (kindIs "invalid" $pdb.minAvailable) (kindIs "invalid" $pdb.maxUnavailable) }}
