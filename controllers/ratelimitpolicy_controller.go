@@ -82,9 +82,10 @@ const EventReporter = "limiterd-operator"
 // limiterd reads it. It reports the outcome in the policy's status. Owner references cannot
 // cross namespaces, so it deletes the ConfigMap itself once the policy is gone: the ConfigMaps
 // it watches map to their policies by annotation, and a policy not found has its ConfigMap
-// deleted (also one deleted while the operator was down, at the first sync). It also removes
-// the ConfigMap an earlier version rendered into the policy's namespace, once no live limiterd
-// replica serves the policy from it (removeLegacyConfigMap).
+// deleted (also one deleted while the operator was down, at the first sync). With
+// RemoveLegacyConfigMaps it also removes the ConfigMap an earlier version rendered into the
+// policy's namespace, once no live limiterd replica serves the policy from it
+// (removeLegacyConfigMap).
 type RateLimitPolicyReconciler struct {
 	// Client reads from the manager's cache (ConfigMaps restricted by CacheByObject) and writes.
 	Client client.Client
@@ -99,6 +100,12 @@ type RateLimitPolicyReconciler struct {
 	StatusNamespace string
 	// Clock tells the time replica records are judged live at (nil: the real clock).
 	Clock clock.PassiveClock
+	// RemoveLegacyConfigMaps lets the reconciler delete the ConfigMap an earlier version
+	// rendered into a policy's own namespace (removeLegacyConfigMap): a one-time upgrade step
+	// that needs the right to delete ConfigMaps outside ConfigMapNamespace, which the operator
+	// holds only when it is switched on (main.go's --remove-legacy-configmaps). Off (the zero
+	// value), such a ConfigMap is left in place and reported by an event.
+	RemoveLegacyConfigMaps bool
 
 	// leases reads the replicas' status Leases from the cache SetupWithManager starts (nil:
 	// through Client).
@@ -226,7 +233,7 @@ func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 				r.Recorder.Eventf(&policy, nil, corev1.EventTypeNormal, ReasonRestored, "RestoreConfigMap",
 					"ConfigMap %s/%s was changed or deleted; restored generation %d", r.ConfigMapNamespace, name, policy.Generation)
 			}
-			// status.configMapName names the legacy ConfigMap until it is removed.
+			// status.configMapName names the legacy ConfigMap until it is removed (or left).
 			if status.ConfigMapName == "" || status.ConfigMapName == name {
 				status.ConfigMapName = name
 			} else if removed, err := r.removeLegacyConfigMap(ctx, &policy, status.ConfigMapName, replicas, r.now()); err != nil {
