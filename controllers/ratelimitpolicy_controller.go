@@ -59,14 +59,14 @@ const (
 const EventReporter = "limiterd-operator"
 
 // The operator's permissions, turned into config/rbac/role.yaml by `make manifests`. Cluster-wide
-// it reads policies, writes their status and records events about them; ConfigMaps it writes in
-// its own namespace only (ConfigMapNamespace; the generated Role is for config/default's
-// limiterd-system). Its one cluster-wide ConfigMap right, delete, removes the ConfigMaps earlier
-// versions rendered into the policies' namespaces (removeLegacyConfigMap); an admission policy
-// (config/manager/configmap_admission.yaml) narrows it to exactly those.
+// it reads policies, writes their status and records events about them; ConfigMaps it reads and
+// writes in its own namespace only (ConfigMapNamespace; the generated Role is for config/default's
+// limiterd-system), and it has no right on any other namespace's ConfigMaps. Removing the
+// ConfigMaps earlier versions rendered into the policies' namespaces (RemoveLegacyConfigMaps)
+// needs a cluster-wide delete that is deliberately not a marker: the chart grants it, narrowed
+// by admission, only for that one-time upgrade step (operator.legacyConfigMapCleanup).
 // +kubebuilder:rbac:groups=limiterd.dev,resources=ratelimitpolicies,verbs=get;list;watch
 // +kubebuilder:rbac:groups=limiterd.dev,resources=ratelimitpolicies/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups="",resources=configmaps,verbs=delete
 // +kubebuilder:rbac:groups="",namespace=limiterd-system,resources=configmaps,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
