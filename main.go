@@ -62,6 +62,7 @@ func run(args []string) error {
 		leaderElect             bool
 		leaderElectionNamespace string
 		configMapNamespace      string
+		removeLegacyConfigMaps  bool
 		shutdownTimeout         time.Duration
 	)
 	fs.StringVar(&metricsAddr, "metrics-bind-address", ":8080", `The address the metrics endpoint binds to; "0" disables it.`)
@@ -74,6 +75,10 @@ func run(args []string) error {
 		"The namespace of the leader election Lease; defaults to the operator's own namespace in a cluster. Required with --leader-elect outside a cluster.")
 	fs.StringVar(&configMapNamespace, "configmap-namespace", controllers.DefaultStatusNamespace(),
 		"The namespace the policies' ConfigMaps are written to, which limiterd reads: limiterd's namespace. The operator writes ConfigMaps there only. Defaults to the operator's own namespace in a cluster, else "+limiterdv1alpha1.DefaultReplicaStatusNamespace+".")
+	fs.BoolVar(&removeLegacyConfigMaps, "remove-legacy-configmaps", false,
+		"Delete the ConfigMap an earlier version rendered into each policy's own namespace once no live limiterd replica serves the policy from it: "+
+			"a one-time step of the upgrade from that version, which needs the right to delete ConfigMaps outside the operator's namespace "+
+			"(the chart's operator.legacyConfigMapCleanup grants it). Off, those ConfigMaps are left in place, each reported by a warning event.")
 	fs.DurationVar(&shutdownTimeout, "shutdown-timeout", 8*time.Second,
 		"How long reconciles in flight may take to finish after SIGTERM; keep it below the pod's terminationGracePeriodSeconds.")
 	zapOpts := zap.Options{}
@@ -114,7 +119,9 @@ func run(args []string) error {
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
 	}
-	if err := controllers.NewRateLimitPolicyReconciler(mgr, configMapNamespace).SetupWithManager(mgr); err != nil {
+	reconciler := controllers.NewRateLimitPolicyReconciler(mgr, configMapNamespace)
+	reconciler.RemoveLegacyConfigMaps = removeLegacyConfigMaps
+	if err := reconciler.SetupWithManager(mgr); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
@@ -143,7 +150,7 @@ func run(args []string) error {
 		return fmt.Errorf("add readiness check: %w", err)
 	}
 
-	log.Info("starting operator", "configMapNamespace", configMapNamespace, "metricsBindAddress", metricsAddr, "metricsSecure", metricsSecure, "healthProbeBindAddress", probeAddr, "leaderElect", leaderElect)
+	log.Info("starting operator", "configMapNamespace", configMapNamespace, "removeLegacyConfigMaps", removeLegacyConfigMaps, "metricsBindAddress", metricsAddr, "metricsSecure", metricsSecure, "healthProbeBindAddress", probeAddr, "leaderElect", leaderElect)
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("run manager: %w", err)
 	}

@@ -13,9 +13,15 @@ import (
 	limiterdv1alpha1 "github.com/limiterd/limiterd/api/v1alpha1"
 )
 
-// ReasonLegacyConfigMapRemoved is the reason of the event recorded when the operator deletes the
-// ConfigMap an earlier version rendered into the policy's own namespace.
-const ReasonLegacyConfigMapRemoved = "LegacyConfigMapRemoved"
+const (
+	// ReasonLegacyConfigMapRemoved is the reason of the event recorded when the operator deletes
+	// the ConfigMap an earlier version rendered into the policy's own namespace.
+	ReasonLegacyConfigMapRemoved = "LegacyConfigMapRemoved"
+	// ReasonLegacyConfigMapLeft is the reason of the warning recorded when the operator leaves
+	// that ConfigMap in place, since it may not delete ConfigMaps outside its namespace
+	// (RemoveLegacyConfigMaps off).
+	ReasonLegacyConfigMapLeft = "LegacyConfigMapLeft"
+)
 
 // Migration from the earlier layout (docs/configmap-format.md, "Migration"): earlier versions
 // rendered each policy into a ConfigMap of the policy's own namespace, named
@@ -25,17 +31,31 @@ const ReasonLegacyConfigMapRemoved = "LegacyConfigMapRemoved"
 // serves the policy from anywhere but the new ConfigMap: replicas of earlier versions do not say
 // where they serve a policy from, so while one of them serves it the old ConfigMap stays, and
 // the policy is never unserved during an upgrade.
+//
+// Deleting the old ConfigMaps needs the right to delete ConfigMaps outside the operator's
+// namespace, which a compromised operator could turn against any ConfigMap of the cluster. So it
+// is opt-in (RemoveLegacyConfigMaps, the chart's operator.legacyConfigMapCleanup), for the upgrade
+// from an earlier version only; otherwise the operator leaves the old ConfigMaps in place.
 
 // removeLegacyConfigMap deletes the ConfigMap legacyName of the policy's namespace, which an
-// earlier version rendered, when legacyRemovable says no live replica still serves the policy
-// from it. It reports whether the ConfigMap is gone (deleted now, or already). The operator may
-// delete ConfigMaps outside its namespace only where admission lets it (a ConfigMap labelled
-// PolicyLabel and controlled by a RateLimitPolicy): a refusal is reported as an event and the
-// ConfigMap is no longer looked after.
+// earlier version rendered, when legacyServers says no live replica still serves the policy
+// from it. It reports whether the operator is done with the ConfigMap: deleted now or already
+// gone, refused, or, with RemoveLegacyConfigMaps off, left in place (a warning event names it).
+// The operator may delete ConfigMaps outside its namespace only where admission lets it (a
+// ConfigMap labelled PolicyLabel and controlled by a RateLimitPolicy): a refusal is reported as
+// an event and the ConfigMap is no longer looked after.
 func (r *RateLimitPolicyReconciler) removeLegacyConfigMap(ctx context.Context, p *limiterdv1alpha1.RateLimitPolicy,
 	legacyName string, replicas []limiterdv1alpha1.Replica, now time.Time) (bool, error) {
 	current := r.ConfigMapNamespace + "/" + limiterdv1alpha1.ConfigMapName(p.ID())
 	log := logf.FromContext(ctx).WithValues("legacyConfigMap", p.Namespace+"/"+legacyName)
+	if !r.RemoveLegacyConfigMaps {
+		log.Info("legacy ConfigMap left in place: removal not enabled")
+		r.Recorder.Eventf(p, nil, corev1.EventTypeWarning, ReasonLegacyConfigMapLeft, "LeaveLegacyConfigMap",
+			"ConfigMap %s of an earlier version is left in place (the operator deletes ConfigMaps outside its namespace only with "+
+				"--remove-legacy-configmaps); the policy is served from ConfigMap %s: delete the old one once no limiterd of an earlier version runs",
+			legacyName, current)
+		return true, nil
+	}
 	if waiting := legacyServers(p.ID(), current, replicas, now); len(waiting) > 0 {
 		log.V(1).Info("legacy ConfigMap kept: replicas serve the policy from it", "replicas", names(waiting))
 		return false, nil

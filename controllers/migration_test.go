@@ -1,8 +1,10 @@
 package controllers
 
 import (
+	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	limiterdv1alpha1 "github.com/limiterd/limiterd/api/v1alpha1"
 	"github.com/limiterd/limiterd/internal/testenv"
@@ -90,11 +93,15 @@ func createLegacyPolicy(t *testing.T, env *testenv.Env, namespace, name string) 
 	return p, cm
 }
 
-// TestLegacyConfigMapRemoved starts the operator on policies an earlier version rendered into
-// ConfigMaps of their own namespace: it renders them into limiterd's namespace, and deletes the
-// old ConfigMap once no live replica serves the policy from it (at once for a policy no replica
-// reports). The replicas are status Leases written by the test, as limiterd of an earlier
-// version (no configMap in its record) and of this one would write them.
+// removeLegacy switches the reconciler's removal of legacy ConfigMaps on.
+func removeLegacy(r *RateLimitPolicyReconciler) { r.RemoveLegacyConfigMaps = true }
+
+// TestLegacyConfigMapRemoved starts the operator, with RemoveLegacyConfigMaps, on policies an
+// earlier version rendered into ConfigMaps of their own namespace: it renders them into
+// limiterd's namespace, and deletes the old ConfigMap once no live replica serves the policy from
+// it (at once for a policy no replica reports). The replicas are status Leases written by the
+// test, as limiterd of an earlier version (no configMap in its record) and of this one would
+// write them.
 func TestLegacyConfigMapRemoved(t *testing.T) {
 	t.Parallel()
 	env := testenv.Shared(t)
@@ -129,7 +136,7 @@ func TestLegacyConfigMapRemoved(t *testing.T) {
 	}
 	setRecord(limiterdv1alpha1.ReplicaPolicyStatus{Generation: 1, State: limiterdv1alpha1.ReplicaServing})
 
-	startOperatorWith(t, env, ns, cmNS, statusNS)
+	startOperatorWith(t, env, ns, cmNS, statusNS, removeLegacy)
 	exists := func(cm *corev1.ConfigMap) (bool, error) {
 		err := env.Client.Get(ctx, client.ObjectKeyFromObject(cm), &corev1.ConfigMap{})
 		if apierrors.IsNotFound(err) {
@@ -211,7 +218,7 @@ func TestLegacyConfigMapRemovedOnTheReconcilersClock(t *testing.T) {
 	// No operator runs: this reconciler, whose clock is two hours ahead, is the only one to act.
 	r := &RateLimitPolicyReconciler{Client: env.Client, APIReader: env.Client, ConfigMapNamespace: cmNS,
 		Recorder: events.NewFakeRecorder(10), StatusNamespace: statusNS,
-		Clock: clocktesting.NewFakePassiveClock(time.Now().Add(2 * time.Hour))}
+		Clock: clocktesting.NewFakePassiveClock(time.Now().Add(2 * time.Hour)), RemoveLegacyConfigMaps: true}
 	if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(p)}); err != nil {
 		t.Fatalf("Reconcile: %v", err)
 	}
@@ -224,5 +231,62 @@ func TestLegacyConfigMapRemovedOnTheReconcilersClock(t *testing.T) {
 	}
 	if want := limiterdv1alpha1.ConfigMapName(p.ID()); got.Status.ConfigMapName != want {
 		t.Errorf("status.configMapName %q, want %q", got.Status.ConfigMapName, want)
+	}
+}
+
+// TestLegacyConfigMapLeftByDefault: without RemoveLegacyConfigMaps the operator, which then may
+// not delete ConfigMaps outside its namespace, never tries to. It renders a policy of an earlier
+// version into limiterd's namespace, names the new ConfigMap in the status at once, leaves the
+// old ConfigMap in place and says so in a warning event naming it.
+func TestLegacyConfigMapLeftByDefault(t *testing.T) {
+	t.Parallel()
+	env := testenv.Shared(t)
+	ns, cmNS, statusNS := env.Namespace(t), env.Namespace(t), env.Namespace(t)
+	ctx := t.Context()
+	p, legacyCM := createLegacyPolicy(t, env, ns, "left")
+
+	// Every delete outside limiterd's namespace fails the test, as RBAC would refuse it.
+	c := interceptor.NewClient(env.Client, interceptor.Funcs{
+		Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+			if obj.GetNamespace() != cmNS {
+				t.Errorf("the operator deletes %T %s/%s outside its namespace %s", obj, obj.GetNamespace(), obj.GetName(), cmNS)
+			}
+			return c.Delete(ctx, obj, opts...)
+		},
+	})
+	recorder := events.NewFakeRecorder(10)
+	r := &RateLimitPolicyReconciler{Client: c, APIReader: c, ConfigMapNamespace: cmNS, Recorder: recorder, StatusNamespace: statusNS}
+	if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(p)}); err != nil {
+		t.Fatalf("Reconcile: %v", err)
+	}
+
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(legacyCM), &corev1.ConfigMap{}); err != nil {
+		t.Errorf("legacy ConfigMap: %v, want it left in place", err)
+	}
+	got := &limiterdv1alpha1.RateLimitPolicy{}
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(p), got); err != nil {
+		t.Fatal(err)
+	}
+	if want := limiterdv1alpha1.ConfigMapName(p.ID()); got.Status.ConfigMapName != want {
+		t.Errorf("status.configMapName %q, want %q", got.Status.ConfigMapName, want)
+	}
+	checkConfigMap(t, getConfigMap(t, env.Client, cmNS, got), got)
+	select {
+	case e := <-recorder.Events:
+		if !strings.HasPrefix(e, corev1.EventTypeWarning+" "+ReasonLegacyConfigMapLeft+" ") || !strings.Contains(e, legacyCM.Name) {
+			t.Errorf("event %q, want a warning %s naming ConfigMap %s", e, ReasonLegacyConfigMapLeft, legacyCM.Name)
+		}
+	default:
+		t.Errorf("no event, want a warning %s", ReasonLegacyConfigMapLeft)
+	}
+
+	// Once the status names the new ConfigMap, the old one is no longer looked at: no second event.
+	if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(p)}); err != nil {
+		t.Fatalf("second Reconcile: %v", err)
+	}
+	select {
+	case e := <-recorder.Events:
+		t.Errorf("second Reconcile recorded %q, want no event", e)
+	default:
 	}
 }

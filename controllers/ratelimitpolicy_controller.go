@@ -59,14 +59,15 @@ const (
 const EventReporter = "limiterd-operator"
 
 // The operator's permissions, turned into config/rbac/role.yaml by `make manifests`. Cluster-wide
-// it reads policies, writes their status and records events about them; ConfigMaps it writes in
-// its own namespace only (ConfigMapNamespace; the generated Role names limiterd-system, and
-// the chart grants the same rules in its release namespace). Its one cluster-wide ConfigMap right, delete, removes the ConfigMaps earlier
-// versions rendered into the policies' namespaces (removeLegacyConfigMap); an admission policy
-// (config/manager/configmap_admission.yaml) narrows it to exactly those.
+// it reads policies, writes their status and records events about them; ConfigMaps it reads and
+// writes in its own namespace only (ConfigMapNamespace; the generated Role names limiterd-system,
+// and the chart grants the same rules in its release namespace), and it has no right on any other
+// namespace's ConfigMaps. Removing the ConfigMaps earlier versions rendered into the policies'
+// namespaces (RemoveLegacyConfigMaps) needs a cluster-wide delete that is deliberately not a
+// marker: the chart grants it, narrowed by admission, only for that one-time upgrade step
+// (operator.legacyConfigMapCleanup).
 // +kubebuilder:rbac:groups=limiterd.dev,resources=ratelimitpolicies,verbs=get;list;watch
 // +kubebuilder:rbac:groups=limiterd.dev,resources=ratelimitpolicies/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups="",resources=configmaps,verbs=delete
 // +kubebuilder:rbac:groups="",namespace=limiterd-system,resources=configmaps,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
@@ -82,9 +83,10 @@ const EventReporter = "limiterd-operator"
 // limiterd reads it. It reports the outcome in the policy's status. Owner references cannot
 // cross namespaces, so it deletes the ConfigMap itself once the policy is gone: the ConfigMaps
 // it watches map to their policies by annotation, and a policy not found has its ConfigMap
-// deleted (also one deleted while the operator was down, at the first sync). It also removes
-// the ConfigMap an earlier version rendered into the policy's namespace, once no live limiterd
-// replica serves the policy from it (removeLegacyConfigMap).
+// deleted (also one deleted while the operator was down, at the first sync). With
+// RemoveLegacyConfigMaps it also removes the ConfigMap an earlier version rendered into the
+// policy's namespace, once no live limiterd replica serves the policy from it
+// (removeLegacyConfigMap).
 type RateLimitPolicyReconciler struct {
 	// Client reads from the manager's cache (ConfigMaps restricted by CacheByObject) and writes.
 	Client client.Client
@@ -99,6 +101,12 @@ type RateLimitPolicyReconciler struct {
 	StatusNamespace string
 	// Clock tells the time replica records are judged live at (nil: the real clock).
 	Clock clock.PassiveClock
+	// RemoveLegacyConfigMaps lets the reconciler delete the ConfigMap an earlier version
+	// rendered into a policy's own namespace (removeLegacyConfigMap): a one-time upgrade step
+	// that needs the right to delete ConfigMaps outside ConfigMapNamespace, which the operator
+	// holds only when it is switched on (main.go's --remove-legacy-configmaps). Off (the zero
+	// value), such a ConfigMap is left in place and reported by an event.
+	RemoveLegacyConfigMaps bool
 
 	// leases reads the replicas' status Leases from the cache SetupWithManager starts (nil:
 	// through Client).
@@ -226,7 +234,7 @@ func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 				r.Recorder.Eventf(&policy, nil, corev1.EventTypeNormal, ReasonRestored, "RestoreConfigMap",
 					"ConfigMap %s/%s was changed or deleted; restored generation %d", r.ConfigMapNamespace, name, policy.Generation)
 			}
-			// status.configMapName names the legacy ConfigMap until it is removed.
+			// status.configMapName names the legacy ConfigMap until it is removed (or left).
 			if status.ConfigMapName == "" || status.ConfigMapName == name {
 				status.ConfigMapName = name
 			} else if removed, err := r.removeLegacyConfigMap(ctx, &policy, status.ConfigMapName, replicas, r.now()); err != nil {

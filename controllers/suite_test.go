@@ -47,8 +47,9 @@ func startOperator(t *testing.T, env *testenv.Env, namespace string) (configMapN
 
 // startOperatorWith runs the operator for the policies of namespace, rendering into
 // configMapNamespace and reading the replicas' status from statusNamespace, until the test ends
-// or the returned function stops it.
-func startOperatorWith(t *testing.T, env *testenv.Env, namespace, configMapNamespace, statusNamespace string) (stop func()) {
+// or the returned function stops it. Each of configure changes the reconciler before it starts.
+func startOperatorWith(t *testing.T, env *testenv.Env, namespace, configMapNamespace, statusNamespace string,
+	configure ...func(*RateLimitPolicyReconciler)) (stop func()) {
 	t.Helper()
 	logs := &testsupport.SyncBuffer{}
 	byObject := CacheByObject(configMapNamespace)
@@ -68,6 +69,9 @@ func startOperatorWith(t *testing.T, env *testenv.Env, namespace, configMapNames
 	}
 	r := NewRateLimitPolicyReconciler(mgr, configMapNamespace)
 	r.StatusNamespace = statusNamespace
+	for _, c := range configure {
+		c(r)
+	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}

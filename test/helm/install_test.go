@@ -307,10 +307,10 @@ func ns(name string) *corev1.Namespace {
 	return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
 }
 
-// checkOperatorDeletes checks, as the API server enforces the chart's operator admission policy,
-// that the operator's ServiceAccount (sa) can delete a ConfigMap outside the release namespace
-// only when an earlier version rendered it (labelled limiterd.dev/policy, controlled by a
-// RateLimitPolicy), and can neither read nor write any other.
+// checkOperatorDeletes checks, as the API server enforces the chart's operator admission policy
+// (with operator.legacyConfigMapCleanup on), that the operator's ServiceAccount (sa) can delete a
+// ConfigMap outside the release namespace only when an earlier version rendered it (labelled
+// limiterd.dev/policy, controlled by a RateLimitPolicy), and can neither read nor write any other.
 func (s *apiServer) checkOperatorDeletes(t *testing.T, sa string) {
 	t.Helper()
 	ctx := t.Context()
@@ -474,6 +474,9 @@ func TestInstall(t *testing.T) {
 			&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: operatorName + "-leader-election"}},
 			&admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: statusPolicyName}},
 			&admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: statusPolicyName}},
+			// operator.legacyConfigMapCleanup, on in all-features-values.yaml.
+			&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: legacyCleanupName}},
+			&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: legacyCleanupName}},
 			&admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: operatorPolicyName}},
 			&admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: operatorPolicyName}},
 		)
@@ -537,7 +540,7 @@ func TestInstall(t *testing.T) {
 			{"update", "", "configmaps", "", "shop", false},
 			{"patch", "", "configmaps", "", "shop", false},
 			{"deletecollection", "", "configmaps", "", "shop", false},
-			{"delete", "", "configmaps", "", "shop", true}, // legacy ConfigMaps only: see checkOperatorDeletes
+			{"delete", "", "configmaps", "", "shop", true}, // legacyConfigMapCleanup: legacy ConfigMaps only, see checkOperatorDeletes
 			{"list", "coordination.k8s.io", "leases", "", namespace, true},
 			{"create", "events.k8s.io", "events", "", "shop", true},
 			{"create", "", "events", "", "shop", true},
@@ -555,8 +558,8 @@ func TestInstall(t *testing.T) {
 		s.checkStatusAdmission(t, limiterdName, operatorName)
 	})
 
-	// 2c. The operator may delete, outside its namespace, only the ConfigMaps earlier versions
-	// rendered there.
+	// 2c. During the upgrade step, the operator may delete, outside its namespace, only the
+	// ConfigMaps earlier versions rendered there.
 	t.Run("the operator deletes only legacy ConfigMaps elsewhere", func(t *testing.T) {
 		s.checkOperatorDeletes(t, operatorName)
 	})
@@ -579,6 +582,20 @@ func TestInstall(t *testing.T) {
 		if s.getCRD(t) == nil {
 			t.Fatal("CRD gone after upgrade")
 		}
+		// The upgrade step is over (legacyConfigMapCleanup off): the operator has no right on
+		// ConfigMaps outside its namespace left.
+		s.mustNotExist(t,
+			&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: legacyCleanupName}},
+			&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: legacyCleanupName}},
+			&admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: operatorPolicyName}},
+			&admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: operatorPolicyName}},
+		)
+		var perms []permission
+		for _, verb := range []string{"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"} {
+			perms = append(perms, permission{verb, "", "configmaps", "", "shop", false}, permission{verb, "", "configmaps", "", "", false})
+		}
+		perms = append(perms, permission{"delete", "", "configmaps", "", namespace, true})
+		s.checkPermissions(t, namespace, operatorName, perms)
 	})
 
 	// 4. Uninstall: everything goes but the CRD and the policies.

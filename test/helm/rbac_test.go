@@ -17,23 +17,29 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/limiterd/limiterd/api/v1alpha1"
+	"github.com/limiterd/limiterd/controllers"
 	"github.com/limiterd/limiterd/internal/testbin"
 	"github.com/limiterd/limiterd/internal/testsupport"
 )
 
 // TestBinariesRunWithChartRBAC installs the chart into a test API server (which enforces RBAC and
-// the chart's admission policies) and runs bin/manager and bin/limiterd (make build), with the arguments of the chart's Deployments and as their ServiceAccounts (an
-// administrator's credentials impersonating them; limiterd as its pod's bound token would): with
-// exactly the chart's RBAC, a policy of another namespace is rendered, served and deleted again,
-// and neither identity can read or write a ConfigMap of that namespace.
+// the chart's admission policies) and runs bin/manager and bin/limiterd (make build), with the
+// arguments of the chart's Deployments and as their ServiceAccounts (an administrator's
+// credentials impersonating them; limiterd as its pod's bound token would): with exactly the
+// chart's RBAC, a policy of another namespace is rendered, served and deleted again, and neither
+// identity can read or write a ConfigMap of that namespace, not even delete the one an earlier
+// version rendered there: the operator, whose ClusterRole has no right on ConfigMaps, leaves that
+// one in place and says so in an event.
 func TestBinariesRunWithChartRBAC(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts an API server and runs both binaries")
@@ -46,6 +52,9 @@ func TestBinariesRunWithChartRBAC(t *testing.T) {
 	}
 	s.helm(t, "install", release, chartRel, "--namespace", namespace, "--create-namespace", "--wait=false")
 	s.waitEstablished(t, crdName)
+	// Before the operator starts: a policy as an earlier operator left it, its ConfigMap in the
+	// policy's namespace, controlled by the policy and named in its status.
+	legacyPolicy, legacyCM := createLegacyPolicy(t, s, "shop", "old")
 
 	deployment := func(name string) *appsv1.Deployment {
 		d := &appsv1.Deployment{}
@@ -116,7 +125,34 @@ func TestBinariesRunWithChartRBAC(t *testing.T) {
 		return nil
 	})
 
-	// Neither identity reaches a ConfigMap of namespace shop.
+	// The policy of the earlier layout is rendered into the release namespace, its status names
+	// the new ConfigMap, and its old ConfigMap is left in place, with a warning event naming it.
+	testsupport.Eventually(t, time.Minute, "legacy policy moved to its new ConfigMap", func() error {
+		if err := s.client.Get(ctx, client.ObjectKeyFromObject(legacyPolicy), legacyPolicy); err != nil {
+			return err
+		}
+		want := v1alpha1.ConfigMapName(v1alpha1.NewPolicyID("shop", "old"))
+		if got, _, _ := unstructured.NestedString(legacyPolicy.Object, "status", "configMapName"); got != want {
+			return fmt.Errorf("status.configMapName %q, want %q", got, want)
+		}
+		return s.client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: want}, &corev1.ConfigMap{})
+	})
+	testsupport.Eventually(t, time.Minute, "event "+controllers.ReasonLegacyConfigMapLeft, func() error {
+		var list eventsv1.EventList
+		if err := s.client.List(ctx, &list, client.InNamespace("shop")); err != nil {
+			return err
+		}
+		for _, e := range list.Items {
+			if e.Regarding.UID == legacyPolicy.GetUID() && e.Type == corev1.EventTypeWarning && e.Reason == controllers.ReasonLegacyConfigMapLeft &&
+				strings.Contains(e.Note, legacyCM.Name) {
+				return nil
+			}
+		}
+		return fmt.Errorf("no warning %s naming %s about policy shop/old among %d events", controllers.ReasonLegacyConfigMapLeft, legacyCM.Name, len(list.Items))
+	})
+
+	// Neither identity reaches a ConfigMap of namespace shop: not the tenant's, and not the one
+	// an earlier version of the operator rendered (RBAC alone refuses it, before any admission).
 	tenant := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "app-config"}, Data: map[string]string{"password": "hunter2"}}
 	if err := s.client.Create(ctx, tenant); err != nil {
 		t.Fatal(err)
@@ -130,11 +166,18 @@ func TestBinariesRunWithChartRBAC(t *testing.T) {
 			"create":                 c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "planted"}}),
 			"update":                 c.Update(ctx, tenant.DeepCopy()),
 			"delete":                 c.Delete(ctx, tenant.DeepCopy()),
+			"delete the legacy":      c.Delete(ctx, legacyCM.DeepCopy()),
 		} {
 			if !apierrors.IsForbidden(err) {
 				t.Errorf("%s may %s ConfigMaps of namespace shop: %v, want Forbidden", who.sa, what, err)
 			}
 		}
+		if who.sa == operatorName && s.can(t, namespace, who.sa, "delete", "", "configmaps", "", "shop") {
+			t.Errorf("RBAC lets the operator delete ConfigMaps of namespace shop")
+		}
+	}
+	if err := s.client.Get(ctx, client.ObjectKeyFromObject(legacyCM), &corev1.ConfigMap{}); err != nil {
+		t.Errorf("the legacy ConfigMap %s/%s: %v, want it left in place", legacyCM.Namespace, legacyCM.Name, err)
 	}
 
 	// Deleting the policy deletes its ConfigMap (no owner reference crosses namespaces), and
@@ -149,6 +192,37 @@ func TestBinariesRunWithChartRBAC(t *testing.T) {
 		}
 		return httpStatus(allow, http.StatusNotFound)
 	})
+}
+
+// createLegacyPolicy creates policy name of namespace ns as an operator of the earlier layout left
+// it: a ConfigMap rlp-<name> in ns, labelled and controlled by the policy, named in the policy's
+// status. It returns the policy and that ConfigMap.
+func createLegacyPolicy(t *testing.T, s *apiServer, ns, name string) (*unstructured.Unstructured, *corev1.ConfigMap) {
+	t.Helper()
+	ctx := t.Context()
+	policy := &unstructured.Unstructured{}
+	policy.SetGroupVersionKind(schema.GroupVersionKind{Group: "limiterd.dev", Version: "v1alpha1", Kind: "RateLimitPolicy"})
+	policy.SetNamespace(ns)
+	policy.SetName(name)
+	policy.Object["spec"] = map[string]any{"defaultTier": "free", "tiers": []any{map[string]any{
+		"name": "free", "algorithm": "TokenBucket", "tokenBucket": map[string]any{"capacity": int64(1), "refillRate": int64(1)}}}}
+	if err := s.client.Create(ctx, policy); err != nil {
+		t.Fatal(err)
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: v1alpha1.LegacyConfigMapName(name),
+		Labels: map[string]string{v1alpha1.PolicyLabel: name},
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "limiterd.dev/v1alpha1", Kind: "RateLimitPolicy", Name: name,
+			UID: policy.GetUID(), Controller: ptr.To(true)}}}}
+	if err := s.client.Create(ctx, cm); err != nil {
+		t.Fatal(err)
+	}
+	if err := unstructured.SetNestedField(policy.Object, cm.Name, "status", "configMapName"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.client.Status().Update(ctx, policy); err != nil {
+		t.Fatal(err)
+	}
+	return policy, cm
 }
 
 // impersonatingKubeconfig writes a kubeconfig with the API server's administrator credentials

@@ -54,7 +54,9 @@ func TestCRDMatchesConfig(t *testing.T) {
 
 // TestOperatorRBACMatchesConfig checks that the operator's ClusterRole, and its Roles of the
 // release namespace together, grant exactly what config/rbac/role.yaml (generated from the
-// controllers' +kubebuilder:rbac markers) grants: no more, no less.
+// controllers' +kubebuilder:rbac markers) grants: no more, no less. Neither grants any right on
+// ConfigMaps outside the release namespace, and no other ClusterRole is bound to the operator
+// (TestTemplateLegacyConfigMapCleanup checks the one-time upgrade step that adds one).
 func TestOperatorRBACMatchesConfig(t *testing.T) {
 	t.Parallel()
 	b, err := os.ReadFile(filepath.Join(repoRoot(t), "config", "rbac", "role.yaml"))
@@ -105,51 +107,43 @@ func TestOperatorRBACMatchesConfig(t *testing.T) {
 		if strings.Contains(k, "*") || strings.HasPrefix(k, "secrets") || strings.HasPrefix(k, "/secrets") {
 			t.Errorf("operator ClusterRole grants %s", k)
 		}
-		// Cluster-wide, ConfigMaps may only be deleted (the legacy ones, narrowed by admission).
-		if strings.Contains(k, "configmaps") && k != "configmaps:delete" {
-			t.Errorf("operator ClusterRole grants %s; ConfigMaps are written in the release namespace only", k)
+	}
+	for k := range wantCluster {
+		if strings.Contains(k, "configmaps") || strings.Contains(k, "*") {
+			t.Errorf("config/rbac/role.yaml's ClusterRole grants %s; ConfigMaps are the operator's in its namespace only", k)
+		}
+	}
+	if got := operatorClusterRules(t, m, operatorName); !mapsEqual(got, gotCluster) {
+		t.Errorf("ClusterRoles bound to the operator grant %v, want its ClusterRole's %v alone", keys(got), keys(gotCluster))
+	}
+	for k := range operatorClusterRules(t, m, operatorName) {
+		if strings.Contains(k, "configmaps") {
+			t.Errorf("a ClusterRole bound to the operator grants %s: a right on the ConfigMaps of every namespace", k)
 		}
 	}
 }
 
-// TestOperatorAdmissionMatchesConfig checks that the chart's admission policy narrowing the
-// operator's ConfigMap deletions, and its binding, are config/manager/configmap_admission.yaml's:
-// the same spec, since release "limiterd" in limiterd-system runs the operator as ServiceAccount
-// limiterd-system/limiterd-operator, as config/ does.
-func TestOperatorAdmissionMatchesConfig(t *testing.T) {
-	t.Parallel()
-	b, err := os.ReadFile(filepath.Join(repoRoot(t), "config", "manager", "configmap_admission.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	docs, err := parseManifest(string(b))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := render(t)
-	var n int
-	for _, d := range docs {
-		switch d.GetKind() {
-		case "ValidatingAdmissionPolicy":
-			n++
-			want := typed[admissionregistrationv1.ValidatingAdmissionPolicy](t, d)
-			got := typed[admissionregistrationv1.ValidatingAdmissionPolicy](t, m.get(t, d.GetKind(), operatorPolicyName))
-			if !reflect.DeepEqual(got.Spec, want.Spec) {
-				t.Errorf("the chart's ValidatingAdmissionPolicy differs from config/manager/configmap_admission.yaml's:\n%+v\nwant\n%+v", got.Spec, want.Spec)
-			}
-		case "ValidatingAdmissionPolicyBinding":
-			n++
-			want := typed[admissionregistrationv1.ValidatingAdmissionPolicyBinding](t, d)
-			got := typed[admissionregistrationv1.ValidatingAdmissionPolicyBinding](t, m.get(t, d.GetKind(), operatorPolicyName))
-			want.Spec.PolicyName = operatorPolicyName
-			if !reflect.DeepEqual(got.Spec, want.Spec) {
-				t.Errorf("the chart's ValidatingAdmissionPolicyBinding %+v differs from config's %+v", got.Spec, want.Spec)
-			}
+// operatorClusterRules returns the rules (ruleSet) of every ClusterRole of m bound by a
+// ClusterRoleBinding of m to the ServiceAccount sa of the release namespace: what it may do in
+// every namespace.
+func operatorClusterRules(t testing.TB, m manifest, sa string) map[string]bool {
+	t.Helper()
+	out := map[string]bool{}
+	for _, d := range m.ofKind("ClusterRoleBinding") {
+		crb := typed[rbacv1.ClusterRoleBinding](t, d)
+		if !slices.ContainsFunc(crb.Subjects, func(s rbacv1.Subject) bool {
+			return s.Kind == "ServiceAccount" && s.Name == sa && s.Namespace == namespace
+		}) {
+			continue
+		}
+		if crb.RoleRef.Kind != "ClusterRole" {
+			t.Fatalf("ClusterRoleBinding %s binds %s %s", crb.Name, crb.RoleRef.Kind, crb.RoleRef.Name)
+		}
+		for k := range ruleSet(typed[rbacv1.ClusterRole](t, m.get(t, "ClusterRole", crb.RoleRef.Name)).Rules) {
+			out[k] = true
 		}
 	}
-	if n != 2 {
-		t.Fatalf("config/manager/configmap_admission.yaml: %d policies and bindings, want 2", n)
-	}
+	return out
 }
 
 // TestStatusAdmissionMatchesConfig checks that the chart's status admission policy and binding

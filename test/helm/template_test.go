@@ -28,8 +28,12 @@ const (
 	operatorName = release + "-operator"
 	// statusPolicyName names the status admission policy and its binding (cluster-scoped).
 	statusPolicyName = limiterdName + "-replica-status." + namespace
-	// operatorPolicyName names the admission policy narrowing the operator's ConfigMap deletions.
+	// operatorPolicyName names the admission policy narrowing the operator's ConfigMap deletions
+	// during the upgrade step operator.legacyConfigMapCleanup.
 	operatorPolicyName = limiterdName + "-operator-configmaps." + namespace
+	// legacyCleanupName names the ClusterRole, and its binding, that let the operator delete
+	// ConfigMaps outside the release namespace during that step.
+	legacyCleanupName = operatorName + "-legacy-configmaps"
 )
 
 // TestLintStrict runs helm lint --strict with the defaults and with each ci/*-values.yaml.
@@ -72,7 +76,8 @@ func TestTemplateDefaults(t *testing.T) {
 	want := map[string]int{
 		"CustomResourceDefinition": 1, "ServiceAccount": 2, "ClusterRole": 3, "ClusterRoleBinding": 2,
 		"Role": 4, "RoleBinding": 4, "Service": 3, "Deployment": 2, "NetworkPolicy": 2,
-		"ValidatingAdmissionPolicy": 2, "ValidatingAdmissionPolicyBinding": 2, "Secret": 1, // the reservation key
+		"ValidatingAdmissionPolicy": 1, "ValidatingAdmissionPolicyBinding": 1, // limiterd's status Lease
+		"Secret": 1, // the reservation key
 	}
 	if got := m.kinds(); !mapsEqual(got, want) {
 		t.Errorf("kinds = %v, want %v", got, want)
@@ -136,7 +141,7 @@ func TestTemplateDefaults(t *testing.T) {
 		t.Errorf("operator image = %q, want %q", oc.Image, want)
 	}
 	checkArgs(t, oc.Args, []string{"--leader-elect", "--leader-election-namespace=" + namespace, "--configmap-namespace=" + namespace,
-		"--metrics-bind-address=:8080", "--health-probe-bind-address=:8081"}, nil)
+		"--metrics-bind-address=:8080", "--health-probe-bind-address=:8081"}, []string{"--remove-legacy-configmaps"})
 	checkPorts(t, oc, map[string]int32{"metrics": 8080, "probes": 8081})
 	checkProbes(t, oc, "probes")
 	if op.Spec.Template.Spec.ServiceAccountName != operatorName {
@@ -157,7 +162,6 @@ func TestTemplateDefaults(t *testing.T) {
 	checkConfigMapRole(t, m, namespace)
 	checkStatusRole(t, m)
 	checkStatusAdmission(t, m, limiterdName)
-	checkOperatorAdmission(t, m, operatorName)
 	opcrb := typed[rbacv1.ClusterRoleBinding](t, m.get(t, "ClusterRoleBinding", operatorName))
 	checkBinding(t, opcrb.RoleRef, opcrb.Subjects, "ClusterRole", operatorName, operatorName)
 	oprb := typed[rbacv1.RoleBinding](t, m.get(t, "RoleBinding", operatorName))
@@ -177,7 +181,7 @@ func TestTemplateAllFeatures(t *testing.T) {
 	t.Parallel()
 	m := render(t, "--values", chartRel+"/ci/all-features-values.yaml")
 	want := map[string]int{
-		"CustomResourceDefinition": 1, "ServiceAccount": 2, "ClusterRole": 3, "ClusterRoleBinding": 2,
+		"CustomResourceDefinition": 1, "ServiceAccount": 2, "ClusterRole": 4, "ClusterRoleBinding": 3, // with operator.legacyConfigMapCleanup's
 		"Role": 4, "RoleBinding": 4, "Service": 3, "Deployment": 2, "Secret": 1,
 		"HorizontalPodAutoscaler": 1, "PodDisruptionBudget": 1, "ServiceMonitor": 2, "NetworkPolicy": 2, "ConfigMap": 1,
 		"ValidatingAdmissionPolicy": 2, "ValidatingAdmissionPolicyBinding": 2,
@@ -456,8 +460,8 @@ func TestTemplateOptionalOff(t *testing.T) {
 		}
 	}
 	for _, k := range []string{"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} {
-		if n := len(m.ofKind(k)); n != 1 || m.ofKind(k)[0].GetName() != operatorPolicyName {
-			t.Errorf("replicaStatus.enabled=false renders %d %s, want the operator's alone", n, k)
+		if n := len(m.ofKind(k)); n != 0 {
+			t.Errorf("replicaStatus.enabled=false renders %d %s, want none", n, k)
 		}
 	}
 	dep := typed[appsv1.Deployment](t, m.get(t, "Deployment", limiterdName))
@@ -466,19 +470,93 @@ func TestTemplateOptionalOff(t *testing.T) {
 	// restrictToOwnLease=false drops the admission policy only.
 	m = render(t, "--set", "limiterd.replicaStatus.restrictToOwnLease=false")
 	for _, k := range []string{"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} {
-		if n := len(m.ofKind(k)); n != 1 || m.ofKind(k)[0].GetName() != operatorPolicyName {
-			t.Errorf("restrictToOwnLease=false renders %d %s, want the operator's alone", n, k)
+		if n := len(m.ofKind(k)); n != 0 {
+			t.Errorf("restrictToOwnLease=false renders %d %s, want none", n, k)
 		}
 	}
 	checkStatusRole(t, m)
+}
 
-	// restrictConfigMapDeletes=false drops the operator's admission policy only.
-	m = render(t, "--set", "operator.restrictConfigMapDeletes=false")
-	for _, k := range []string{"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} {
-		if n := len(m.ofKind(k)); n != 1 || m.ofKind(k)[0].GetName() != statusPolicyName {
-			t.Errorf("restrictConfigMapDeletes=false renders %d %s, want the status policy alone", n, k)
+// TestTemplateLegacyConfigMapCleanup checks operator.legacyConfigMapCleanup, the one-time upgrade
+// step that removes the ConfigMaps an earlier version rendered into the policies' namespaces:
+// off by default, with nothing of it rendered; on, the operator's flag, a ClusterRole of its own
+// granting delete on ConfigMaps (so that the operator's ClusterRole never holds a right on them)
+// and the admission policy narrowing it, which restrictDeletes=false drops; rbac.create=false
+// drops the ClusterRole and its binding.
+func TestTemplateLegacyConfigMapCleanup(t *testing.T) {
+	t.Parallel()
+	legacyObjects := func(m manifest) []string {
+		var out []string
+		for _, o := range m {
+			if o.GetName() == legacyCleanupName || o.GetName() == operatorPolicyName {
+				out = append(out, o.GetKind()+" "+o.GetName())
+			}
+		}
+		return out
+	}
+	operatorArgs := func(m manifest) []string {
+		return container(t, typed[appsv1.Deployment](t, m.get(t, "Deployment", operatorName)), "manager").Args
+	}
+
+	m := render(t)
+	if got := legacyObjects(m); len(got) != 0 {
+		t.Errorf("defaults render %v, want nothing of the legacy cleanup", got)
+	}
+	checkArgs(t, operatorArgs(m), nil, []string{"--remove-legacy-configmaps"})
+
+	m = render(t, "--set", "operator.legacyConfigMapCleanup.enabled=true")
+	checkArgs(t, operatorArgs(m), []string{"--remove-legacy-configmaps"}, nil)
+	role := typed[rbacv1.ClusterRole](t, m.get(t, "ClusterRole", legacyCleanupName))
+	want := ruleSet([]rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"delete"}}})
+	if got := ruleSet(role.Rules); !mapsEqual(got, want) {
+		t.Errorf("ClusterRole %s grants %v, want %v", legacyCleanupName, keys(got), keys(want))
+	}
+	crb := typed[rbacv1.ClusterRoleBinding](t, m.get(t, "ClusterRoleBinding", legacyCleanupName))
+	checkBinding(t, crb.RoleRef, crb.Subjects, "ClusterRole", legacyCleanupName, operatorName)
+	// The operator's own ClusterRole still has no right on ConfigMaps: the step adds delete alone.
+	for k := range ruleSet(typed[rbacv1.ClusterRole](t, m.get(t, "ClusterRole", operatorName)).Rules) {
+		if strings.Contains(k, "configmaps") {
+			t.Errorf("with the legacy cleanup, the operator's ClusterRole grants %s", k)
 		}
 	}
+	got := operatorClusterRules(t, m, operatorName)
+	for k := range ruleSet(typed[rbacv1.ClusterRole](t, m.get(t, "ClusterRole", operatorName)).Rules) {
+		delete(got, k)
+	}
+	if !mapsEqual(got, want) {
+		t.Errorf("the legacy cleanup adds %v to the operator's rights, want %v", keys(got), keys(want))
+	}
+	checkOperatorAdmission(t, m, operatorName)
+
+	// restrictDeletes=false: the right without the admission policy.
+	m = render(t, "--set", "operator.legacyConfigMapCleanup.enabled=true", "--set", "operator.legacyConfigMapCleanup.restrictDeletes=false")
+	m.get(t, "ClusterRole", legacyCleanupName)
+	for _, k := range []string{"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} {
+		for _, o := range m.ofKind(k) {
+			if o.GetName() == operatorPolicyName {
+				t.Errorf("restrictDeletes=false renders %s %s", k, o.GetName())
+			}
+		}
+	}
+
+	// rbac.create=false: the admission policy still narrows what the operator's ServiceAccount
+	// may delete, with whatever RBAC the cluster's administrator grants it.
+	m = render(t, "--set", "operator.legacyConfigMapCleanup.enabled=true", "--set", "rbac.create=false")
+	for _, k := range []string{"ClusterRole", "ClusterRoleBinding"} {
+		if n := len(m.ofKind(k)); n != 0 {
+			t.Errorf("rbac.create=false renders %d %s", n, k)
+		}
+	}
+	checkOperatorAdmission(t, m, operatorName)
+
+	// A release upgraded with --reuse-values from a chart without these values: off, and
+	// restrictDeletes counts as its default when enabled is set alone.
+	m = render(t, "--set", "operator.legacyConfigMapCleanup=null")
+	if got := legacyObjects(m); len(got) != 0 {
+		t.Errorf("legacyConfigMapCleanup unset renders %v, want nothing of it", got)
+	}
+	m = render(t, "--set", "operator.legacyConfigMapCleanup.restrictDeletes=null", "--set", "operator.legacyConfigMapCleanup.enabled=true")
+	checkOperatorAdmission(t, m, operatorName)
 }
 
 // TestTemplateStatusAdmissionNames checks that the status admission policy follows the release:

@@ -252,7 +252,8 @@ matchExpressions:
 
 {{/*
 limiterd.operatorConfigMapsPolicyName: the name of the ValidatingAdmissionPolicy, and of its
-binding, that narrow the operator's ConfigMap deletions outside the release namespace:
+binding, that narrow the operator's ConfigMap deletions outside the release namespace during the
+upgrade step operator.legacyConfigMapCleanup:
 "<full name>-operator-configmaps.<release namespace>" (cluster-scoped, see
 limiterd.replicaStatusPolicyName).
 */}}
