@@ -190,6 +190,37 @@ func TestSeveralDescriptorsAreDecidedIndependently(t *testing.T) {
 	}
 }
 
+// TestDescriptorsOfOneClientAreDecidedInOrder: several descriptors of one client in a request
+// (decided as one batch) are decided in order, each on the state the one before left, with a
+// peek and a refused refund among them: what one call per descriptor would answer.
+func TestDescriptorsOfOneClientAreDecidedInOrder(t *testing.T) {
+	clock := testsupport.NewClock()
+	e := newEngine(t, clock, newPolicy("default", "api", testsupport.TokenBucketTier("standard", 5, 1, time.Hour)))
+	c := dial(t, e)
+	peek, refund, three := entries("user", "u"), entries("user", "u"), entries("user", "u")
+	peek.HitsAddend = wrapperspb.UInt64(0)
+	refund.IsNegativeHits = true
+	three.HitsAddend = wrapperspb.UInt64(3)
+	req := request("api", entries("user", "u"), three, peek, refund, entries("user", "u"), entries("user", "u"), peek)
+	resp, err := c.ShouldRateLimit(t.Context(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, s := range resp.GetStatuses() {
+		got = append(got, fmt.Sprintf("%v/%d", s.GetCode(), s.GetLimitRemaining()))
+	}
+	// 1 (4 left), 3 (1 left), a peek (1 left), the refund refused, 1 (0 left), 1 over the
+	// limit, a peek over the limit.
+	want := []string{"OK/4", "OK/1", "OK/1", "UNKNOWN/0", "OK/0", "OVER_LIMIT/0", "OVER_LIMIT/0"}
+	if !slices.Equal(got, want) || resp.GetOverallCode() != overLimit {
+		t.Errorf("statuses %v, overall %v; want %v, OVER_LIMIT", got, resp.GetOverallCode(), want)
+	}
+	if got := remaining(t, e, "default/api", "user=u"); got != 0 {
+		t.Errorf("u has %d left, want 0", got)
+	}
+}
+
 func TestOverLimitHeadersDescribeTheLongestWait(t *testing.T) {
 	clock := testsupport.NewClock()
 	p := newPolicy("default", "api", testsupport.TokenBucketTier("fast", 1, 1, time.Second), testsupport.TokenBucketTier("slow", 1, 1, time.Minute))

@@ -86,6 +86,7 @@ type replica struct {
 	cmd              *exec.Cmd
 	logs             *strings.Builder
 	logsMu           *sync.Mutex
+	grpcServing      chan string // the gRPC address, once served (with --grpc-addr)
 }
 
 // startReplica runs limiterd with args on loopback ports until the test ends.
@@ -100,7 +101,7 @@ func startReplica(t *testing.T, args ...string) *replica {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	r := &replica{cmd: cmd, logs: &strings.Builder{}, logsMu: &sync.Mutex{}}
+	r := &replica{cmd: cmd, logs: &strings.Builder{}, logsMu: &sync.Mutex{}, grpcServing: make(chan string, 1)}
 	serving := make(chan [2]string, 1)
 	go func() {
 		sc := bufio.NewScanner(stderr)
@@ -109,9 +110,14 @@ func startReplica(t *testing.T, args ...string) *replica {
 			r.logsMu.Lock()
 			r.logs.WriteString(line + "\n")
 			r.logsMu.Unlock()
-			var rec struct{ Msg, Addr, Admin_addr string }
-			if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "limiterd serving" {
-				serving <- [2]string{rec.Addr, rec.Admin_addr}
+			var rec struct{ Msg, Addr, Admin_addr, Grpc_addr string }
+			if json.Unmarshal([]byte(line), &rec) == nil {
+				switch rec.Msg {
+				case "limiterd serving":
+					serving <- [2]string{rec.Addr, rec.Admin_addr}
+				case "grpc serving":
+					r.grpcServing <- rec.Grpc_addr
+				}
 			}
 		}
 		close(serving)
