@@ -14,6 +14,7 @@ HELM_VERSION := v3.22.0
 GOLANGCI_LINT_VERSION := v2.15.0
 HELM_DOCS_VERSION := v1.14.2
 CADDY_VERSION := v2.11.9
+TRAEFIK_VERSION := v3.7.12
 CONTROLLER_GEN := $(TOOLS_CACHE)/controller-gen-$(CONTROLLER_TOOLS_VERSION)
 HELM := $(TOOLS_CACHE)/helm-$(HELM_VERSION)
 GOLANGCI_LINT := $(TOOLS_CACHE)/golangci-lint-$(GOLANGCI_LINT_VERSION)
@@ -21,17 +22,25 @@ HELM_DOCS := $(TOOLS_CACHE)/helm-docs-$(HELM_DOCS_VERSION)
 # Caddy for the gateway tests (test/gateways): the plain build, whose standard modules include
 # forward_auth.
 CADDY := $(TOOLS_CACHE)/caddy-$(CADDY_VERSION)
+# Traefik for the gateway tests (test/gateways): ./cmd/traefik built by hack/traefik-build.sh, since
+# go install refuses a module with replace directives. The module proxy does not serve the
+# go-http-auth fork that every v3.7 release replaces abbot/go-http-auth with (403, "This module
+# version is not available"): the build takes the fork's 2020 version, the one v3.6 uses, which
+# only the basicAuth and digestAuth middlewares import (the tests use neither). v3.7.13 also needs
+# seven DNS provider SDKs the proxy refuses; v3.7.12 builds with this one replacement.
+TRAEFIK_REPLACES := github.com/abbot/go-http-auth=github.com/containous/go-http-auth@v0.4.1-0.20200324110947-a37a7636d23e
+TRAEFIK := $(TOOLS_CACHE)/traefik-$(TRAEFIK_VERSION)
 # The test control plane (kube-apiserver, etcd), pinned by hack/tools/{kube,etcd}/go.mod and built
 # by hack/envtest-assets.sh, which links bin/k8s/current to it.
 ENVTEST_ASSETS := $(BIN)/k8s/current
 
-# What the tests are told (internal/testbin): where the control plane, helm, helm-docs, caddy and
-# the project's binaries are. No test builds or installs anything.
+# What the tests are told (internal/testbin): where the control plane, helm, helm-docs, caddy,
+# traefik and the project's binaries are. No test builds or installs anything.
 # Flags of every go test run: the race detector always; test binaries without DWARF (-w), which
 # nobody debugs from make and whose generation costs a quarter of make test-unit's CPU. Stack
 # traces and race reports keep their file:line (they use the symbol table, not DWARF).
 TEST_FLAGS := -race -ldflags=-w
-TEST_ENV := KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) HELM=$(HELM) HELM_DOCS=$(HELM_DOCS) CADDY=$(CADDY) LIMITERD_BIN_DIR=$(BIN)
+TEST_ENV := KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) HELM=$(HELM) HELM_DOCS=$(HELM_DOCS) CADDY=$(CADDY) TRAEFIK=$(TRAEFIK) LIMITERD_BIN_DIR=$(BIN)
 # The packages that run the project's binaries as processes against a control plane or Redis.
 E2E_PACKAGES := ./test/e2e/... ./test/redis/...
 
@@ -81,10 +90,10 @@ lint: golangci-lint ## Run golangci-lint with the repository's .golangci.yml.
 # bin/ (a no-op once its version is in the cache).
 
 .PHONY: tools
-tools: test-tools golangci-lint ## Install every pinned tool: the test control plane, helm, helm-docs, controller-gen, caddy, golangci-lint.
+tools: test-tools golangci-lint ## Install every pinned tool: the test control plane, helm, helm-docs, controller-gen, caddy, traefik, golangci-lint.
 
 .PHONY: test-tools
-test-tools: envtest helm helm-docs controller-gen caddy ## Install the tools `make test` needs: the test control plane, helm, helm-docs, controller-gen, caddy.
+test-tools: envtest helm helm-docs controller-gen caddy traefik ## Install the tools `make test` needs: the test control plane, helm, helm-docs, controller-gen, caddy, traefik.
 
 .PHONY: envtest
 envtest: ## Build the test control plane (kube-apiserver, etcd) into the cache; bin/k8s/current links to it.
@@ -105,6 +114,10 @@ controller-gen: $(CONTROLLER_GEN) ## Install the pinned controller-gen; bin/cont
 .PHONY: caddy
 caddy: $(CADDY) ## Build the pinned caddy (the gateway tests' forward_auth); bin/caddy links to it.
 	@mkdir -p $(BIN) && ln -sfn $(CADDY) $(BIN)/caddy
+
+.PHONY: traefik
+traefik: $(TRAEFIK) ## Build the pinned traefik (the gateway tests' ForwardAuth); bin/traefik links to it.
+	@mkdir -p $(BIN) && ln -sfn $(TRAEFIK) $(BIN)/traefik
 
 .PHONY: golangci-lint
 golangci-lint: $(GOLANGCI_LINT) ## Install the pinned golangci-lint; bin/golangci-lint links to it.
@@ -133,6 +146,9 @@ $(HELM_DOCS):
 
 $(CADDY):
 	$(call go-install,$@,github.com/caddyserver/caddy/v2/cmd/caddy@$(CADDY_VERSION))
+
+$(TRAEFIK):
+	GO=$(GO) hack/traefik-build.sh $(TRAEFIK_VERSION) $@ $(TRAEFIK_REPLACES)
 
 ##@ Test
 

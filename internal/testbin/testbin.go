@@ -1,13 +1,14 @@
 // Package testbin finds the programs that tests run: the pinned tools (the control plane, helm,
-// helm-docs, caddy), the project's own binaries (bin/limiterd, bin/manager) and system packages
-// (redis-server).
+// helm-docs, caddy, traefik), the project's own binaries (bin/limiterd, bin/manager) and system
+// packages (redis-server).
 //
 // Tests never build or install a program. `make test` (and the other test targets of the
 // Makefile) installs and builds them first and tells the tests where they are through the
 // environment: KUBEBUILDER_ASSETS (the directory of kube-apiserver and etcd), HELM (the helm
-// binary), HELM_DOCS (the helm-docs binary), CADDY (the caddy binary) and LIMITERD_BIN_DIR (the
-// directory of limiterd and manager). Unset, each defaults to the links make leaves in the
-// repository's bin/ directory, so that a plain `go test` works after `make tools build`.
+// binary), HELM_DOCS (the helm-docs binary), CADDY (the caddy binary), TRAEFIK (the traefik
+// binary) and LIMITERD_BIN_DIR (the directory of limiterd and manager). Unset, each defaults to
+// the links make leaves in the repository's bin/ directory, so that a plain `go test` works after
+// `make tools build`.
 //
 // A test that needs a missing program fails once per test binary with a message naming the
 // command that installs it; the other tests of that binary that need it are skipped, pointing at
@@ -54,6 +55,9 @@ var (
 	// Caddy is the pinned caddy, whose forward_auth the gateway tests (test/gateways) run in
 	// front of limiterd.
 	Caddy = Program{name: "caddy", env: "CADDY", def: "bin/caddy", install: "make caddy"}
+	// Traefik is the pinned traefik, whose ForwardAuth middleware the gateway tests
+	// (test/gateways) run in front of limiterd.
+	Traefik = Program{name: "traefik", env: "TRAEFIK", def: "bin/traefik", install: "make traefik"}
 	// Limiterd and Manager are the project's binaries, built from this checkout.
 	Limiterd = Program{name: "limiterd", env: "LIMITERD_BIN_DIR", envDir: true, def: "bin", install: "make build", source: true}
 	Manager  = Program{name: "manager", env: "LIMITERD_BIN_DIR", envDir: true, def: "bin", install: "make build", source: true}

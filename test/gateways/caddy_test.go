@@ -157,8 +157,9 @@ func startCaddy(t *testing.T, limiterdAddr, appAddr string, uris ...string) []st
 	return bases
 }
 
-// caddyGet is get with the site's host name in Host (the site address matches it).
-func caddyGet(t *testing.T, c *http.Client, url string, header http.Header) reply {
+// siteGet is get with siteHost in Host, which the gateways' shipped sites match (Caddy's site
+// address, Traefik's router rule).
+func siteGet(t *testing.T, c *http.Client, url string, header http.Header) reply {
 	t.Helper()
 	req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, url, nil)
 	if err != nil {
@@ -207,7 +208,7 @@ func TestCaddy(t *testing.T) {
 	for i := range budget {
 		// A RateLimit field the client sends never reaches the upstream: copy_headers
 		// replaces it with limiterd's.
-		r := caddyGet(t, alice, url, http.Header{"Ratelimit": {`"per-client";r=1000;t=0`}})
+		r := siteGet(t, alice, url, http.Header{"Ratelimit": {`"per-client";r=1000;t=0`}})
 		if r.status != http.StatusOK || r.body != "app\n" {
 			t.Fatalf("request %d: %d %q, want the application's 200", i, r.status, r.body)
 		}
@@ -227,7 +228,7 @@ func TestCaddy(t *testing.T) {
 		t.Fatalf("the application got %d requests, want %d", n, budget)
 	}
 
-	over := caddyGet(t, alice, url, nil)
+	over := siteGet(t, alice, url, nil)
 	if over.status != http.StatusTooManyRequests {
 		t.Fatalf("over the budget: %d %q, want 429", over.status, over.body)
 	}
@@ -243,7 +244,7 @@ func TestCaddy(t *testing.T) {
 	// A client that forges X-Forwarded-For gets no fresh budget: Caddy trusts no proxy by
 	// default and replaces the field with the address it sees.
 	for _, forged := range []string{"127.0.0.2", "192.0.2.1", "192.0.2.1, 192.0.2.2", "garbage"} {
-		if r := caddyGet(t, alice, url, http.Header{"X-Forwarded-For": {forged}}); r.status != http.StatusTooManyRequests {
+		if r := siteGet(t, alice, url, http.Header{"X-Forwarded-For": {forged}}); r.status != http.StatusTooManyRequests {
 			t.Errorf("forged X-Forwarded-For %q: %d %q, want 429", forged, r.status, r.body)
 		}
 	}
@@ -252,21 +253,21 @@ func TestCaddy(t *testing.T) {
 	}
 
 	// Another client has a budget of its own.
-	if r := caddyGet(t, bob, url, nil); r.status != http.StatusOK || r.body != "app\n" {
+	if r := siteGet(t, bob, url, nil); r.status != http.StatusOK || r.body != "app\n" {
 		t.Errorf("another client: %d %q, want 200", r.status, r.body)
 	}
 
 	// Keys from X-Api-Key, all from one address: each key has its own budget.
 	before := hits.Load()
 	for i := range budget {
-		if r := caddyGet(t, alice, keysURL, http.Header{"X-Api-Key": {"k1"}}); r.status != http.StatusOK {
+		if r := siteGet(t, alice, keysURL, http.Header{"X-Api-Key": {"k1"}}); r.status != http.StatusOK {
 			t.Fatalf("key k1, request %d: %d %q, want 200", i, r.status, r.body)
 		}
 	}
-	if r := caddyGet(t, alice, keysURL, http.Header{"X-Api-Key": {"k1"}}); r.status != http.StatusTooManyRequests || r.header.Get("Retry-After") == "" {
+	if r := siteGet(t, alice, keysURL, http.Header{"X-Api-Key": {"k1"}}); r.status != http.StatusTooManyRequests || r.header.Get("Retry-After") == "" {
 		t.Errorf("key k1 over its budget: %d %q, Retry-After %q; want 429 with Retry-After", r.status, r.body, r.header.Get("Retry-After"))
 	}
-	if r := caddyGet(t, alice, keysURL, http.Header{"X-Api-Key": {"k2"}}); r.status != http.StatusOK || r.body != "app\n" {
+	if r := siteGet(t, alice, keysURL, http.Header{"X-Api-Key": {"k2"}}); r.status != http.StatusOK || r.body != "app\n" {
 		t.Errorf("key k2: %d %q, want 200", r.status, r.body)
 	}
 	if n := hits.Load() - before; n != budget+1 {
@@ -274,13 +275,13 @@ func TestCaddy(t *testing.T) {
 	}
 	// No key under missingKey Reject: the deny status, without Retry-After, and nothing proxied.
 	before = hits.Load()
-	if r := caddyGet(t, alice, keysURL, nil); r.status != http.StatusTooManyRequests || r.header.Get("Retry-After") != "" {
+	if r := siteGet(t, alice, keysURL, nil); r.status != http.StatusTooManyRequests || r.header.Get("Retry-After") != "" {
 		t.Errorf("no key: %d %q, Retry-After %q; want 429 without Retry-After", r.status, r.body, r.header.Get("Retry-After"))
 	}
-	if r := caddyGet(t, alice, keys403URL, nil); r.status != http.StatusForbidden {
+	if r := siteGet(t, alice, keys403URL, nil); r.status != http.StatusForbidden {
 		t.Errorf("no key under ?deny=403: %d %q, want 403", r.status, r.body)
 	}
-	if r := caddyGet(t, alice, keys403URL, http.Header{"X-Api-Key": {"k3"}}); r.status != http.StatusOK {
+	if r := siteGet(t, alice, keys403URL, http.Header{"X-Api-Key": {"k3"}}); r.status != http.StatusOK {
 		t.Errorf("key k3 under ?deny=403: %d %q, want 200", r.status, r.body)
 	}
 	if n := hits.Load() - before; n != 1 {
@@ -292,19 +293,19 @@ func TestCaddy(t *testing.T) {
 	lb := clientFrom(balancer)
 	before = hits.Load()
 	for i := range budget {
-		if r := caddyGet(t, lb, lbURL, http.Header{"X-Forwarded-For": {"198.51.100.7"}}); r.status != http.StatusOK {
+		if r := siteGet(t, lb, lbURL, http.Header{"X-Forwarded-For": {"198.51.100.7"}}); r.status != http.StatusOK {
 			t.Fatalf("behind the balancer, request %d: %d %q, want 200", i, r.status, r.body)
 		}
 	}
-	if r := caddyGet(t, lb, lbURL, http.Header{"X-Forwarded-For": {"192.0.2.1, 198.51.100.7"}}); r.status != http.StatusTooManyRequests {
+	if r := siteGet(t, lb, lbURL, http.Header{"X-Forwarded-For": {"192.0.2.1, 198.51.100.7"}}); r.status != http.StatusTooManyRequests {
 		t.Errorf("behind the balancer, over the budget (a forged entry left of the balancer's): %d %q, want 429", r.status, r.body)
 	}
-	if r := caddyGet(t, lb, lbURL, http.Header{"X-Forwarded-For": {"198.51.100.8"}}); r.status != http.StatusOK {
+	if r := siteGet(t, lb, lbURL, http.Header{"X-Forwarded-For": {"198.51.100.8"}}); r.status != http.StatusOK {
 		t.Errorf("behind the balancer, another client: %d %q, want 200", r.status, r.body)
 	}
 	// A client Caddy does not trust has its field replaced by its address: one entry, fewer
 	// than trustedHops, so no key (Reject), whatever it forged.
-	if r := caddyGet(t, alice, lbURL, http.Header{"X-Forwarded-For": {"198.51.100.9"}}); r.status != http.StatusTooManyRequests || r.header.Get("Retry-After") != "" {
+	if r := siteGet(t, alice, lbURL, http.Header{"X-Forwarded-For": {"198.51.100.9"}}); r.status != http.StatusTooManyRequests || r.header.Get("Retry-After") != "" {
 		t.Errorf("untrusted client on the trustedHops 2 policy: %d %q, Retry-After %q; want 429 without Retry-After", r.status, r.body, r.header.Get("Retry-After"))
 	}
 	if n := hits.Load() - before; n != budget+1 {
@@ -314,7 +315,7 @@ func TestCaddy(t *testing.T) {
 	// limiterd down: Caddy cannot reach the auth upstream, answers 502 and proxies nothing.
 	limiterd.Close()
 	before = hits.Load()
-	if r := caddyGet(t, bob, url, nil); r.status != http.StatusBadGateway {
+	if r := siteGet(t, bob, url, nil); r.status != http.StatusBadGateway {
 		t.Errorf("limiterd down: %d %q, want Caddy's 502", r.status, r.body)
 	}
 	if hits.Load() != before {
