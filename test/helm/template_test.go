@@ -109,7 +109,7 @@ func TestTemplateDefaults(t *testing.T) {
 	checkArgs(t, c.Args, []string{"--addr=:8080", "--admin-addr=:9090", "--configmap-namespace=" + namespace, "--store=memory", "--max-clients=1000000", "--log-level=info",
 		"--shutdown-delay=5s", "--shutdown-timeout=15s",
 		"--replica-name=$(POD_NAME)", "--pod-uid=$(POD_UID)", "--status-namespace=" + namespace, "--status-interval=5s"},
-		[]string{"--namespace", "--store-timeout", "--redis-addr", "--redis-tls", "--redis-password-file", "--kubeconfig", "--policy-file", "--grpc-addr", "--legacy-ratelimit-headers"})
+		[]string{"--namespace", "--store-timeout", "--redis-addr", "--redis-tls", "--redis-password-file", "--kubeconfig", "--policy-file", "--grpc-addr", "--legacy-ratelimit-headers", "--top-clients"})
 	if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {
 		return e.Name == "POD_NAME" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name"
 	}) {
@@ -228,7 +228,7 @@ func TestTemplateAllFeatures(t *testing.T) {
 	checkArgs(t, c.Args, []string{
 		"--grpc-addr=:8081", "--store=redis", "--store-timeout=50ms", "--redis-addr=redis-master.redis.svc:6379", "--redis-tls",
 		"--redis-tls-server-name=redis.example.internal", "--redis-clock=client", "--redis-local-reject-cache=10000", "--redis-max-flush-delay=100us", "--status-interval=10s",
-		"--max-clients=2000000", "--log-level=debug", "--legacy-ratelimit-headers", "--shutdown-timeout=20s", "--sweep-interval=30s",
+		"--max-clients=2000000", "--log-level=debug", "--legacy-ratelimit-headers", "--top-clients", "--shutdown-timeout=20s", "--sweep-interval=30s",
 		"--allowed-hosts=" + strings.Join([]string{limiterdName, limiterdName + "." + namespace, limiterdName + "." + namespace + ".svc",
 			limiterdName + "." + namespace + ".svc.cluster.local", "ratelimit.example.com"}, ","),
 	}, []string{"--namespace"})
