@@ -1,5 +1,5 @@
-// Package docs holds no code: its test checks the links of the README, SECURITY.md, the
-// CHANGELOG and the pages here.
+// Package docs holds no code: its tests check the links of the README, SECURITY.md, the
+// CHANGELOG and the pages here, and the oldest Kubernetes the pages name against the CRD.
 package docs
 
 import (
