@@ -1,4 +1,5 @@
-// Package docs holds no code: its test checks the links of the README and of the pages here.
+// Package docs holds no code: its tests check the links of the README, SECURITY.md, the
+// CHANGELOG and the pages here, and the oldest Kubernetes the pages name against the CRD.
 package docs
 
 import (
@@ -16,10 +17,10 @@ var (
 	heading    = regexp.MustCompile(`(?m)^#{1,6} (.+)$`)
 	notInSlug  = regexp.MustCompile(`[^\p{L}\p{N}_\- ]`)
 	hasScheme  = regexp.MustCompile(`^[a-z][a-z0-9+.-]*:`)
-	pagesGlobs = []string{"../README.md", "../SECURITY.md", "*.md", "*/*.md"}
+	pagesGlobs = []string{"../README.md", "../SECURITY.md", "../CHANGELOG.md", "*.md", "*/*.md"}
 )
 
-// TestRelativeLinks: every relative link of README.md, SECURITY.md and docs/ names a file that
+// TestRelativeLinks: every relative link of README.md, SECURITY.md, CHANGELOG.md and docs/ names a file that
 // exists, and a link to a heading of a Markdown file (#anchor) names one of its headings, as
 // GitHub spells their anchors. Pages move (the README's sections moved here); links must follow.
 func TestRelativeLinks(t *testing.T) {

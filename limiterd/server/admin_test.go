@@ -128,6 +128,8 @@ func TestAdminClientsErrors(t *testing.T) {
 		{"GET", "/v1/clients?policy=default/a&key=k&key=j", 400},
 		{"GET", "/v1/clients?key=k", 400}, // two policies loaded
 		{"GET", "/v1/clients?policy=default/c&key=k", 404},
+		{"GET", "/v1/clients?policy=a&key=k", 404}, // a bare name is not default/a here, unlike /v1/allow (docs/gateways.md)
+		{"DELETE", "/v1/clients?policy=a&key=k", 404},
 		{"DELETE", "/v1/clients?policy=default/c&key=k", 404},
 		{"POST", "/v1/clients?policy=default/a&key=k", 405},
 	} {

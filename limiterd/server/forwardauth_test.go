@@ -215,6 +215,7 @@ func TestForwardAuthRefusals(t *testing.T) {
 		{"/v1/forward-auth/default/plain", http.StatusConflict, "default/plain: " + engine.ErrNoGateway.Error()},
 		{"/v1/forward-auth/default/nope", http.StatusNotFound, `unknown policy "default/nope"`},
 		{"/v1/forward-auth/default", http.StatusNotFound, ""},
+		{"/v1/forward-auth/api", http.StatusNotFound, ""}, // a bare name is never default/api here (docs/gateways.md)
 		{"/v1/forward-auth/default/api/x", http.StatusNotFound, ""},
 		{"/v1/forward-auth/Default/api", http.StatusNotFound, ""},
 		{"/v1/forward-auth/default/api?deny=500", http.StatusBadRequest, errDeny},
