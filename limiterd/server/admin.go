@@ -10,11 +10,21 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/limiterd/limiterd/api/openapi"
 	"github.com/limiterd/limiterd/api/v1alpha1"
 	"github.com/limiterd/limiterd/limiterd/adminauth"
 	"github.com/limiterd/limiterd/limiterd/engine"
 	"github.com/limiterd/limiterd/limiterd/ratelimitheaders"
 )
+
+// OpenAPIPath is the admin API's path of the OpenAPI description of the decisions and admin
+// APIs (package api/openapi). It is open to every caller, as /healthz is: it describes the
+// shape of the requests and answers, which the repository publishes, and nothing of this
+// replica's configuration (no policy, no address, no credential).
+const OpenAPIPath = "/openapi.yaml"
+
+// yamlContentType is the media type of YAML (RFC 9512).
+var yamlContentType = []string{"application/yaml"}
 
 // ReadinessCheck is one condition of /readyz, a store's reachability say.
 type ReadinessCheck struct {
@@ -30,7 +40,7 @@ const DefaultReadinessTimeout = 2 * time.Second
 // AdminOptions configure an Admin.
 type AdminOptions struct {
 	// Auth authenticates and authorizes every request but /healthz and /readyz, which stay open
-	// for the kubelet (nil: every other request is refused with 401; adminauth.Open lets everyone
+	// for the kubelet, and OpenAPIPath (nil: every other request is refused with 401; adminauth.Open lets everyone
 	// through). It also decides who sees the checks' errors in /readyz (ReadinessDetailsPath).
 	Auth *adminauth.Auth
 	// Metrics serves /metrics (nil: 404).
@@ -58,6 +68,7 @@ type AdminOptions struct {
 //	                                         verbose: every check's result, status checks too;
 //	                                         the checks' errors only to authorized callers
 //	GET    /metrics                          Prometheus metrics
+//	GET    /openapi.yaml                     the OpenAPI 3.1 description of both APIs (OpenAPIPath)
 //	GET    /v1/policies                      the loaded policies the caller may list
 //	GET    /v1/clients?policy=...&key=...    a client's state, without consuming anything
 //	DELETE /v1/clients?policy=...&key=...    forget a client's state (204)
@@ -68,7 +79,7 @@ type AdminOptions struct {
 // policy may be omitted when exactly one policy is loaded. Errors answer {"error": "..."} with
 // the statuses of the decisions API; a store that fails answers 503.
 //
-// Every path but /healthz and /readyz needs the caller to be authenticated (401 otherwise) and
+// Every path but /healthz, /readyz and /openapi.yaml needs the caller to be authenticated (401 otherwise) and
 // authorized (403) by AdminOptions.Auth, with the actions of package adminauth:
 //
 //	/metrics              get on the path /metrics
@@ -146,6 +157,14 @@ func (a *Admin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		a.readyz(w, r)
+	case OpenAPIPath:
+		if !a.readOnly(w, r) {
+			return
+		}
+		h := w.Header()
+		h["Content-Type"] = yamlContentType
+		h["X-Content-Type-Options"] = noSniff
+		_, _ = w.Write(openapi.Spec)
 	case "/v1/clients":
 		a.clients(w, r)
 	case "/v1/policies":

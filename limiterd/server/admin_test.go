@@ -1,14 +1,17 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/limiterd/limiterd/api/openapi"
 	"github.com/limiterd/limiterd/api/v1alpha1"
 	"github.com/limiterd/limiterd/internal/testsupport"
 	"github.com/limiterd/limiterd/limiterd/adminauth"
@@ -187,5 +190,20 @@ func TestAdminResetForgetsRemovedLimits(t *testing.T) {
 	want := limitJSON("burst", true, 2, 1, time.Hour) + "," + limitJSON("daily", true, 5, 4, time.Hour)
 	if body := allow(); !strings.Contains(body, want) {
 		t.Fatalf("first decision after the reset and the re-added limit: %s\n want the limits %s", body, want)
+	}
+}
+
+// TestOpenAPIServed: the admin API serves the spec to every caller, unauthenticated, as it is.
+func TestOpenAPIServed(t *testing.T) {
+	admin := NewAdmin(newEngine(t, testsupport.NewClock()), AdminOptions{}) // no Auth: every other path is 401
+	a := serve(t, admin, http.MethodGet, OpenAPIPath, "")
+	if a.status != 200 || a.header.Get("Content-Type") != "application/yaml" || !bytes.Equal([]byte(a.body), openapi.Spec) {
+		t.Fatalf("GET %s: %d %v, want 200 application/yaml with api/openapi/openapi.yaml", OpenAPIPath, a.status, a.header)
+	}
+	if a := serve(t, admin, http.MethodGet, "/v1/policies", ""); a.status != 401 {
+		t.Fatalf("GET /v1/policies without Auth: %d, want 401", a.status)
+	}
+	if a := serve(t, admin, http.MethodDelete, OpenAPIPath, ""); a.status != 405 || !slices.Equal(a.header["Allow"], []string{"GET"}) {
+		t.Fatalf("DELETE %s: %d %v, want 405", OpenAPIPath, a.status, a.header)
 	}
 }
