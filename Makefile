@@ -14,11 +14,13 @@ HELM_VERSION := v3.22.0
 GOLANGCI_LINT_VERSION := v2.15.0
 HELM_DOCS_VERSION := v1.14.2
 CADDY_VERSION := v2.11.9
+CRD_REF_DOCS_VERSION := v0.3.0
 TRAEFIK_VERSION := v3.7.12
 CONTROLLER_GEN := $(TOOLS_CACHE)/controller-gen-$(CONTROLLER_TOOLS_VERSION)
 HELM := $(TOOLS_CACHE)/helm-$(HELM_VERSION)
 GOLANGCI_LINT := $(TOOLS_CACHE)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 HELM_DOCS := $(TOOLS_CACHE)/helm-docs-$(HELM_DOCS_VERSION)
+CRD_REF_DOCS := $(TOOLS_CACHE)/crd-ref-docs-$(CRD_REF_DOCS_VERSION)
 # Caddy for the gateway tests (test/gateways): the plain build, whose standard modules include
 # forward_auth.
 CADDY := $(TOOLS_CACHE)/caddy-$(CADDY_VERSION)
@@ -90,10 +92,10 @@ lint: golangci-lint ## Run golangci-lint with the repository's .golangci.yml.
 # bin/ (a no-op once its version is in the cache).
 
 .PHONY: tools
-tools: test-tools golangci-lint ## Install every pinned tool: the test control plane, helm, helm-docs, controller-gen, caddy, traefik, golangci-lint.
+tools: test-tools golangci-lint ## Install every pinned tool: the test control plane, helm, helm-docs, controller-gen, crd-ref-docs, caddy, traefik, golangci-lint.
 
 .PHONY: test-tools
-test-tools: envtest helm helm-docs controller-gen caddy traefik ## Install the tools `make test` needs: the test control plane, helm, helm-docs, controller-gen, caddy, traefik.
+test-tools: envtest helm helm-docs controller-gen crd-ref-docs caddy traefik ## Install the tools `make test` needs: the test control plane, helm, helm-docs, controller-gen, crd-ref-docs, caddy, traefik.
 
 .PHONY: envtest
 envtest: ## Build the test control plane (kube-apiserver, etcd) into the cache; bin/k8s/current links to it.
@@ -110,6 +112,10 @@ helm-docs: $(HELM_DOCS) ## Install the pinned helm-docs (generates the chart's R
 .PHONY: controller-gen
 controller-gen: $(CONTROLLER_GEN) ## Install the pinned controller-gen; bin/controller-gen links to it.
 	@mkdir -p $(BIN) && ln -sfn $(CONTROLLER_GEN) $(BIN)/controller-gen
+
+.PHONY: crd-ref-docs
+crd-ref-docs: $(CRD_REF_DOCS) ## Install the pinned crd-ref-docs (generates docs/crd-reference.md); bin/crd-ref-docs links to it.
+	@mkdir -p $(BIN) && ln -sfn $(CRD_REF_DOCS) $(BIN)/crd-ref-docs
 
 .PHONY: caddy
 caddy: $(CADDY) ## Build the pinned caddy (the gateway tests' forward_auth); bin/caddy links to it.
@@ -143,6 +149,9 @@ $(GOLANGCI_LINT):
 
 $(HELM_DOCS):
 	$(call go-install,$@,github.com/norwoodj/helm-docs/cmd/helm-docs@$(HELM_DOCS_VERSION))
+
+$(CRD_REF_DOCS):
+	$(call go-install,$@,github.com/elastic/crd-ref-docs@$(CRD_REF_DOCS_VERSION))
 
 $(CADDY):
 	$(call go-install,$@,github.com/caddyserver/caddy/v2/cmd/caddy@$(CADDY_VERSION))
@@ -220,14 +229,18 @@ soak: build-limiterd ## Soak test, not part of make test: floods, policy churn, 
 
 # Files written by controller-gen from the markers in api/ and controllers/; `make verify` checks
 # they are current.
-GENERATED_PATHS := api/v1alpha1/zz_generated.deepcopy.go config/crd/bases config/rbac/role.yaml
+GENERATED_PATHS := api/v1alpha1/zz_generated.deepcopy.go config/crd/bases config/rbac/role.yaml docs/crd-reference.md
 
 .PHONY: generate
 generate: controller-gen ## Generate the API's deep-copy functions (api/v1alpha1/zz_generated.deepcopy.go).
 	$(CONTROLLER_GEN) object paths=./api/...
 
 .PHONY: manifests
-manifests: manifests-crd manifests-rbac ## Generate the CRD and the operator's RBAC from the markers.
+manifests: manifests-crd manifests-rbac crd-docs ## Generate the CRD, its reference (docs/crd-reference.md) and the operator's RBAC from the markers.
+
+.PHONY: crd-docs
+crd-docs: crd-ref-docs ## Generate the CRD's reference, docs/crd-reference.md, from the API types (crd-ref-docs, hack/crd-ref-docs/config.yaml).
+	$(CRD_REF_DOCS) --source-path=./api/v1alpha1 --config=hack/crd-ref-docs/config.yaml --renderer=markdown --output-path=docs/crd-reference.md --log-level=WARN
 
 .PHONY: manifests-crd
 manifests-crd: controller-gen ## Generate the RateLimitPolicy CRD into config/crd/bases from the API's markers.

@@ -14,6 +14,7 @@ import (
 var (
 	fence      = regexp.MustCompile("(?ms)^\\s*```.*?^\\s*```[^\\n]*$")
 	link       = regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	codeSpan   = regexp.MustCompile("`[^`\n]*`")
 	heading    = regexp.MustCompile(`(?m)^#{1,6} (.+)$`)
 	notInSlug  = regexp.MustCompile(`[^\p{L}\p{N}_\- ]`)
 	hasScheme  = regexp.MustCompile(`^[a-z][a-z0-9+.-]*:`)
@@ -34,7 +35,9 @@ func TestRelativeLinks(t *testing.T) {
 	}
 	anchors := map[string]map[string]bool{}
 	for _, page := range pages {
-		text := readWithoutCode(t, page)
+		// Nothing in a code span is a link (a validation pattern of crd-reference.md looks
+		// like one); headings keep theirs, which are part of their anchors.
+		text := codeSpan.ReplaceAllString(readWithoutCode(t, page), "")
 		for _, m := range link.FindAllStringSubmatch(text, -1) {
 			target := m[1]
 			if hasScheme.MatchString(target) {
