@@ -214,6 +214,10 @@ test-integration: test-tools build ## Every package but the end-to-end ones, wit
 test-e2e: envtest build ## The end-to-end packages: bin/manager and bin/limiterd as processes against a control plane and Redis.
 	$(TEST_ENV) $(GO) test $(TEST_FLAGS) -count=1 -timeout 30m $(E2E_PACKAGES)
 
+.PHONY: test-gateways
+test-gateways: caddy traefik ## The gateway tests: nginx (apt nginx-light), Caddy and Traefik (pinned, built into the tools cache) in front of limiterd's forward-auth, with the configurations of docs/gateways.
+	$(TEST_ENV) $(GO) test $(TEST_FLAGS) -count=1 ./test/gateways/...
+
 .PHONY: helm-test
 helm-test: envtest helm helm-docs ## The chart's tests: lint, template, schema, docs, install into a test API server.
 	$(TEST_ENV) $(GO) test $(TEST_FLAGS) -count=1 ./test/helm/...
