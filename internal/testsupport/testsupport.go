@@ -128,6 +128,14 @@ func NewEngine(t testing.TB, now func() time.Time, policies ...*v1alpha1.RateLim
 	if len(policies) == 0 {
 		return e
 	}
+	e.Swap(PolicySet(t, policies...))
+	return e
+}
+
+// PolicySet compiles policies into a set, failing t if one does not compile or the set cannot
+// be made.
+func PolicySet(t testing.TB, policies ...*v1alpha1.RateLimitPolicy) *policy.Set {
+	t.Helper()
 	var compiled []*policy.Policy
 	for _, p := range policies {
 		c, err := policy.Compile(p)
@@ -140,8 +148,7 @@ func NewEngine(t testing.TB, now func() time.Time, policies ...*v1alpha1.RateLim
 	if err != nil {
 		t.Fatalf("new set: %v", err)
 	}
-	e.Swap(set)
-	return e
+	return set
 }
 
 // Eventually calls condition until it holds (true, or a nil error), and fails t, naming what

@@ -22,7 +22,6 @@ import (
 	"github.com/limiterd/limiterd/internal/testsupport"
 	"github.com/limiterd/limiterd/limiterd/adminauth"
 	"github.com/limiterd/limiterd/limiterd/engine"
-	"github.com/limiterd/limiterd/limiterd/policy"
 )
 
 // specChecker checks requests to the handlers and their answers against api/openapi's spec with
@@ -152,24 +151,6 @@ func unexercised(method, path, status string) string {
 		return "one operation for every method (a YAML alias of GET's); GET's statuses are each answered"
 	}
 	return ""
-}
-
-// policySet compiles policies into a set, failing the test if one does not compile.
-func policySet(t *testing.T, policies ...*v1alpha1.RateLimitPolicy) *policy.Set {
-	t.Helper()
-	var compiled []*policy.Policy
-	for _, p := range policies {
-		c, err := policy.Compile(p)
-		if err != nil {
-			t.Fatalf("compile %s: %v", p.Name, err)
-		}
-		compiled = append(compiled, c)
-	}
-	set, err := policy.NewSet(compiled...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return set
 }
 
 // TestHandlersMatchOpenAPI drives the decisions and admin handlers through every path of
@@ -325,7 +306,7 @@ func TestHandlersMatchOpenAPI(t *testing.T) {
 	lateClock.Advance(3 * time.Hour)
 	s.check(t, specCase{name: "refund expired", h: lateAPI, method: "POST", target: "/v1/refund", body: refundOf(expired), status: 410})
 	unloaded := reserve(lateAPI, "api", "grace", 1)
-	late.Swap(policySet(t, other))
+	late.Swap(testsupport.PolicySet(t, other))
 	s.check(t, specCase{name: "refund of a policy unloaded", h: lateAPI, method: "POST", target: "/v1/refund", body: refundOf(unloaded), status: 404})
 
 	// The admin API: open, by token with rights (alice) or none (bob), failing reviews,
@@ -347,7 +328,7 @@ func TestHandlersMatchOpenAPI(t *testing.T) {
 	adminNotReady := NewAdmin(newEngine(t, testsupport.NewClock()), AdminOptions{Auth: adminauth.Open()})
 	noMetrics := NewAdmin(e, AdminOptions{Auth: adminauth.Open()})
 	noTop := engine.New(engine.Options{NoTopClients: true})
-	noTop.Swap(policySet(t, newPolicy("api", testsupport.TokenBucketTier("standard", 2, 1, time.Hour))))
+	noTop.Swap(testsupport.PolicySet(t, newPolicy("api", testsupport.TokenBucketTier("standard", 2, 1, time.Hour))))
 	topOff := NewAdmin(noTop, AdminOptions{Auth: adminauth.Open()})
 	alice := http.Header{"Authorization": {"Bearer token-alice"}}
 	bob := http.Header{"Authorization": {"Bearer token-bob"}}
