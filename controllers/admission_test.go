@@ -17,8 +17,8 @@ import (
 // API server (the CRD's schema and CEL rules, by a dry-run create) and the Go validator
 // (DecodePolicies): both must accept every valid file and reject every invalid one, naming the
 // field its "# field:" (or "# apiserver-field:") line gives; except that the API server admits
-// an invalid file marked "# apiserver-accepts:" (a rule the CRD cannot express, such as a time
-// zone's lookup), which only the Go validator refuses.
+// an invalid file marked "# apiserver-accepts:" (a rule the CRD cannot express), which only the
+// Go validator refuses.
 func TestAdmissionMatchesValidate(t *testing.T) {
 	t.Parallel()
 	env := testenv.Shared(t)
@@ -62,5 +62,55 @@ func TestAdmissionMatchesValidate(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestAPIServerRefusesUnknownTimeZone: the API server looks a quota's timeZone up in its own tz
+// database (a CEL rule converts a time into the zone) and refuses a well-formed name of no zone,
+// on a tier's quota and on a stacked limit's, with the zone's name in the message; a zone it
+// knows is admitted. Before the rule, the CRD checked the name's form only, and such a policy got
+// as far as the operator.
+func TestAPIServerRefusesUnknownTimeZone(t *testing.T) {
+	t.Parallel()
+	env := testenv.Shared(t)
+	ns := env.Namespace(t)
+	tierQuota := func(p *limiterdv1alpha1.RateLimitPolicy, zone string) {
+		p.Spec.Tiers[0] = limiterdv1alpha1.Tier{Name: "free", Algorithm: limiterdv1alpha1.AlgorithmQuota,
+			Quota: &limiterdv1alpha1.Quota{Limit: 1000, Period: limiterdv1alpha1.CalendarPeriodMonth, TimeZone: zone}}
+	}
+	limitQuota := func(p *limiterdv1alpha1.RateLimitPolicy, zone string) {
+		p.Spec.Tiers[0] = limiterdv1alpha1.Tier{Name: "free", Limits: []limiterdv1alpha1.Limit{{
+			Name: "monthly", Algorithm: limiterdv1alpha1.AlgorithmQuota,
+			Quota: &limiterdv1alpha1.Quota{Limit: 1000, Period: limiterdv1alpha1.CalendarPeriodMonth, TimeZone: zone}}}}
+	}
+	for _, tt := range []struct {
+		name  string
+		set   func(*limiterdv1alpha1.RateLimitPolicy, string)
+		field string
+	}{
+		{"tier", tierQuota, "spec.tiers[0].quota.timeZone"},
+		{"limit", limitQuota, "spec.tiers[0].limits[0].quota.timeZone"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			// The API server's message reads: spec.tiers[0].quota.timeZone: Invalid value:
+			// "string": unknown time zone Mars/Olympus_Mons evaluating rule: must name a zone of
+			// the API server's tz database (...).
+			for _, zone := range []string{"Mars/Olympus_Mons", "Europe/Atlantis", "europe/berlin"} {
+				p := newPolicy(ns, "zone-unknown-"+tt.name)
+				tt.set(p, zone)
+				err := env.Client.Create(t.Context(), p)
+				if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), tt.field) ||
+					!strings.Contains(err.Error(), "unknown time zone "+zone) {
+					t.Errorf("create with timeZone %q: %v, want Invalid naming %s and %q", zone, err, tt.field, "unknown time zone "+zone)
+				}
+			}
+			for _, zone := range []string{"America/New_York", "America/Argentina/Buenos_Aires", "Etc/GMT-3", "UTC"} {
+				p := newPolicy(ns, "zone-known-"+strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(zone))+"-"+tt.name)
+				tt.set(p, zone)
+				if err := env.Client.Create(t.Context(), p); err != nil {
+					t.Errorf("create with timeZone %q: %v, want it admitted", zone, err)
+				}
+			}
+		})
 	}
 }
