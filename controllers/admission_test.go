@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -113,4 +115,67 @@ func TestAPIServerRefusesUnknownTimeZone(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestStoredUnknownTimeZoneStaysWritable: a policy stored with a zone the API server does not
+// know (written before the CRD had the rule, or when the server's tz database had the zone) can
+// still be updated as long as the zone stays as it is: its metadata, its other fields, its status
+// (which the operator writes, Ready=False reason Invalid). The API server runs the CRD's rules on
+// every update, status included, and does not ratchet a rule's evaluation error as it does a
+// false result; without the rule's own "unchanged" case the object could not be relabelled, have
+// its finalizers removed, or be reported on. A changed zone is looked up again.
+func TestStoredUnknownTimeZoneStaysWritable(t *testing.T) {
+	env := testenv.Shared(t)
+	ns := env.Namespace(t)
+	p := newPolicy(ns, "zone-stored")
+	p.Spec.Tiers[0] = limiterdv1alpha1.Tier{Name: "free", Limits: []limiterdv1alpha1.Limit{{
+		Name: "monthly", Algorithm: limiterdv1alpha1.AlgorithmQuota,
+		Quota: &limiterdv1alpha1.Quota{Limit: 1000, Period: limiterdv1alpha1.CalendarPeriodMonth, TimeZone: "Mars/Olympus_Mons"}}}}
+	p.Spec.Tiers = append(p.Spec.Tiers, limiterdv1alpha1.Tier{Name: "metered", Algorithm: limiterdv1alpha1.AlgorithmQuota,
+		Quota: &limiterdv1alpha1.Quota{Limit: 10, Period: limiterdv1alpha1.CalendarPeriodDay, TimeZone: "Europe/Atlantis"}})
+	t.Run("stored while the CRD did not look zones up", func(t *testing.T) {
+		loosenCRD(t, env)
+		if err := env.Client.Create(t.Context(), p); err != nil {
+			t.Fatal(err)
+		}
+	}) // the CRD is restored
+	key := client.ObjectKeyFromObject(p)
+
+	p = edit(t, env.Client, key, func(p *limiterdv1alpha1.RateLimitPolicy) {
+		p.Labels = map[string]string{"team": "billing"}
+		p.Spec.Tiers[2].Quota.Limit = 20 // beside the zone, in the same quota
+	})
+	meta.SetStatusCondition(&p.Status.Conditions, metav1.Condition{Type: "Ready", Status: metav1.ConditionFalse,
+		Reason: "Invalid", Message: "unknown time zone", ObservedGeneration: p.Generation})
+	if err := env.Client.Status().Update(t.Context(), p); err != nil {
+		t.Errorf("status update of a policy whose stored zone is unknown: %v, want it admitted", err)
+	}
+
+	for _, tt := range []struct {
+		name   string
+		change func(*limiterdv1alpha1.RateLimitPolicy)
+		field  string
+		zone   string
+	}{
+		{"limit", func(p *limiterdv1alpha1.RateLimitPolicy) {
+			p.Spec.Tiers[0].Limits[0].Quota.TimeZone = "Europe/Atlantis"
+		},
+			"spec.tiers[0].limits[0].quota.timeZone", "Europe/Atlantis"},
+		{"tier", func(p *limiterdv1alpha1.RateLimitPolicy) { p.Spec.Tiers[2].Quota.TimeZone = "Mars/Olympus_Mons" },
+			"spec.tiers[2].quota.timeZone", "Mars/Olympus_Mons"},
+	} {
+		q := &limiterdv1alpha1.RateLimitPolicy{}
+		if err := env.Client.Get(t.Context(), key, q); err != nil {
+			t.Fatal(err)
+		}
+		tt.change(q)
+		err := env.Client.Update(t.Context(), q)
+		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), tt.field) || !strings.Contains(err.Error(), "unknown time zone "+tt.zone) {
+			t.Errorf("%s: update to another unknown zone: %v, want Invalid naming %s and %s", tt.name, err, tt.field, tt.zone)
+		}
+	}
+	edit(t, env.Client, key, func(p *limiterdv1alpha1.RateLimitPolicy) {
+		p.Spec.Tiers[0].Limits[0].Quota.TimeZone = "America/New_York"
+		p.Spec.Tiers[2].Quota.TimeZone = "Europe/Berlin"
+	})
 }
