@@ -168,16 +168,20 @@ type Quota struct {
 	// midnights start the periods, such as "Europe/Berlin", "America/New_York" or "Etc/GMT-3";
 	// default "UTC". At most 64 characters: '/'-separated parts of ASCII letters, digits, '_',
 	// '-' and '+', each starting with a letter; "Local" (a host's own zone) is refused. The API
-	// server checks only this form, since its rules cannot look a zone up: the operator and
-	// limiterd look the name up in their copy of the database (the system's, else the one built
-	// into them) and keep a policy whose zone they do not know out of service, reporting it (the
-	// policy's Ready condition, reason Invalid; or Enforced, reason RejectedByReplica), while the
-	// policy's last good version keeps serving.
+	// server looks a new or changed name up in its own copy of the database (a CEL rule converts
+	// a time into the zone: the system's database, else the one built into kube-apiserver) and
+	// refuses a zone it does not know, naming it ("unknown time zone Mars/Olympus_Mons"); a name
+	// stored before is not looked up again on update. The operator and limiterd look the name up
+	// again in their copy (the system's, else the one built into them), which may be older than
+	// the API server's: a policy whose zone they do not know is kept out of service and reported
+	// (the policy's Ready condition, reason Invalid; or Enforced, reason RejectedByReplica),
+	// while the policy's last good version keeps serving.
 	// +optional
 	// +kubebuilder:default="UTC"
 	// +kubebuilder:validation:MaxLength=64
 	// +kubebuilder:validation:Pattern=`^[A-Za-z][A-Za-z0-9_+-]*(/[A-Za-z][A-Za-z0-9_+-]*)*$`
 	// +kubebuilder:validation:XValidation:rule="self != 'Local'",message="must name a zone of the tz database, not Local (a host's own zone)"
+	// +kubebuilder:validation:XValidation:rule="(oldSelf.hasValue() && oldSelf.value() == self) || timestamp('2000-01-01T00:00:00Z').getHours(self) >= 0",message="must name a zone of the API server's tz database (names are case-sensitive, such as Europe/Berlin)",optionalOldSelf=true
 	TimeZone string `json:"timeZone,omitempty"`
 }
 

@@ -39,10 +39,11 @@ var (
 // same field, except for rules that CEL checks on an enclosing object (a key in two overrides,
 // an override's unknown tier: spec.overrides; a duplicate tier name: spec.tiers[i]; a duplicate
 // limit name: spec.tiers[i].limits[j]). Only the CRD limits the text of a duration
-// (MaxDurationLength), which a decoded duration has lost. Only Validate looks a quota's
-// timeZone up in the tz database (LoadTimeZone): the CRD checks its form alone, so the API
-// server admits a well-formed name of no zone, which Validate, and so the operator and
-// limiterd, refuse.
+// (MaxDurationLength), which a decoded duration has lost. A quota's timeZone is looked up by
+// both, each in its own tz database: the CRD's rule in the API server's, Validate
+// (LoadTimeZone) in this binary's, which may be older; a zone the API server admitted and this
+// binary does not know is refused here, and so by the operator and limiterd. The CRD's rule
+// also admits an unchanged name already stored, which Validate looks up again.
 func Validate(p *RateLimitPolicy) error {
 	if p == nil {
 		return errors.New("RateLimitPolicy is nil")

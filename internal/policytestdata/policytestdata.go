@@ -27,8 +27,8 @@ type File struct {
 	// otherwise ("# apiserver-field: ...") because the rule is CEL on an enclosing object.
 	APIServerField string
 	// APIServerAccepts, for an invalid file, says why the API server admits it
-	// ("# apiserver-accepts: ..."): a rule that the CRD cannot express (a time zone's lookup in
-	// the tz database), which only the Go validator, and so the operator and limiterd, enforce.
+	// ("# apiserver-accepts: ..."): a rule that the CRD cannot express, which only the Go
+	// validator, and so the operator and limiterd, enforce (no file has one today).
 	// Empty: the API server must reject it.
 	APIServerAccepts string
 }

@@ -277,8 +277,9 @@ func TestCompileQuota(t *testing.T) {
 	}
 }
 
-// TestCompileRefusesUnknownTimeZone: the API server admits any well-formed zone name; Compile,
-// which limiterd's sources run on every policy, refuses one its tz database lacks, naming the
+// TestCompileRefusesUnknownTimeZone: the API server refuses a zone its tz database lacks, but
+// that database may be newer than limiterd's (and a policy file never meets it); Compile, which
+// limiterd's sources run on every policy, refuses a zone its own database lacks, naming the
 // field, so that the policy is kept out of service.
 func TestCompileRefusesUnknownTimeZone(t *testing.T) {
 	for _, tt := range []struct {

@@ -264,9 +264,10 @@ func quotaPolicy(namespace, name, zone string) *v1alpha1.RateLimitPolicy {
 	return p
 }
 
-// TestPipelineRefusesUnknownTimeZone: the API server admits a well-formed zone name of no zone
-// (its rules cannot look zones up). The pipeline refuses it, naming the field, and the origin's
-// last good version of the policy keeps serving.
+// TestPipelineRefusesUnknownTimeZone: a zone the API server's tz database has (it refuses the
+// others) may be missing from a replica's older one, and a policy file never met the API server.
+// The pipeline refuses a zone it does not know, naming the field, and the origin's last good
+// version of the policy keeps serving.
 func TestPipelineRefusesUnknownTimeZone(t *testing.T) {
 	p, target, rec, logs := newTestPipeline(t)
 	if err := p.Apply("configmap:ns/a", []*v1alpha1.RateLimitPolicy{quotaPolicy("default", "metered", "Europe/Berlin")}); err != nil {
