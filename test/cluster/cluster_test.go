@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -478,8 +479,28 @@ func podNames(ps []corev1.Pod) []string {
 
 func testAlgorithmChange(t *testing.T, n *node) {
 	before := limiterdPods(t, n)
+	served := watchServedPolicy(t, before)
+	edited := time.Now()
 	apply(t, n, policyYAML(slidingWindow3))
 	waitEnforced(t, n, "2/2")
+	enforced := time.Since(edited)
+	switched := served()
+	// How long the replicas served different versions of the policy: SECURITY.md ("Policy
+	// versions") quotes this figure. A client gets at most the more generous version meanwhile
+	// (limitertest.RunSkew); here the window is measured, not bounded.
+	var first, last time.Duration
+	for i, p := range before {
+		at, ok := switched[p.Name]
+		if !ok {
+			t.Fatalf("pod %s still answers with the old policy after Enforced 2/2", p.Name)
+		}
+		if i == 0 || at < first {
+			first = at
+		}
+		last = max(last, at)
+	}
+	t.Logf("policy edit: first replica served it after %v, the last after %v (replicas disagreed for %v); Enforced 2/2 after %v",
+		first.Round(time.Millisecond), last.Round(time.Millisecond), (last - first).Round(time.Millisecond), enforced.Round(time.Millisecond))
 	after := limiterdPods(t, n)
 	if !slices.Equal(podNames(before), podNames(after)) {
 		t.Fatalf("pods changed from %v to %v: the change was not served without a restart", podNames(before), podNames(after))
@@ -494,6 +515,75 @@ func testAlgorithmChange(t *testing.T, n *node) {
 		if got := admitted(t, []corev1.Pod{p}, "window-client-"+p.Name, 6); got != 3 {
 			t.Errorf("pod %s admitted %d of 6 after the change to a sliding window of 3", p.Name, got)
 		}
+	}
+}
+
+// watchServedPolicy polls each pod with peeks (cost 0: nothing is charged) until the
+// RateLimit-Policy field of its answer differs from the first one it gave, and returns a
+// function that stops the polling and gives, per pod, when its answer changed (from the call
+// of watchServedPolicy, at a polling step of 20 ms).
+func watchServedPolicy(t *testing.T, pods []corev1.Pod) func() map[string]time.Duration {
+	t.Helper()
+	start := time.Now()
+	c := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{Proxy: nil}}
+	peek := func(p corev1.Pod) (string, error) {
+		resp, err := c.Get(fmt.Sprintf("%s/v1/allow?policy=%s&key=served-probe&cost=0", podURL(p, 8080), policy))
+		if err != nil {
+			return "", err
+		}
+		defer resp.Body.Close()
+		if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+			return "", err
+		}
+		if resp.StatusCode != http.StatusOK {
+			return "", fmt.Errorf("pod %s answered a peek with %d", p.Name, resp.StatusCode)
+		}
+		return resp.Header.Get("RateLimit-Policy"), nil
+	}
+	var (
+		mu       sync.Mutex
+		switched = map[string]time.Duration{}
+		errs     []error
+		wg       sync.WaitGroup
+	)
+	stop := make(chan struct{})
+	for _, p := range pods {
+		initial, err := peek(p)
+		if err != nil || initial == "" {
+			t.Fatalf("peek at pod %s: %q, %v", p.Name, initial, err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tick := time.NewTicker(20 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-tick.C:
+				}
+				got, err := peek(p)
+				mu.Lock()
+				if err != nil {
+					errs = append(errs, err)
+				} else if got != initial {
+					switched[p.Name] = time.Since(start)
+				}
+				mu.Unlock()
+				if err == nil && got != initial {
+					return
+				}
+			}
+		}()
+	}
+	return func() map[string]time.Duration {
+		close(stop)
+		wg.Wait()
+		for _, err := range errs {
+			t.Errorf("watching the served policy: %v", err)
+		}
+		return switched
 	}
 }
 
