@@ -70,12 +70,15 @@ func TestForwardAuthJWTClaim(t *testing.T) {
 			t.Errorf("%s: %d %s, want %d %q", tc.name, a.status, a.body, tc.status, tc.text)
 		}
 	}
-	// carol's budget, and her address's, are whole; a claim holding an array is no key, so
-	// that request is the address's.
+	// carol's budget, and her address's, are whole; a claim holding an array or an object is
+	// no key, so those requests spend the address's budget.
 	if a := forward(t, h, http.MethodGet, target, jwt(`{"sub":"carol"}`, "AA")); a.status != 200 || a.header.Get("RateLimit") != `"standard";r=1;t=60` {
 		t.Errorf("carol after refusals: %d RateLimit %q, want her whole budget", a.status, a.header.Get("RateLimit"))
 	}
-	if a := forward(t, h, http.MethodGet, target, withXFF(jwt(`{"sub":["carol"]}`, "AA"), "192.0.2.44")); a.status != 200 || a.header.Get("RateLimit") != `"standard";r=1;t=60` {
-		t.Errorf("array sub: %d RateLimit %q, want the address's whole budget", a.status, a.header.Get("RateLimit"))
+	for i, payload := range []string{`{"sub":["carol"]}`, `{"sub":{"id":"carol"}}`, `{"sub":["dave"]}`} {
+		a := forward(t, h, http.MethodGet, target, withXFF(jwt(payload, "AA"), "192.0.2.44"))
+		if want := []int{200, 200, 429}[i]; a.status != want {
+			t.Errorf("%s: %d, want %d: the address's budget", payload, a.status, want)
+		}
 	}
 }
