@@ -108,15 +108,14 @@ func decodeJWTPayload(buf []byte, token string) ([]byte, bool) {
 	var dots [2]int
 	n := 0
 	for i := 0; i < len(token); i++ {
-		switch c := token[i]; {
-		case c == '.':
+		switch base64URL[token[i]] {
+		case base64URLDot:
 			if n == len(dots) {
 				return nil, false
 			}
 			dots[n] = i
 			n++
-		case 'A' <= c && c <= 'Z', 'a' <= c && c <= 'z', '0' <= c && c <= '9', c == '-', c == '_':
-		default:
+		case base64URLInvalid:
 			return nil, false
 		}
 	}
@@ -137,32 +136,43 @@ func decodeJWTPayload(buf []byte, token string) ([]byte, bool) {
 // room, and returns the length decoded. As encoding/base64's RawURLEncoding (not Strict), it
 // ignores the unused low bits of the last character.
 func decodeBase64URL(dst []byte, s string) int {
-	n, acc, bits := 0, uint(0), uint(0)
-	for i := 0; i < len(s); i++ {
-		acc = acc<<6 | uint(base64URLValue(s[i]))
-		if bits += 6; bits >= 8 {
-			bits -= 8
-			dst[n] = byte(acc >> bits)
-			n++
-		}
+	n := 0
+	for ; len(s) >= 4; s = s[4:] {
+		v := uint32(base64URL[s[0]])<<18 | uint32(base64URL[s[1]])<<12 | uint32(base64URL[s[2]])<<6 | uint32(base64URL[s[3]])
+		dst[n], dst[n+1], dst[n+2] = byte(v>>16), byte(v>>8), byte(v)
+		n += 3
+	}
+	switch len(s) {
+	case 2:
+		dst[n] = base64URL[s[0]]<<2 | base64URL[s[1]]>>4
+		n++
+	case 3:
+		v := uint32(base64URL[s[0]])<<12 | uint32(base64URL[s[1]])<<6 | uint32(base64URL[s[2]])
+		dst[n], dst[n+1] = byte(v>>10), byte(v>>2)
+		n += 2
 	}
 	return n
 }
 
-// base64URLValue is the value of c, a character of the base64url alphabet.
-func base64URLValue(c byte) byte {
-	switch {
-	case 'A' <= c && c <= 'Z':
-		return c - 'A'
-	case 'a' <= c && c <= 'z':
-		return c - 'a' + 26
-	case '0' <= c && c <= '9':
-		return c - '0' + 52
-	case c == '-':
-		return 62
+// Values of base64URL that are no base64url digit.
+const (
+	base64URLInvalid = 0xff
+	base64URLDot     = 0xfe
+)
+
+// base64URL maps a character of a token to its value as a base64url digit, or to
+// base64URLDot ('.') or base64URLInvalid.
+var base64URL = func() (t [256]byte) {
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+	for i := range t {
+		t[i] = base64URLInvalid
 	}
-	return 63 // '_'
-}
+	for i := range len(alphabet) {
+		t[alphabet[i]] = byte(i)
+	}
+	t['.'] = base64URLDot
+	return t
+}()
 
 // claimKind is the kind of a claim's value, as far as a key is concerned.
 type claimKind uint8
