@@ -246,7 +246,9 @@ func (s *keySource) appendJWT(dst []byte, r *ForwardedRequest) ([]byte, bool, er
 		v   string
 		err error
 	)
+	name := s.header // as the other errors of the form name it
 	if r.Checked != nil {
+		name = s.lower
 		v, err = bounded(r.Checked.Headers[s.lower], s.lower)
 	} else {
 		v, err = single(r.Header, s.header)
@@ -260,7 +262,7 @@ func (s *keySource) appendJWT(dst []byte, r *ForwardedRequest) ([]byte, bool, er
 	}
 	out, found, ok := appendJWTClaim(dst, s.prefix, token, s.claim)
 	if !ok {
-		return dst, false, &HeaderError{Name: s.header, Err: ErrMalformedJWT}
+		return dst, false, &HeaderError{Name: name, Err: ErrMalformedJWT}
 	}
 	return out, found, nil
 }
