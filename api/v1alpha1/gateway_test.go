@@ -3,6 +3,7 @@ package v1alpha1
 import (
 	"fmt"
 	"regexp"
+	"strings"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -40,6 +41,24 @@ func TestCRDMatchesGatewayLimits(t *testing.T) {
 	if got := fmt.Sprint(src.prop("type")["enum"]); got != fmt.Sprint(supportedKeySources) {
 		t.Errorf("CRD type enum %v, want %v", got, supportedKeySources)
 	}
+	if got := src.prop("claim").num("maxLength"); got != MaxClaimLength {
+		t.Errorf("CRD claim maxLength = %d, want %d", got, MaxClaimLength)
+	}
+	claimPattern := regexp.MustCompile(src.prop("claim")["pattern"].(string))
+	for _, s := range []string{
+		"sub", "client_id", "x-tenant", "org.id", "a.b.c.d", "a.b.c.d.e", "", ".", "a.", ".a",
+		"a..b", "https://example.com/t", "a b", "a:b", "é", "a.b.c.d.", "A0_-.Z9",
+	} {
+		if got, want := claimPattern.MatchString(s), isClaimPath(s); got != want {
+			t.Errorf("claim %q: CRD pattern matches %v, isClaimPath %v", s, got, want)
+		}
+	}
+	for c := range 256 {
+		s := string([]byte{byte(c)})
+		if got, want := claimPattern.MatchString(s), isClaimPath(s); got != want {
+			t.Errorf("claim %q: CRD pattern matches %v, isClaimPath %v", s, got, want)
+		}
+	}
 	pattern := regexp.MustCompile(src.prop("header")["pattern"].(string))
 	for c := range 256 {
 		s := string([]byte{byte(c)})
@@ -71,6 +90,9 @@ func TestValidateGatewayDefaultsAndBounds(t *testing.T) {
 		{Type: KeySourceClientAddress, TrustedHops: hops(MaxTrustedHops)},
 		{Type: KeySourcePath, PathSegments: MaxPathSegments},
 		{Type: KeySourceHeader, Header: "x"},
+		{Type: KeySourceJWTClaim, Claim: "sub"},
+		{Type: KeySourceJWTClaim, Header: "x", Claim: "sub"},
+		{Type: KeySourceJWTClaim, Claim: "a.b.c." + strings.Repeat("d", MaxClaimLength-6)},
 	} {
 		if ok.Header != "" {
 			ok.Header = fmt.Sprintf("%0*d", MaxHeaderNameLength, 7)
@@ -85,5 +107,9 @@ func TestValidateGatewayDefaultsAndBounds(t *testing.T) {
 	}
 	if err := Validate(policy(&Gateway{KeySources: tooMany})); err == nil || !namesField(err, "spec.gateway.keySources") {
 		t.Errorf("%d key sources: %v", len(tooMany), err)
+	}
+	long := KeySource{Type: KeySourceJWTClaim, Claim: "a.b.c." + strings.Repeat("d", MaxClaimLength-5)}
+	if err := Validate(policy(&Gateway{KeySources: []KeySource{long}})); err == nil || !namesField(err, "spec.gateway.keySources[0].claim") {
+		t.Errorf("claim of %d characters: %v", len(long.Claim), err)
 	}
 }

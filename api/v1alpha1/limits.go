@@ -68,8 +68,12 @@ const (
 	MaxTrustedHops = 16
 	// MaxPathSegments bounds a Path key source's pathSegments.
 	MaxPathSegments = 16
+	// MaxClaimLength is the longest claim of a JWTClaim key source.
+	MaxClaimLength = 128
+	// MaxClaimDepth is the most names of a JWTClaim key source's claim path ("a.b.c.d").
+	MaxClaimDepth = 4
 	// MaxGatewayHeaderBytes is the longest value of a header that a forward-auth request is
-	// decided from (a Header key source's header, X-Forwarded-For, -Host, -Method, -Uri,
+	// decided from (a Header or JWTClaim key source's header, X-Forwarded-For, -Host, -Method, -Uri,
 	// X-Original-URI); a longer one is refused rather than read.
 	MaxGatewayHeaderBytes = 4096
 

@@ -411,7 +411,7 @@ type RateLimitPolicySpec struct {
 }
 
 // KeySourceType names where a forwarded request's client key comes from.
-// +kubebuilder:validation:Enum=Header;ClientAddress;Host;Method;Path
+// +kubebuilder:validation:Enum=Header;ClientAddress;Host;Method;Path;JWTClaim
 type KeySourceType string
 
 const (
@@ -432,6 +432,11 @@ const (
 	// KeySourcePath takes the original request's path (X-Forwarded-Uri, else X-Original-URI,
 	// without its query), or its first pathSegments segments: the key "path:<path>".
 	KeySourcePath KeySourceType = "Path"
+	// KeySourceJWTClaim takes a claim of the JSON Web Token in a header (Authorization by
+	// default, as "Bearer <token>"): the key "jwt:<header in lower case>:<claim>:<value>".
+	// limiterd reads the token's payload and never checks its signature: the gateway must
+	// verify the token, and refuse or replace a client's own, before it asks limiterd.
+	KeySourceJWTClaim KeySourceType = "JWTClaim"
 )
 
 // MissingKey says what happens to a forwarded request from which no key source yields a key.
@@ -453,9 +458,10 @@ const (
 type Gateway struct {
 	// keySources are tried in order until one yields a key: 1 to 8 sources. A source yields
 	// none when what it reads is absent or empty (a Header source's header, the X-Forwarded-Uri
-	// of a Path source), or when X-Forwarded-For has fewer entries than a ClientAddress
-	// source's trustedHops. Each key starts with its source ("header:x-api-key:", "ip:",
-	// "host:", "method:", "path:"), so that a value read from one source never names a client
+	// of a Path source, a JWTClaim source's claim), or when X-Forwarded-For has fewer entries
+	// than a ClientAddress source's trustedHops. Each key starts with its source
+	// ("header:x-api-key:", "ip:", "host:", "method:", "path:", "jwt:authorization:sub:"), so
+	// that a value read from one source never names a client
 	// of another; overrides name keys in that form ("ip:192.0.2.7"). A header a client can set
 	// as it likes gives whoever sends it the allowance of its key: prefer a header the gateway
 	// sets after authenticating the client, or the client address.
@@ -476,20 +482,24 @@ type Gateway struct {
 
 // KeySource is one place a forwarded request's client key may come from.
 // +kubebuilder:validation:XValidation:rule="self.type != 'Header' || has(self.header)",message="header is required when type is Header",fieldPath=".header"
-// +kubebuilder:validation:XValidation:rule="self.type == 'Header' || !has(self.header)",message="header must be set only when type is Header",fieldPath=".header"
+// +kubebuilder:validation:XValidation:rule="self.type == 'Header' || self.type == 'JWTClaim' || !has(self.header)",message="header must be set only when type is Header or JWTClaim",fieldPath=".header"
+// +kubebuilder:validation:XValidation:rule="self.type != 'JWTClaim' || has(self.claim)",message="claim is required when type is JWTClaim",fieldPath=".claim"
+// +kubebuilder:validation:XValidation:rule="self.type == 'JWTClaim' || !has(self.claim)",message="claim must be set only when type is JWTClaim",fieldPath=".claim"
 // +kubebuilder:validation:XValidation:rule="self.type == 'ClientAddress' || !has(self.trustedHops)",message="trustedHops must be set only when type is ClientAddress",fieldPath=".trustedHops"
 // +kubebuilder:validation:XValidation:rule="self.type == 'Path' || self.?pathSegments.orValue(0) == 0",message="pathSegments must be set only when type is Path",fieldPath=".pathSegments"
 type KeySource struct {
 	// type is where the key comes from: Header (the value of header), ClientAddress (the
 	// client's IPv4 address or IPv6 /64, see trustedHops), Host (X-Forwarded-Host, in lower case), Method
-	// (X-Forwarded-Method, else the method of the forward-auth request) or Path
-	// (X-Forwarded-Uri, else X-Original-URI, without its query; see pathSegments).
+	// (X-Forwarded-Method, else the method of the forward-auth request), Path
+	// (X-Forwarded-Uri, else X-Original-URI, without its query; see pathSegments) or JWTClaim
+	// (a claim of the JSON Web Token in header; see claim).
 	// +required
 	Type KeySourceType `json:"type"`
 
-	// header names the request header whose value is the key, for type Header: an HTTP field
-	// name (letters, digits and !#$%&'*+-.^_`|~), at most 128 characters, in any case. A
-	// header given more than once is refused (400), and a value over 4096 bytes too (431).
+	// header names the request header whose value is the key, for type Header, or that holds
+	// the token, for type JWTClaim (default Authorization): an HTTP field name (letters, digits
+	// and !#$%&'*+-.^_`|~), at most 128 characters, in any case. A header given more than once
+	// is refused (400), and a value over 4096 bytes too (431).
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=128
@@ -516,6 +526,26 @@ type KeySource struct {
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=16
 	PathSegments int32 `json:"pathSegments,omitempty"`
+
+	// claim is, for type JWTClaim, the claim of the token whose value is the key: a name
+	// ("sub", "client_id") or a dotted path of at most 4 names into nested objects
+	// ("org.id"), each of letters, digits, '_' and '-'; at most 128 characters. With header
+	// Authorization the token is read from "Bearer <token>" (another scheme: no key from this
+	// source); with another header its whole value is the token. A string claim, or an integer
+	// one (digits, no fraction or exponent), is the key "jwt:<header in lower case>:<claim>:<value>";
+	// a claim that is absent, empty, null, or of another type yields no key. A value that is no
+	// JWS compact token (three base64url segments) or whose payload is no JSON object, or that
+	// names a claim on the path twice in one object, is refused (400).
+	//
+	// limiterd never checks the token's signature, expiry or issuer: it reads a token that the
+	// gateway has verified. The gateway must verify the token and must refuse, or replace, a
+	// token the client sent that it did not verify, before it asks limiterd; otherwise any
+	// client can write itself a token and choose its own key and budget.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:Pattern=`^[-_0-9A-Za-z]+(\.[-_0-9A-Za-z]+){0,3}$`
+	Claim string `json:"claim,omitempty"`
 }
 
 // Envoy maps the descriptors of Envoy rate-limit requests to client keys.

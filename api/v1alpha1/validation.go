@@ -19,7 +19,7 @@ var (
 	supportedFailureModes = []FailureMode{FailureModeOpen, FailureModeClosed, FailureModeLocal}
 	supportedTierNames    = []TierNames{TierNamesShown, TierNamesHidden}
 	supportedRefunds      = []Refunds{RefundsDisabled, RefundsEnabled}
-	supportedKeySources   = []KeySourceType{KeySourceHeader, KeySourceClientAddress, KeySourceHost, KeySourceMethod, KeySourcePath}
+	supportedKeySources   = []KeySourceType{KeySourceHeader, KeySourceClientAddress, KeySourceHost, KeySourceMethod, KeySourcePath, KeySourceJWTClaim}
 	supportedMissingKeys  = []MissingKey{MissingKeyReject, MissingKeyAllow, MissingKeyShared}
 )
 
@@ -164,7 +164,7 @@ func validateKeySource(k *KeySource, path *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	switch p := path.Child("type"); {
 	case k.Type == "":
-		errs = append(errs, field.Required(p, "one of Header, ClientAddress, Host, Method, Path"))
+		errs = append(errs, field.Required(p, "one of Header, ClientAddress, Host, Method, Path, JWTClaim"))
 	case !oneOf(k.Type, supportedKeySources):
 		errs = append(errs, field.NotSupported(p, k.Type, supportedKeySources))
 	}
@@ -172,12 +172,23 @@ func validateKeySource(k *KeySource, path *field.Path) field.ErrorList {
 	switch {
 	case k.Type == KeySourceHeader && k.Header == "":
 		errs = append(errs, field.Required(headerPath, "header is required when type is Header"))
-	case k.Type != KeySourceHeader && k.Header != "":
-		errs = append(errs, field.Forbidden(headerPath, "header must be set only when type is Header"))
+	case k.Type != KeySourceHeader && k.Type != KeySourceJWTClaim && k.Header != "":
+		errs = append(errs, field.Forbidden(headerPath, "header must be set only when type is Header or JWTClaim"))
 	case len(k.Header) > MaxHeaderNameLength:
 		errs = append(errs, field.TooLong(headerPath, k.Header, MaxHeaderNameLength))
 	case k.Header != "" && !isToken(k.Header):
 		errs = append(errs, field.Invalid(headerPath, k.Header, "must be an HTTP field name: letters, digits and !#$%&'*+-.^_`|~"))
+	}
+	claimPath := path.Child("claim")
+	switch {
+	case k.Type == KeySourceJWTClaim && k.Claim == "":
+		errs = append(errs, field.Required(claimPath, "claim is required when type is JWTClaim"))
+	case k.Type != KeySourceJWTClaim && k.Claim != "":
+		errs = append(errs, field.Forbidden(claimPath, "claim must be set only when type is JWTClaim"))
+	case len(k.Claim) > MaxClaimLength:
+		errs = append(errs, field.TooLong(claimPath, k.Claim, MaxClaimLength))
+	case k.Claim != "" && !isClaimPath(k.Claim):
+		errs = append(errs, field.Invalid(claimPath, k.Claim, fmt.Sprintf("must be a claim name, or a dotted path of at most %d names, each of letters, digits, '_' and '-'", MaxClaimDepth)))
 	}
 	if k.TrustedHops != nil {
 		p := path.Child("trustedHops")
@@ -198,6 +209,26 @@ func validateKeySource(k *KeySource, path *field.Path) field.ErrorList {
 		}
 	}
 	return errs
+}
+
+// isClaimPath reports whether s is the claim of a JWTClaim key source: 1 to MaxClaimDepth
+// non-empty names of letters, digits, '_' and '-', separated by '.'.
+func isClaimPath(s string) bool {
+	names, n := 1, 0
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '.':
+			if n == 0 {
+				return false
+			}
+			names, n = names+1, 0
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '_', c == '-':
+			n++
+		default:
+			return false
+		}
+	}
+	return n > 0 && names <= MaxClaimDepth
 }
 
 // isToken reports whether s is an HTTP token (RFC 9110, section 5.6.2): a field name.

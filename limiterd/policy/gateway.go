@@ -57,6 +57,11 @@ var (
 	// ErrHeaderRepeated: a header the key is read from is given more than once, so which value
 	// names the client is ambiguous.
 	ErrHeaderRepeated = errors.New("header given more than once")
+	// ErrMalformedJWT: a JWTClaim source's header holds a token that is not a JSON Web Token
+	// in JWS compact form whose payload is a JSON object naming the claim at most once (see
+	// the rules at decodeJWTPayload and findClaim). The gateway verified the token, so this is
+	// its mistake or the policy's (the wrong header), shown rather than keyed.
+	ErrMalformedJWT = errors.New("malformed JWT: want three base64url segments whose payload is a JSON object (in UTF-8) naming each name of the claim's path at most once")
 )
 
 // KeyExtractor derives a forwarded request's client key from a policy's spec.gateway: its key
@@ -70,12 +75,17 @@ type KeyExtractor struct {
 
 type keySource struct {
 	typ    v1alpha1.KeySourceType
-	header string // canonical key of the header to read: the source's own, or X-Forwarded-*
-	lower  string // header in lower case: its name in an ext_authz check
-	prefix string // the start of the key: "header:<name in lower case>:", "ip:", ...
-	hops   int    // ClientAddress: trusted entries of X-Forwarded-For
-	segs   int    // Path: leading segments; 0 for the whole path
+	header string   // canonical key of the header to read: the source's own, or X-Forwarded-*
+	lower  string   // header in lower case: its name in an ext_authz check
+	prefix string   // the start of the key: "header:<name in lower case>:", "ip:", ...
+	hops   int      // ClientAddress: trusted entries of X-Forwarded-For
+	segs   int      // Path: leading segments; 0 for the whole path
+	claim  []string // JWTClaim: the names of the claim's path
+	bearer bool     // JWTClaim: the header is Authorization, holding "Bearer <token>"
 }
+
+// headerAuthorization is the canonical key of the default header of a JWTClaim source.
+const headerAuthorization = "Authorization"
 
 // Canonical keys of the headers the gateways send.
 const (
@@ -109,6 +119,14 @@ func compileGateway(g *v1alpha1.Gateway) *KeyExtractor {
 			ks.header, ks.prefix = headerXForwardedMethod, "method:"
 		case v1alpha1.KeySourcePath:
 			ks.header, ks.prefix, ks.segs = headerXForwardedURI, "path:", int(s.PathSegments)
+		case v1alpha1.KeySourceJWTClaim:
+			ks.header = headerAuthorization
+			if s.Header != "" {
+				ks.header = textproto.CanonicalMIMEHeaderKey(s.Header)
+			}
+			ks.bearer = ks.header == headerAuthorization
+			ks.prefix = "jwt:" + strings.ToLower(ks.header) + ":" + s.Claim + ":"
+			ks.claim = strings.Split(s.Claim, ".")
 		}
 		ks.lower = strings.ToLower(ks.header)
 		x.sources[i] = ks
@@ -118,8 +136,8 @@ func compileGateway(g *v1alpha1.Gateway) *KeyExtractor {
 
 // AppendKey appends the client key of r to dst, from the first key source that yields one,
 // and reports whether one did. It fails, appending nothing, when a header a source reads before
-// yielding a key is over v1alpha1.MaxGatewayHeaderBytes (ErrHeaderTooLarge) or given twice
-// (ErrHeaderRepeated); headers of the sources after the one that yields are not read. It
+// yielding a key is over v1alpha1.MaxGatewayHeaderBytes (ErrHeaderTooLarge), given twice
+// (ErrHeaderRepeated), or holds a malformed token for a JWTClaim source (ErrMalformedJWT); headers of the sources after the one that yields are not read. It
 // allocates nothing when dst has room for the key.
 func (x *KeyExtractor) AppendKey(dst []byte, r *ForwardedRequest) ([]byte, bool, error) {
 	for i := range x.sources {
@@ -136,6 +154,8 @@ func (x *KeyExtractor) AppendKey(dst []byte, r *ForwardedRequest) ([]byte, bool,
 			out, ok, err = s.appendClientAddress(dst, r)
 		case v1alpha1.KeySourcePath:
 			out, ok, err = s.appendPath(dst, r)
+		case v1alpha1.KeySourceJWTClaim:
+			out, ok, err = s.appendJWT(dst, r)
 		}
 		if err != nil {
 			return dst, false, err
@@ -217,6 +237,34 @@ func (s *keySource) appendValue(dst []byte, r *ForwardedRequest) ([]byte, bool, 
 		return dst, true, nil
 	}
 	return append(dst, v...), true, nil
+}
+
+// appendJWT yields the claim of the token in the source's header (see jwt.go): nothing when
+// the header is absent or holds no token, ErrMalformedJWT when the token is malformed.
+func (s *keySource) appendJWT(dst []byte, r *ForwardedRequest) ([]byte, bool, error) {
+	var (
+		v   string
+		err error
+	)
+	name := s.header // as the other errors of the form name it
+	if r.Checked != nil {
+		name = s.lower
+		v, err = bounded(r.Checked.Headers[s.lower], s.lower)
+	} else {
+		v, err = single(r.Header, s.header)
+	}
+	if err != nil {
+		return dst, false, err
+	}
+	token, ok := s.jwtToken(v)
+	if !ok {
+		return dst, false, nil
+	}
+	out, found, ok := appendJWTClaim(dst, s.prefix, token, s.claim)
+	if !ok {
+		return dst, false, &HeaderError{Name: name, Err: ErrMalformedJWT}
+	}
+	return out, found, nil
 }
 
 // appendPath yields the path of X-Forwarded-Uri, else X-Original-URI (of an ext_authz check:

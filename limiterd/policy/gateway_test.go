@@ -320,6 +320,7 @@ func FuzzCheckedMatchesForwarded(f *testing.F) {
 	f.Add("k1", "203.0.113.9, 192.0.2.1", "Shop.Example", "GET", "/api/v1/users?x", uint8(1), uint8(2))
 	f.Add("", "[2001:db8::1]:443,,", "", "", "", uint8(0), uint8(0))
 	f.Add(strings.Repeat("k", 5000), " , ::ffff:1.2.3.4 ", "h", "M", "/a#b", uint8(3), uint8(1))
+	f.Add(token(`{"sub":"a"}`, "AA"), "", "", "", "", uint8(0), uint8(0))
 	f.Fuzz(func(t *testing.T, apiKey, xff, host, method, path string, h, segs uint8) {
 		n := int32(h % (v1alpha1.MaxTrustedHops + 1))
 		for _, s := range []v1alpha1.KeySource{
@@ -328,6 +329,7 @@ func FuzzCheckedMatchesForwarded(f *testing.F) {
 			{Type: v1alpha1.KeySourceHost},
 			{Type: v1alpha1.KeySourceMethod},
 			{Type: v1alpha1.KeySourcePath, PathSegments: int32(segs % 8)},
+			{Type: v1alpha1.KeySourceJWTClaim, Header: "X-Api-Key", Claim: "sub"},
 		} {
 			x := gatewayPolicy(t, &v1alpha1.Gateway{KeySources: []v1alpha1.KeySource{s}}).Gateway
 			forwarded, checked := checkedPair(apiKey, xff, host, method, path)

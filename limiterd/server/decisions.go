@@ -119,7 +119,8 @@
 // key "anonymous".
 //
 // Errors answer {"error": "..."} and charge nothing: 400 for a header the key is read from that
-// is given more than once, or a query other than deny=403 or deny=429; 404 for a path that
+// is given more than once, a JWTClaim source's token that is malformed (policy.ErrMalformedJWT),
+// or a query other than deny=403 or deny=429; 404 for a path that
 // names no policy, or a policy that is not loaded; 409 for a policy without spec.gateway; 431
 // for a header the key is read from longer than v1alpha1.MaxGatewayHeaderBytes (4096 bytes);
 // 503 before any policy is loaded. nginx shows each of them to its client as 500. The checks
