@@ -12,9 +12,9 @@
 -- value they compute is an integer below 2^53, which Lua's doubles hold exactly: Go precomputed
 -- every product and quotient.
 
--- The call: now (seconds, nanoseconds), the milliseconds added to every expiry and the sliding
--- windows' rebase threshold. The entry script sets them before it calls any function below.
-local nows, nown, slack, rebase
+-- The call: now (seconds, nanoseconds) and the milliseconds added to every expiry. The entry
+-- script sets them before it calls any function below.
+local nows, nown, slack
 
 -- expiry returns the expiry of a key whose state is fresh again in ms milliseconds: ms plus the
 -- slack, and at least 1 (SET PX and PEXPIRE refuse 0). It is a number: Redis writes an integer
@@ -275,6 +275,9 @@ local function swAdmit(w, c)
       redis.call('RPUSH', w.k, int(w.t), int(w.lastCum))
       w.lastAt = w.t
     end
+    -- The rebase threshold (2^52 but in tests) is parsed here, where it is compared: a decision
+    -- on a token bucket or a quota never pays for parsing its 16 digits.
+    local rebase = tonumber(ARGV[ARG_REBASE])
     if w.lastAt > rebase or w.lastCum > rebase then
       -- Rewrite the log relative to the oldest entry's second, with base 0.
       local all = redis.call('LRANGE', w.k, 3, -1)
