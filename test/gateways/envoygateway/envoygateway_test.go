@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/utils/ptr"
 	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gwapiv1beta1 "sigs.k8s.io/gateway-api/apis/v1beta1"
 	"sigs.k8s.io/yaml"
@@ -141,10 +142,10 @@ func TestShippedEnvoyGatewayConfig(t *testing.T) {
 		t.Errorf("backendRef %+v, want the Service %s/%s", ref, chartNamespace, chartService)
 	}
 	if port := chartGRPCPort(t); ref.Port == nil || *ref.Port != port {
-		t.Errorf("backendRef port %v, want the chart's grpcPort %d", ref.Port, port)
+		t.Errorf("backendRef port %v, want the chart's grpcPort %d", ptr.Deref(ref.Port, 0), port)
 	}
 	if ea.FailOpen == nil || *ea.FailOpen {
-		t.Errorf("failOpen %v, want false stated: true admits every request unlimited while limiterd cannot answer", ea.FailOpen)
+		t.Errorf("failOpen %v, want false stated: true admits every request unlimited while limiterd cannot answer", ptr.Deref(ea.FailOpen, false))
 	}
 	if ea.Timeout == nil {
 		t.Error("no timeout: Envoy Gateway's default is 10 s")
