@@ -40,8 +40,11 @@ ENVTEST_ASSETS := $(BIN)/k8s/current
 # traefik and the project's binaries are. No test builds or installs anything.
 # Flags of every go test run: the race detector always; test binaries without DWARF (-w), which
 # nobody debugs from make and whose generation costs a quarter of make test-unit's CPU. Stack
-# traces and race reports keep their file:line (they use the symbol table, not DWARF).
-TEST_FLAGS := -race -ldflags=-w
+# traces and race reports keep their file:line (they use the symbol table, not DWARF). -trimpath:
+# without it the build cache keys the module's own packages and test binaries on the checkout's
+# directory, so that a clone at a new path compiles them all again with -race; no test reads a
+# source path (runtime.Caller and the like), and stack traces name files by import path instead.
+TEST_FLAGS := -race -ldflags=-w -trimpath
 TEST_ENV := KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) HELM=$(HELM) HELM_DOCS=$(HELM_DOCS) CADDY=$(CADDY) TRAEFIK=$(TRAEFIK) LIMITERD_BIN_DIR=$(BIN)
 # The packages that run the project's binaries as processes against a control plane or Redis.
 E2E_PACKAGES := ./test/e2e/... ./test/redis/...

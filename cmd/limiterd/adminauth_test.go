@@ -163,6 +163,7 @@ func TestAdminInsecureNoAuthWarns(t *testing.T) {
 // accounts are reviewed with TokenReview, and client resets authorized by RBAC on
 // ratelimitpolicies/clients in the policy's namespace.
 func TestAdminKubernetesAuth(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	ctx := t.Context()
 	clientset, err := kubernetes.NewForConfig(env.Config)

@@ -358,6 +358,7 @@ func rawHTTP2(t *testing.T, addr string, preface bool) time.Duration {
 }
 
 func TestServeGRPCClosesConnectionsThatHoldNothing(t *testing.T) {
+	t.Parallel()
 	t.Run("no handshake", func(t *testing.T) {
 		g := startGRPCWith(t, time.Now, time.Minute, grpcLimits{handshakeTimeout: 200 * time.Millisecond})
 		if d := rawHTTP2(t, g.addr, false); d < 150*time.Millisecond {

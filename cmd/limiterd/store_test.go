@@ -169,6 +169,7 @@ func TestRedisStoreOverTLS(t *testing.T) {
 // TestRedisStoreThroughSentinels runs limiterd on a master found through 3 Sentinels that take
 // a password: decisions are shared in the master, and /readyz reports the store.
 func TestRedisStoreThroughSentinels(t *testing.T) {
+	t.Parallel()
 	g := redistest.StartSentinels(t, redistest.SentinelConfig{Name: "limiterd", SentinelPassword: "sentinel-s3cret"})
 	dir := t.TempDir()
 	passwordFile := filepath.Join(dir, "sentinel-password")
@@ -207,6 +208,7 @@ spec:
 // TestRedisStoreDecidesQuotas: a policy with a Quota tier is served on --store redis, its
 // count kept in Redis (one key, the client's), as the memory store serves it.
 func TestRedisStoreDecidesQuotas(t *testing.T) {
+	t.Parallel()
 	redistest.Require(t)
 	srv := redistest.Start(t)
 	for _, store := range [][]string{{"--store", "redis", "--redis-addr", srv.Addr(), "--store-timeout", "5s"}, nil} {

@@ -17,6 +17,7 @@ import (
 // that built it, writes nothing to stderr and exits 0, even beside flags that would not start
 // it. It runs the test binary as limiterd (see startProcess) for the real exit status.
 func TestVersionFlag(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{{"--version"}, {"--version", "--max-clients", "-1"}} {
 		cmd := exec.CommandContext(t.Context(), os.Args[0], args...)
 		cmd.Env = append(os.Environ(), runMainEnv+"=1")

@@ -208,6 +208,8 @@ func TestGRPCUnderRedisFaults(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			// Each fault on a server and a limiterd of its own: the faults' waits overlap.
+			t.Parallel()
 			srv := redistest.Start(t)
 			file := filepath.Join(t.TempDir(), "policies.yaml")
 			writePolicies(t, file, grpcFaultPolicies())

@@ -224,6 +224,7 @@ func startReplicas(t *testing.T, n int, policyFile string, extra ...string) []*r
 // three at once is admitted exactly its limit in total. A policy change then applies to the
 // next decision on every replica, with the usage carried over.
 func TestReplicasShareOneAllowance(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	file := filepath.Join(t.TempDir(), "policies.yaml")
 	writePolicies(t, file, policies(limit))
@@ -259,6 +260,7 @@ func TestReplicasShareOneAllowance(t *testing.T) {
 // TestReplicasOnMemoryOverAdmit is the problem the Redis store solves: three replicas each
 // keeping state in memory admit the client up to three times its limit.
 func TestReplicasOnMemoryOverAdmit(t *testing.T) {
+	t.Parallel()
 	file := filepath.Join(t.TempDir(), "policies.yaml")
 	writePolicies(t, file, policies(limit))
 	replicas := startReplicas(t, 3, file, "--store", "memory")
@@ -273,6 +275,7 @@ func TestReplicasOnMemoryOverAdmit(t *testing.T) {
 
 // TestReplicasOnCluster runs the replicas against a 3-master Redis Cluster.
 func TestReplicasOnCluster(t *testing.T) {
+	t.Parallel()
 	cluster := redistest.StartCluster(t, 3)
 	file := filepath.Join(t.TempDir(), "policies.yaml")
 	writePolicies(t, file, policies(limit))
@@ -341,6 +344,7 @@ spec:
 // Local applies the limit in process) within the timeout, counted as store errors; and all
 // recovers when Redis is back.
 func TestReadinessAndFailureMode(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	file := filepath.Join(t.TempDir(), "policies.yaml")
 	writePolicies(t, file, failureModePolicies)
@@ -431,6 +435,7 @@ func TestReadinessAndFailureMode(t *testing.T) {
 // replica has the client's rejection in its local reject cache: the other replica admits the
 // client again at once, instead of rejecting it until the retry time it cached (an hour).
 func TestResetReachesEveryReplica(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	file := filepath.Join(t.TempDir(), "policies.yaml")
 	writePolicies(t, file, policies(limit))
@@ -533,6 +538,7 @@ func decideCost(t *testing.T, r *replica, policy, key string, cost int) (int, ma
 // tighter limit, and each limit is charged exactly the units admitted, so that a rejection
 // charged no limit whichever replica decided it and whichever replicas raced it.
 func TestReplicasShareAStackAllOrNothing(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	file := filepath.Join(t.TempDir(), "policies.yaml")
 	writePolicies(t, file, stackedPolicy)

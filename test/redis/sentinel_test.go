@@ -56,6 +56,7 @@ spec:
 // within failoverBound of the kill; then a fresh client of a limit of 3 is admitted exactly 3
 // times.
 func TestSentinelFailoverFailureModes(t *testing.T) {
+	t.Parallel()
 	const (
 		timeout       = 100 * time.Millisecond
 		slack         = 2 * time.Second // HTTP, a loaded machine

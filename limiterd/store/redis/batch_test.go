@@ -51,6 +51,7 @@ func compareBatchesWithMemory(t *testing.T, store limiter.Store, r *rand.Rand, b
 // TestBatchMatchesMemory runs random batches with duplicates of keys, parameter changes, peeks
 // and costs above the capacity against Redis and limiter.Memory.
 func TestBatchMatchesMemory(t *testing.T) {
+	t.Parallel()
 	c := newClient(t, testOptions(shared(t).Addr()))
 	base := testseed.Seed(t)
 	for seed := base; seed < base+seeds; seed++ {
@@ -70,6 +71,7 @@ func TestBatchAfterScriptFlush(t *testing.T) {
 // TestBatchRejectCache checks that a batch answers cached rejections without Redis and caches
 // the rejections it gets from Redis.
 func TestBatchRejectCache(t *testing.T) {
+	t.Parallel()
 	opts := testOptions(shared(t).Addr())
 	opts.RejectCache = 100
 	c := newClient(t, opts)
@@ -93,6 +95,7 @@ func TestBatchRejectCache(t *testing.T) {
 
 // TestBatchFailsAsAWhole checks that a batch on a closed client fails every request.
 func TestBatchFailsAsAWhole(t *testing.T) {
+	t.Parallel()
 	c := newClient(t, testOptions(shared(t).Addr()))
 	s := c.Store(t.Name())
 	c.Close()

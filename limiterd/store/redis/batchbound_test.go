@@ -72,6 +72,7 @@ func TestLargeBatchIsDecidedByRedis(t *testing.T) {
 // TestBatchPiecesKeepOrder decides a batch of many pieces on one key: the requests are decided
 // in order, the first ones admitted up to the limit, across pieces.
 func TestBatchPiecesKeepOrder(t *testing.T) {
+	t.Parallel()
 	c := newClient(t, testOptions(shared(t).Addr()))
 	s := c.Store(t.Name())
 	sw := slidingWindow(t, 300, time.Hour)

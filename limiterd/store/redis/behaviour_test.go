@@ -63,6 +63,7 @@ func do(t *testing.T, c *Client, args ...string) string {
 // TestExpiry checks that a client's key expires when its state is fresh again, and not before:
 // PTTL is the ResetAfter of the last admission, and the key is gone once it has passed.
 func TestExpiry(t *testing.T) {
+	t.Parallel()
 	c := newClient(t, Options{Addrs: []string{shared(t).Addr()}, Timeout: 10 * time.Second}) // server clock, no slack
 	s := c.Store(t.Name())
 	for _, tc := range []struct {
@@ -104,6 +105,7 @@ func TestExpiry(t *testing.T) {
 // TestServerClock checks that with ServerClock the caller's instants are ignored: callers whose
 // clocks disagree by years still share one allowance.
 func TestServerClock(t *testing.T) {
+	t.Parallel()
 	c := newClient(t, Options{Addrs: []string{shared(t).Addr()}, Timeout: 10 * time.Second})
 	s := c.Store(t.Name())
 	for _, rl := range []limiter.RateLimiter{tokenBucket(t, 5, 1, time.Hour), slidingWindow(t, 5, time.Hour)} {
@@ -125,6 +127,7 @@ func TestServerClock(t *testing.T) {
 // years share one allowance of each limit, a parameter change converts a token bucket's state
 // (its second round trip), and every limit's key expires when its state is fresh again.
 func TestStackOnServerClock(t *testing.T) {
+	t.Parallel()
 	c := newClient(t, Options{Addrs: []string{shared(t).Addr()}, Timeout: 10 * time.Second})
 	s := c.Store(t.Name())
 	st := limitertest.Stack("burst", tokenBucket(t, 5, 1, time.Hour), "daily", slidingWindow(t, 4, 1500*time.Millisecond))
@@ -239,6 +242,7 @@ func TestRejectCache(t *testing.T) {
 // TestRejectCacheConcurrent checks that the cache never admits more than the limit when many
 // goroutines hammer one client.
 func TestRejectCacheConcurrent(t *testing.T) {
+	t.Parallel()
 	opts := testOptions(shared(t).Addr())
 	opts.RejectCache = 10
 	c := newClient(t, opts)
@@ -298,6 +302,7 @@ func TestSlidingWindowLongLog(t *testing.T) {
 // which the scripts take as doubles, refunds of huge amounts, batches whose costs sum beyond
 // int64, on strategies at the corners of their bounds.
 func TestOverflow(t *testing.T) {
+	t.Parallel()
 	c := newClient(t, testOptions(shared(t).Addr()))
 	limitertest.RunOverflow(t, func(t *testing.T) limiter.Store { return c.Store(t.Name()) })
 }
@@ -306,6 +311,7 @@ func TestOverflow(t *testing.T) {
 // clock stepped back or jumping forward never lets a client's state admit more than the limit
 // on the clock of its latest admission.
 func TestClockJumps(t *testing.T) {
+	t.Parallel()
 	c := newClient(t, testOptions(shared(t).Addr()))
 	limitertest.RunClockJumps(t, func(t *testing.T) limiter.Store { return c.Store(t.Name()) }, testseed.Seed(t))
 }
@@ -316,6 +322,7 @@ func TestClockJumps(t *testing.T) {
 // 2^53), split instants and intervals into limbs so that a full refill of almost a year (3.2e16
 // ns, above 2^53), fractions of 1/1e9 ns and costs up to 1e9 lose nothing.
 func TestOverflowMatchesMemory(t *testing.T) {
+	t.Parallel()
 	c := newClient(t, testOptions(shared(t).Addr()))
 	base := testseed.Seed(t)
 	for name, rl := range limitertest.OverflowLimits() {
@@ -369,6 +376,7 @@ func TestOverflowMatchesMemory(t *testing.T) {
 // everything. The scripts clamp the server's clock to the same bounds (decide.lua, TIME);
 // TestScriptsClampTheServerClock checks that they carry them.
 func TestFarInstants(t *testing.T) {
+	t.Parallel()
 	c := newClient(t, testOptions(shared(t).Addr()))
 	limitertest.RunFarInstants(t, func(t *testing.T) limiter.Store { return c.Store(t.Name()) })
 }

@@ -70,6 +70,7 @@ func TestEvictionKeepsDeciding(t *testing.T) {
 // or with noeviction, warns that client state is unbounded or that a full Redis will refuse
 // decisions.
 func TestWarnsAboutUnboundedMemory(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{nil, {"--maxmemory", "64mb", "--maxmemory-policy", "noeviction"}} {
 		srv := redistest.Start(t, args...)
 		var logs testsupport.SyncBuffer

@@ -59,6 +59,7 @@ func lindexCalls(t testing.TB, srv *redistest.Server) int {
 // whose window is empty. Before, each peek read every expired entry, and never trimmed them: a
 // peek on 99,999 expired entries took 0.86-1.4 s of Redis time.
 func TestPeekExpiredLogReadsLogN(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	c := newClient(t, Options{Addrs: []string{srv.Addr()}, Clock: CallerClock, Timeout: 5 * time.Second})
 	s := c.Store(t.Name())

@@ -11,6 +11,15 @@ import (
 
 // server is the redis-server most tests share, each with policy IDs of its own, started by the
 // first test that needs it; tests that stop or pause a server start their own.
+//
+// A test that only decides on the shared server under policy IDs of its own, or on servers of
+// its own, calls t.Parallel first: most of its time is spent waiting for Redis (round trips, keys
+// expiring, servers starting), and the waits overlap. Go runs the parallel tests only after every
+// other test has ended, so a test runs alone that changes what every client shares
+// (rebaseThreshold, SCRIPT FLUSH on the shared server), reads the shared server's counters (INFO
+// commandstats) or counts every reset message a client receives, looks for leaked goroutines
+// (goleak), or bounds how long a decision may take (the breaker, outage, failover, stall,
+// eviction and large-batch tests).
 var server struct {
 	once sync.Once
 	srv  *redistest.Server

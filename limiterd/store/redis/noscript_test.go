@@ -263,6 +263,7 @@ func delayCopy(dst, src net.Conn, d time.Duration, done <-chan struct{}) {
 // that pushed the first decisions of freshly started replicas past the 50 ms timeout, and failure
 // mode Local admitted them from each replica's memory (13 admitted against a shared limit of 10).
 func TestScriptsLoadedOnConnect(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name  string
 		addrs func(t *testing.T) []string

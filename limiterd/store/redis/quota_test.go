@@ -27,6 +27,7 @@ func quota(t *testing.T, limit int64, period limiter.CalendarPeriod, zone string
 // for them at its own instant (outcomePeriod), and the decision counts in the server's period,
 // with the key expiring at its end.
 func TestQuotaOnServerClockAsksForItsPeriod(t *testing.T) {
+	t.Parallel()
 	c := newClient(t, Options{Addrs: []string{shared(t).Addr()}, Timeout: 10 * time.Second}) // server clock, no slack
 	s := c.Store(t.Name())
 	q := quota(t, 2, limiter.PeriodDay, "America/New_York")
@@ -82,6 +83,7 @@ func TestQuotaOnServerClockAsksForItsPeriod(t *testing.T) {
 // TestQuotaStateIsSmall checks what a quota keeps under its key: its fingerprint, the end of
 // its period (Unix seconds) and the units used, expiring at the period's end.
 func TestQuotaStateIsSmall(t *testing.T) {
+	t.Parallel()
 	c := newClient(t, testOptions(shared(t).Addr()))
 	s := c.Store(t.Name())
 	q := quota(t, 100, limiter.PeriodMonth, "Europe/Paris")

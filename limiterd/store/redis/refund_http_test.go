@@ -25,6 +25,7 @@ import (
 // either, a forged one, one past its cost, and one of a replica with another key refund
 // nothing.
 func TestRefundOverHTTPTwoReplicas(t *testing.T) {
+	t.Parallel()
 	c := newClient(t, testOptions(shared(t).Addr()))
 	_, set := refundPolicy(t, 3, 1, time.Hour)
 	key := []byte(strings.Repeat("k", reservation.MinKeyBytes))
@@ -124,6 +125,7 @@ func refundPolicy(t *testing.T, capacity, rate int64, period time.Duration) (*po
 // and so do all of 10 charged; a whole-token bound lost the token being refilled, so the first
 // answered 410 and the second returned 9.
 func TestRefundAtOnceOverHTTP(t *testing.T) {
+	t.Parallel()
 	c := newClient(t, testOptions(shared(t).Addr()))
 	_, set := refundPolicy(t, 100, 1, time.Hour)
 	for _, tc := range []struct {

@@ -80,6 +80,7 @@ func TestResetReachesEveryReplica(t *testing.T) {
 // client) under a replica with a cached rejection: resets made while the replica was not
 // subscribed may have been missed, so the cache is emptied before it answers again.
 func TestRejectCacheDroppedAfterResubscribe(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	opts := testOptions(srv.Addr())
 	opts.RejectCache = 100
@@ -147,6 +148,7 @@ func TestResetRace(t *testing.T) {
 // and another policy's state of the client stay. Enough other keys make the scan take several
 // steps.
 func TestResetForgetsEveryLimit(t *testing.T) {
+	t.Parallel()
 	c := newClient(t, testOptions(shared(t).Addr()))
 	cn, err := c.get()
 	if err != nil {
@@ -182,6 +184,7 @@ func TestResetForgetsEveryLimit(t *testing.T) {
 // TestResetTable runs the reset table of limitertest: limits a policy edit removed are reset,
 // and crafted keys (glob characters, '}', ':', escapes) reset no other client.
 func TestResetTable(t *testing.T) {
+	t.Parallel()
 	c := newClient(t, testOptions(shared(t).Addr()))
 	limitertest.RunReset(t, func(t *testing.T) limiter.Store { return c.Store(t.Name()) })
 }
@@ -198,6 +201,7 @@ func TestGlobEscape(t *testing.T) {
 // policy edit removed one of its tier's limits: when a later edit re-adds the limit, the
 // client's next request is decided as its first by every limit (issue 35).
 func TestEngineResetForgetsRemovedLimits(t *testing.T) {
+	t.Parallel()
 	c := newClient(t, testOptions(shared(t).Addr()))
 	source := func(limits ...v1alpha1.Limit) *policy.Set {
 		t.Helper()
@@ -244,6 +248,7 @@ func TestEngineResetForgetsRemovedLimits(t *testing.T) {
 // state it left keeps the expiry its last decision set, when its state is fresh again (plus
 // Options.ExpirySlack), however the client keeps deciding on the stack without it.
 func TestRemovedLimitExpires(t *testing.T) {
+	t.Parallel()
 	opts := testOptions(shared(t).Addr())
 	opts.ExpirySlack = 0
 	c := newClient(t, opts)
@@ -278,6 +283,7 @@ func TestRemovedLimitExpires(t *testing.T) {
 // TestResetOnCluster runs the reset table on a Redis Cluster of 3 masters: each step of a
 // reset's scan runs on the master of the client's slot, where every key of its limits is.
 func TestResetOnCluster(t *testing.T) {
+	t.Parallel()
 	cluster := redistest.StartCluster(t, 3)
 	c := newClient(t, testOptions(cluster.Addrs()...))
 	limitertest.RunReset(t, func(t *testing.T) limiter.Store { return c.Store(t.Name()) })
@@ -289,6 +295,7 @@ func TestResetOnCluster(t *testing.T) {
 // TestResetVoidsRefunds runs the table of resets and refunds of limitertest: a reset voids the
 // refunds of the charges it deleted (the reset mark), and no other client's.
 func TestResetVoidsRefunds(t *testing.T) {
+	t.Parallel()
 	c := newClient(t, testOptions(shared(t).Addr()))
 	limitertest.RunResetVoidsRefunds(t, func(t *testing.T) limiter.Store { return c.Store(t.Name()) })
 }

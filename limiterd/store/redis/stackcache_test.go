@@ -25,6 +25,7 @@ func decideStack(t *testing.T, s *Store, key string, st *limiter.Stack, now time
 // asked of Redis; a refund forgets the client; after the retry time the stack admits exactly
 // what its limits allow.
 func TestRejectCacheServesStacks(t *testing.T) {
+	t.Parallel()
 	opts := testOptions(shared(t).Addr())
 	opts.RejectCache = 100
 	c := newClient(t, opts)
@@ -102,6 +103,7 @@ func TestRejectCacheServesStacks(t *testing.T) {
 // holds until the first of their retry times, so that no limit is answered as rejected from the
 // cache once Redis would answer that it admits.
 func TestRejectCacheStackHoldsUntilFirstRetry(t *testing.T) {
+	t.Parallel()
 	opts := testOptions(shared(t).Addr())
 	opts.RejectCache = 100
 	c := newClient(t, opts)
@@ -131,6 +133,7 @@ func TestRejectCacheStackHoldsUntilFirstRetry(t *testing.T) {
 // Decide does, and caches the stacked rejections it decides, even for a request that asks for no
 // limit's decision.
 func TestRejectCacheServesStackedBatches(t *testing.T) {
+	t.Parallel()
 	opts := testOptions(shared(t).Addr())
 	opts.RejectCache = 100
 	c := newClient(t, opts)
@@ -159,6 +162,7 @@ func TestRejectCacheServesStackedBatches(t *testing.T) {
 // limit as for a stack: the state that another algorithm left under the limit's key stays (and
 // counts again if the algorithm comes back); an admission replaces it, charged its used units.
 func TestRejectionKeepsAnotherAlgorithmsState(t *testing.T) {
+	t.Parallel()
 	c := newClient(t, testOptions(shared(t).Addr()))
 	s := c.Store(t.Name())
 	now := limitertest.T0

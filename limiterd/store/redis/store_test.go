@@ -35,16 +35,19 @@ func testOptions(addrs ...string) Options {
 }
 
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	c := newClient(t, testOptions(shared(t).Addr()))
 	limitertest.Run(t, func(t *testing.T) limiter.Store { return c.Store(t.Name()) })
 }
 
 func TestConcurrent(t *testing.T) {
+	t.Parallel()
 	c := newClient(t, testOptions(shared(t).Addr()))
 	limitertest.RunConcurrent(t, c.Store(t.Name()), 32, 40, 200)
 }
 
 func TestConcurrentAsTheClockMoves(t *testing.T) {
+	t.Parallel()
 	c := newClient(t, testOptions(shared(t).Addr()))
 	limitertest.RunConcurrentMovingClock(t, c.Store(t.Name()), 32, 40, 200)
 }
@@ -261,6 +264,7 @@ func TestFingerprint(t *testing.T) {
 
 // TestRefundOnce runs the refund-once table on Redis: the record and the refund in one script.
 func TestRefundOnce(t *testing.T) {
+	t.Parallel()
 	c := newClient(t, testOptions(shared(t).Addr()))
 	limitertest.RunRefundOnce(t, func(t *testing.T) limiter.Store { return c.Store(t.Name()) })
 }
@@ -268,6 +272,7 @@ func TestRefundOnce(t *testing.T) {
 // TestRefundCharge runs the table of refunds bounded by their charge on Redis: the script
 // applies the interval Go bounds, as the memory store does.
 func TestRefundCharge(t *testing.T) {
+	t.Parallel()
 	c := newClient(t, testOptions(shared(t).Addr()))
 	limitertest.RunRefundCharge(t, func(t *testing.T) limiter.Store { return c.Store(t.Name()) })
 }
@@ -417,6 +422,7 @@ var skewRuns atomic.Int64
 // TestSkew: replicas on different versions of a policy, alternating on one key of one Redis,
 // and a limit's flap, give a client at most the more generous version's allowance (issue 34).
 func TestSkew(t *testing.T) {
+	t.Parallel()
 	c := newClient(t, testOptions(shared(t).Addr()))
 	run := skewRuns.Add(1)
 	limitertest.RunSkew(t, func(t *testing.T) limiter.Store { return c.Store(fmt.Sprintf("%s#%d", t.Name(), run)) })

@@ -16,6 +16,7 @@ import (
 // as a store error) or at the wrong entry. TestMatchesMemory found it with seed
 // 15635997717236951345; it predates this session's changes (365cd4b fails too).
 func TestSlidingWindowRefundAfterExpiredEntries(t *testing.T) {
+	t.Parallel()
 	c := newClient(t, testOptions(shared(t).Addr()))
 	store := c.Store(t.Name())
 	mem := limiter.NewMemory(nil)
