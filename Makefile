@@ -303,7 +303,7 @@ bench: ## Run the core benchmarks side by side with their baselines (x/time/rate
 	$(GO) test -run '^$$' -bench . -benchmem ./limiterd/engine ./limiterd/policy ./limiterd/server
 
 .PHONY: bench-http
-bench-http: ## Load-test the decision handler against a trivial handler, and single calls against batches of 100, over loopback HTTP.
+bench-http: ## Load-test the decision handler against a trivial handler, single calls against batches of 100, and forward-auth against /v1/allow, over loopback HTTP.
 	$(GO) run ./cmd/loadgen --duration 2s --rounds 8 --workers 16
 
 .PHONY: bench-grpc

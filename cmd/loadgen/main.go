@@ -1,12 +1,14 @@
-// Command loadgen measures limiterd's decision handler against a trivial Go handler, and
-// single decisions against batches.
+// Command loadgen measures limiterd's decision handler against a trivial Go handler, single
+// decisions against batches, and forward-auth decisions against single ones.
 //
 // It starts, in this process, two HTTP servers on 127.0.0.1 ephemeral ports: limiterd's
-// decisions API (in-memory store, one token-bucket policy) and a handler that reads the body
-// and always answers 200 with a JSON body of the same shape. Keep-alive clients then send
-// POST /v1/allow to each in turn, and POST /v1/allow:batch with --batch items a call to
-// limiterd, for a fixed time per round, with the same generator and the same keys; it prints
-// decisions per second and latency percentiles per call side by side with their ratios.
+// decisions API (in-memory store, one token-bucket policy with a gateway Header key source)
+// and a handler that reads the body and always answers 200 with a JSON body of the same shape.
+// Keep-alive clients then send POST /v1/allow to each in turn, POST /v1/allow:batch with
+// --batch items a call to limiterd, and GET /v1/forward-auth/<namespace>/<name> with the key
+// in a header to limiterd, for a fixed time per round, with the same generator and the same
+// keys; it prints decisions per second, the process's CPU time per decision, and latency
+// percentiles per call side by side with their ratios.
 // Traffic stays on loopback; the load generator shares the CPUs with the servers, so the
 // figures compare the handlers on one machine rather than measure a deployment.
 //
@@ -30,6 +32,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -104,6 +107,10 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 // benchPolicyID is the policy the requests name.
 const benchPolicyID = "default/bench"
 
+// keyHeader is the header a forward-auth request carries its client key in: the benchmark
+// policy's gateway key source.
+const keyHeader = "X-Api-Key"
+
 // trivialBody is what the trivial handler answers: the shape of a decision.
 var trivialBody = []byte(`{"allowed":true,"limit":1000,"remaining":999,"resetAfterSeconds":1,"retryAfterSeconds":0}` + "\n")
 
@@ -115,7 +122,8 @@ func trivialHandler(w http.ResponseWriter, r *http.Request) {
 }
 
 // newLimiterd returns limiterd's decisions handler with one token-bucket policy: 1000 tokens,
-// refilled at 1000 a second, so the default key spread is mostly admitted.
+// refilled at 1000 a second, so the default key spread is mostly admitted; its spec.gateway
+// keys a forward-auth request by its keyHeader.
 func newLimiterd(noTop bool) (http.Handler, error) {
 	rp := &v1alpha1.RateLimitPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: "bench", Namespace: "default"},
@@ -128,6 +136,7 @@ func newLimiterd(noTop bool) (http.Handler, error) {
 					Capacity: 1000, RefillRate: 1000, RefillPeriod: &metav1.Duration{Duration: time.Second},
 				},
 			}},
+			Gateway: &v1alpha1.Gateway{KeySources: []v1alpha1.KeySource{{Type: v1alpha1.KeySourceHeader, Header: keyHeader}}},
 		},
 	}
 	compiled, err := policy.Compile(rp)
@@ -143,13 +152,18 @@ func newLimiterd(noTop bool) (http.Handler, error) {
 	return server.NewDecisions(e, nil), nil
 }
 
-// target is a URL under load, with the bodies its calls send in turn.
+// target is a URL under load, with what its calls send in turn: a POST of each of bodies, or
+// a GET with keyHeader set to each of keys.
 type target struct {
 	name    string
 	url     string
 	bodies  [][]byte
+	keys    []string
 	perCall int // decisions a call asks for
 }
+
+// calls returns how many distinct calls the target sends in turn.
+func (t *target) calls() int { return max(len(t.bodies), len(t.keys)) }
 
 // startServer serves h on a loopback port and returns its base URL.
 func startServer(ctx context.Context, name string, h http.Handler) (*http.Server, string, error) {
@@ -192,6 +206,7 @@ type result struct {
 	requests  int // calls
 	errors    int
 	elapsed   time.Duration
+	cpu       time.Duration   // the process's (servers' and clients'), while measuring
 	latencies []time.Duration // of calls
 }
 
@@ -219,8 +234,10 @@ func run(args []string, stdout, stderr io.Writer) (runErr error) {
 		return err
 	}
 	bodies := make([][]byte, cfg.keys)
+	keys := make([]string, cfg.keys)
 	for i := range bodies {
 		bodies[i] = []byte(itemBody(i))
+		keys[i] = "client-" + strconv.Itoa(i)
 	}
 	var urls [2]string
 	for i, h := range []http.Handler{http.HandlerFunc(trivialHandler), limiterd} {
@@ -241,6 +258,8 @@ func run(args []string, stdout, stderr io.Writer) (runErr error) {
 	if cfg.batch > 0 {
 		targets = append(targets, &target{name: batchName, url: urls[1] + "/v1/allow:batch", bodies: batchBodies(cfg.keys, cfg.batch), perCall: cfg.batch})
 	}
+	const forwardAuthName = "limiterd forward-auth"
+	targets = append(targets, &target{name: forwardAuthName, url: urls[1] + "/v1/forward-auth/" + benchPolicyID, keys: keys, perCall: 1})
 	transport := &http.Transport{
 		MaxIdleConns:        2 * cfg.workers,
 		MaxIdleConnsPerHost: cfg.workers,
@@ -253,16 +272,16 @@ func run(args []string, stdout, stderr io.Writer) (runErr error) {
 	fmt.Fprintf(stdout, "GOMAXPROCS=%d CPUs=%d workers=%d duration=%v rounds=%d keys=%d batch=%d top-clients=%v (servers and load generator share the CPUs)\n",
 		runtime.GOMAXPROCS(0), runtime.NumCPU(), cfg.workers, cfg.duration, cfg.rounds, cfg.keys, cfg.batch, !cfg.noTop)
 	results := make(map[string]*result)
-	// Per-round throughput ratios, robust to drifting load: limiterd/trivial, batch/single.
-	var roundRatios, batchRatios []float64
+	// Each round's results by target, for per-round ratios, which are robust to drifting load.
+	rounds := make([]map[string]result, cfg.rounds)
 	for round := range cfg.rounds {
-		rates := make(map[string]float64, len(targets))
+		rounds[round] = make(map[string]result, len(targets))
 		for _, t := range targets {
 			if cfg.warmup > 0 {
 				load(ctx, client, t, cfg.workers, cfg.warmup, cfg.maxRequests)
 			}
 			r := load(ctx, client, t, cfg.workers, cfg.duration, cfg.maxRequests)
-			fmt.Fprintf(stdout, "round %d %-18s %10.0f decisions/s\n", round+1, t.name, r.rate())
+			fmt.Fprintf(stdout, "round %d %-21s %10.0f decisions/s %8.1f µs CPU/decision\n", round+1, t.name, r.rate(), micros(r.cpuPerDecision()))
 			acc := results[t.name]
 			if acc == nil {
 				acc = &result{perCall: t.perCall}
@@ -271,22 +290,17 @@ func run(args []string, stdout, stderr io.Writer) (runErr error) {
 			acc.requests += r.requests
 			acc.errors += r.errors
 			acc.elapsed += r.elapsed
+			acc.cpu += r.cpu
 			acc.latencies = append(acc.latencies, r.latencies...)
-			rates[t.name] = r.rate()
-		}
-		if rates["trivial"] > 0 {
-			roundRatios = append(roundRatios, rates["limiterd"]/rates["trivial"])
-		}
-		if cfg.batch > 0 && rates["limiterd"] > 0 {
-			batchRatios = append(batchRatios, rates[batchName]/rates["limiterd"])
+			rounds[round][t.name] = r
 		}
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "target\tdecisions/call\tdecisions/s\tcalls/s\tp50/call\tp99/call\tcalls\terrors\t")
+	fmt.Fprintln(tw, "target\tdecisions/call\tdecisions/s\tcalls/s\tCPU/decision\tp50/call\tp99/call\tcalls\terrors\t")
 	for _, t := range targets {
 		r := results[t.name]
-		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.0f\t%v\t%v\t%d\t%d\t\n", t.name, r.perCall, r.rate(), r.callRate(),
-			r.percentile(0.50), r.percentile(0.99), r.requests, r.errors)
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.0f\t%.1fµs\t%v\t%v\t%d\t%d\t\n", t.name, r.perCall, r.rate(), r.callRate(),
+			micros(r.cpuPerDecision()), r.percentile(0.50), r.percentile(0.99), r.requests, r.errors)
 	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("print results: %w", err)
@@ -296,23 +310,23 @@ func run(args []string, stdout, stderr io.Writer) (runErr error) {
 		lim.rate()/trivial.rate(),
 		float64(lim.percentile(0.50))/float64(trivial.percentile(0.50)),
 		float64(lim.percentile(0.99))/float64(trivial.percentile(0.99)))
-	if len(roundRatios) > 0 {
-		slices.Sort(roundRatios)
-		fmt.Fprintf(stdout, "median of the per-round throughput ratios: %.2f (min %.2f, max %.2f)\n",
-			roundRatios[len(roundRatios)/2], roundRatios[0], roundRatios[len(roundRatios)-1])
-	}
+	fmt.Fprintf(stdout, "median of the per-round throughput ratios: %s\n", perRound(rounds, "limiterd", "trivial", (*result).rate))
 	failed := lim.errors + trivial.errors
 	if cfg.batch > 0 {
 		batched := results[batchName]
 		fmt.Fprintf(stdout, "ratio %s/single: decisions/s %.2f, p99 per call %.2f\n", batchName,
 			batched.rate()/lim.rate(), float64(batched.percentile(0.99))/float64(lim.percentile(0.99)))
-		if len(batchRatios) > 0 {
-			slices.Sort(batchRatios)
-			fmt.Fprintf(stdout, "median of the per-round batch/single decisions/s ratios: %.2f (min %.2f, max %.2f)\n",
-				batchRatios[len(batchRatios)/2], batchRatios[0], batchRatios[len(batchRatios)-1])
-		}
+		fmt.Fprintf(stdout, "median of the per-round batch/single decisions/s ratios: %s\n", perRound(rounds, batchName, "limiterd", (*result).rate))
 		failed += batched.errors
 	}
+	fa := results[forwardAuthName]
+	fmt.Fprintf(stdout, "ratio forward-auth/allow: decisions/s %.2f, from CPU time per decision %.2f, p50 %.2f, p99 %.2f\n",
+		fa.rate()/lim.rate(), lim.cpuPerDecision().Seconds()/fa.cpuPerDecision().Seconds(),
+		float64(fa.percentile(0.50))/float64(lim.percentile(0.50)), float64(fa.percentile(0.99))/float64(lim.percentile(0.99)))
+	fmt.Fprintf(stdout, "median of the per-round forward-auth/allow ratios: decisions/s %s; from CPU time per decision %s\n",
+		perRound(rounds, forwardAuthName, "limiterd", (*result).rate),
+		perRound(rounds, forwardAuthName, "limiterd", func(r *result) float64 { return 1 / r.cpuPerDecision().Seconds() }))
+	failed += fa.errors
 	if failed > 0 {
 		return fmt.Errorf("%d calls failed", failed)
 	}
@@ -336,6 +350,44 @@ func startCPUProfile(path string) (stop func() error, err error) {
 		}
 		return nil
 	}, nil
+}
+
+// perRound returns the median, min and max over the rounds of f(a)/f(b), f of targets a and b
+// in the same round, as "median (min m, max n)"; "-" without a round where f(b) > 0.
+func perRound(rounds []map[string]result, a, b string, f func(*result) float64) string {
+	var ratios []float64
+	for _, rs := range rounds {
+		ra, rb := rs[a], rs[b]
+		if d := f(&rb); d > 0 {
+			ratios = append(ratios, f(&ra)/d)
+		}
+	}
+	if len(ratios) == 0 {
+		return "-"
+	}
+	slices.Sort(ratios)
+	return fmt.Sprintf("%.2f (min %.2f, max %.2f)", ratios[len(ratios)/2], ratios[0], ratios[len(ratios)-1])
+}
+
+// micros returns d in microseconds.
+func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
+// cpuPerDecision returns the process's CPU time per decision made.
+func (r *result) cpuPerDecision() time.Duration {
+	n := r.requests * max(r.perCall, 1)
+	if n == 0 {
+		return 0
+	}
+	return r.cpu / time.Duration(n)
+}
+
+// processCPU returns the user and system CPU time the process has used, 0 when unknown.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // rate returns decisions per second.
@@ -363,23 +415,22 @@ func (r *result) percentile(q float64) time.Duration {
 
 // load sends the target's calls from workers keep-alive clients for d, at most maxRequests in
 // all, with reqCtx: calls in flight after d finish unless it is done. A call fails unless it is
-// answered 200 or 429.
+// decided (see call).
 func load(reqCtx context.Context, client *http.Client, t *target, workers int, d time.Duration, maxRequests int) result {
-	url, bodies := t.url, t.bodies
 	ctx, cancel := context.WithTimeout(reqCtx, d)
 	defer cancel()
 	perWorker := max(1, maxRequests/workers)
 	parts := make([]result, workers)
 	var wg sync.WaitGroup
+	cpu0 := processCPU()
 	start := time.Now()
 	for w := range workers {
 		wg.Go(func() {
 			part := &parts[w]
 			part.latencies = make([]time.Duration, 0, min(perWorker, 1<<16))
 			for i := w; part.requests+part.errors < perWorker && ctx.Err() == nil; i += workers {
-				body := bodies[i%len(bodies)]
 				t0 := time.Now()
-				ok := post(reqCtx, client, url, body)
+				ok := call(reqCtx, client, t, i%t.calls())
 				elapsed := time.Since(t0)
 				if !ok {
 					if ctx.Err() != nil {
@@ -394,7 +445,7 @@ func load(reqCtx context.Context, client *http.Client, t *target, workers int, d
 		})
 	}
 	wg.Wait()
-	total := result{perCall: t.perCall, elapsed: time.Since(start)}
+	total := result{perCall: t.perCall, elapsed: time.Since(start), cpu: processCPU() - cpu0}
 	for _, p := range parts {
 		total.requests += p.requests
 		total.errors += p.errors
@@ -403,19 +454,32 @@ func load(reqCtx context.Context, client *http.Client, t *target, workers int, d
 	return total
 }
 
-// post sends one decision request and drains the answer, so the connection is reused.
-func post(ctx context.Context, client *http.Client, url string, body []byte) bool {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+// call sends the target's i-th decision request (a POST of its body, or a GET with its key in
+// keyHeader) and drains the answer, so the connection is reused. It reports whether the
+// request was decided: answered 200 or 429, with a RateLimit field for a forward-auth request.
+func call(ctx context.Context, client *http.Client, t *target, i int) bool {
+	method, body := http.MethodGet, io.Reader(nil)
+	if t.bodies != nil {
+		method, body = http.MethodPost, bytes.NewReader(t.bodies[i])
+	}
+	req, err := http.NewRequestWithContext(ctx, method, t.url, body)
 	if err != nil {
 		return false
 	}
-	req.Header.Set("Content-Type", "application/json")
+	if t.bodies != nil {
+		req.Header.Set("Content-Type", "application/json")
+	} else {
+		req.Header.Set(keyHeader, t.keys[i])
+	}
 	resp, err := client.Do(req)
 	if err != nil {
 		return false
 	}
 	_, copyErr := io.Copy(io.Discard, resp.Body)
 	closeErr := resp.Body.Close()
-	return copyErr == nil && closeErr == nil &&
+	// A forward-auth request that no key source keys answers 429 too, but decides nothing: a
+	// decision of the benchmark policy carries its RateLimit field.
+	decided := t.keys == nil || resp.Header.Get("RateLimit") != ""
+	return copyErr == nil && closeErr == nil && decided &&
 		(resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusTooManyRequests)
 }
