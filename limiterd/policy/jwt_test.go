@@ -118,7 +118,7 @@ func TestJWTClaimKeys(t *testing.T) {
 			}
 			ck, cok, cerr := x.AppendKey(nil, &policy.ForwardedRequest{Peer: netip.MustParseAddr("10.1.2.3"),
 				Checked: &policy.CheckedRequest{Headers: headers}})
-			if tc.err == policy.ErrHeaderRepeated { // Envoy joins a repeated header with commas
+			if errors.Is(tc.err, policy.ErrHeaderRepeated) { // Envoy joins a repeated header with commas
 				tc.err = policy.ErrMalformedJWT
 			}
 			if !errors.Is(cerr, tc.err) || string(ck) != tc.want || cok != ok {
