@@ -12,14 +12,16 @@
 -- value they compute is an integer below 2^53, which Lua's doubles hold exactly: Go precomputed
 -- every product and quotient.
 
--- The call: now (seconds, nanoseconds) and the milliseconds added to every expiry. The entry
--- script sets them before it calls any function below.
-local nows, nown, slack
+-- The call's now (seconds, nanoseconds). The entry script sets it before it calls any function
+-- below.
+local nows, nown
 
--- expiry returns the expiry of a key whose state is fresh again in ms milliseconds: ms plus the
--- slack, and at least 1 (SET PX and PEXPIRE refuse 0). It is a number: Redis writes an integer
--- below 2^53 as its digits, and it stays below 2^42 (a refill of at most 366 days).
-local function expiry(ms) return math.max(1, ms + slack) end
+-- A key whose state is fresh again in ms milliseconds expires in ms plus the slack (ARG_SLACK_MS,
+-- parsed where a state is written: a rejection never parses it), and at least 1 (SET PX and
+-- PEXPIRE refuse 0): math.max(1, ms + tonumber(ARGV[ARG_SLACK_MS])), written where each
+-- algorithm writes rather than as a function that every call would make. It is a number: Redis
+-- writes an integer below 2^53 as its digits, and it stays below 2^42 (a refill of at most 366
+-- days).
 
 -- Token buckets. An instant or duration is three exact integers (s, n, f): s seconds + n ns +
 -- f/rate ns, with 0 <= n < 1e9 and 0 <= f < rate <= 1e9. The state at the key is the string
@@ -113,16 +115,12 @@ local function tbAdmits(b)
   return not less(b.taus, b.taun, b.tauf, b.xs, b.xn, b.xf)
 end
 
--- tbSet writes the TAT (ts, tn, tf), expiring once the bucket is full again: (s, m, f) from now.
-local function tbSet(b, ts, tn, tf, s, m, f)
+-- tbSet writes the TAT (ts, tn, tf), by default now + (s, m, f) (a debt of (s, m, f)), expiring
+-- once the bucket is full again: (s, m, f) from now.
+local function tbSet(b, s, m, f, ts, tn, tf)
+  if not ts then ts, tn, tf = add(b.rate, nows, nown, 0, s, m, f) end
   redis.call('SET', b.k, string.format('%s %d %d %d', b.fp, ts, tn, tf), 'PX',
-    expiry(s * 1000 + math.ceil((m + (f > 0 and 1 or 0)) / 1000000)))
-end
-
--- tbWrite writes a TAT of now + (s, m, f): a debt of (s, m, f).
-local function tbWrite(b, s, m, f)
-  local ts, tn, tf = add(b.rate, nows, nown, 0, s, m, f)
-  tbSet(b, ts, tn, tf, s, m, f)
+    math.max(1, s * 1000 + math.ceil((m + (f > 0 and 1 or 0)) / 1000000) + tonumber(ARGV[ARG_SLACK_MS])))
 end
 
 -- tbReply answers, at reply[at + R_*], the state the decision was made on: fresh, a TAT (charged
@@ -166,7 +164,7 @@ local function tbKeep(b)
     return
   end
   local os, on, of = tbOwed(b)
-  tbSet(b, b.ts, b.tn, b.tf, os, on, of)
+  tbSet(b, os, on, of, b.ts, b.tn, b.tf)
 end
 
 -- tbRefund moves the TAT back by the refund's interval (the cost arguments), never before now:
@@ -179,7 +177,7 @@ local function tbRefund(b)
   local cs, cn, cf = tonumber(ARGV[o + TB_COST_S]), tonumber(ARGV[o + TB_COST_N]), tonumber(ARGV[o + TB_COST_F])
   local rs, rn, rf = 0, 0, 0
   if less(cs, cn, cf, os, on, of) then rs, rn, rf = sub(b.rate, os, on, of, cs, cn, cf) end
-  tbWrite(b, rs, rn, rf)
+  tbSet(b, rs, rn, rf)
 end
 
 -- Sliding windows. The state at the key is the list [fingerprint, epoch, base, at_1, cum_1,
@@ -351,7 +349,7 @@ local function swAdmit(w, c)
     end
   end
   -- The key lives until the window is empty again, on the clock of now (not the clamped t).
-  redis.call('PEXPIRE', w.k, expiry(math.ceil((w.lastAt + w.window - w.now) / 1000000)))
+  redis.call('PEXPIRE', w.k, math.max(1, math.ceil((w.lastAt + w.window - w.now) / 1000000) + tonumber(ARGV[ARG_SLACK_MS])))
 end
 
 -- swReply answers, at reply[at + R_*], for the log as it is and a cost c that the limit admits
@@ -508,7 +506,7 @@ end
 -- qtSet writes a count of used units in the period that ends at e, expiring at its end.
 local function qtSet(q, e, used)
   redis.call('SET', q.k, string.format('%s %d %d', q.fp, e, used), 'PX',
-    expiry((e - nows) * 1000 - math.floor(nown / 1000000)))
+    math.max(1, (e - nows) * 1000 - math.floor(nown / 1000000) + tonumber(ARGV[ARG_SLACK_MS])))
 end
 
 -- qtAdmit charges the cost c: to the period counted, or to the one that starts (QT_END ends it).
