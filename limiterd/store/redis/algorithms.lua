@@ -12,14 +12,16 @@
 -- value they compute is an integer below 2^53, which Lua's doubles hold exactly: Go precomputed
 -- every product and quotient.
 
--- The call: now (seconds, nanoseconds) and the milliseconds added to every expiry. The entry
--- script sets them before it calls any function below.
-local nows, nown, slack
+-- The call's now (seconds, nanoseconds). The entry script sets it before it calls any function
+-- below.
+local nows, nown
 
--- expiry returns the expiry of a key whose state is fresh again in ms milliseconds: ms plus the
--- slack, and at least 1 (SET PX and PEXPIRE refuse 0). It is a number: Redis writes an integer
--- below 2^53 as its digits, and it stays below 2^42 (a refill of at most 366 days).
-local function expiry(ms) return math.max(1, ms + slack) end
+-- A key whose state is fresh again in ms milliseconds expires in ms plus the slack (ARG_SLACK_MS,
+-- parsed where a state is written: a rejection never parses it), and at least 1 (SET PX and
+-- PEXPIRE refuse 0): math.max(1, ms + tonumber(ARGV[ARG_SLACK_MS])), written where each
+-- algorithm writes rather than as a function that every call would make. It is a number: Redis
+-- writes an integer below 2^53 as its digits, and it stays below 2^42 (a refill of at most 366
+-- days).
 
 -- Token buckets. An instant or duration is three exact integers (s, n, f): s seconds + n ns +
 -- f/rate ns, with 0 <= n < 1e9 and 0 <= f < rate <= 1e9. The state at the key is the string
@@ -113,16 +115,12 @@ local function tbAdmits(b)
   return not less(b.taus, b.taun, b.tauf, b.xs, b.xn, b.xf)
 end
 
--- tbSet writes the TAT (ts, tn, tf), expiring once the bucket is full again: (s, m, f) from now.
-local function tbSet(b, ts, tn, tf, s, m, f)
+-- tbSet writes the TAT (ts, tn, tf), by default now + (s, m, f) (a debt of (s, m, f)), expiring
+-- once the bucket is full again: (s, m, f) from now.
+local function tbSet(b, s, m, f, ts, tn, tf)
+  if not ts then ts, tn, tf = add(b.rate, nows, nown, 0, s, m, f) end
   redis.call('SET', b.k, string.format('%s %d %d %d', b.fp, ts, tn, tf), 'PX',
-    expiry(s * 1000 + math.ceil((m + (f > 0 and 1 or 0)) / 1000000)))
-end
-
--- tbWrite writes a TAT of now + (s, m, f): a debt of (s, m, f).
-local function tbWrite(b, s, m, f)
-  local ts, tn, tf = add(b.rate, nows, nown, 0, s, m, f)
-  tbSet(b, ts, tn, tf, s, m, f)
+    math.max(1, s * 1000 + math.ceil((m + (f > 0 and 1 or 0)) / 1000000) + tonumber(ARGV[ARG_SLACK_MS])))
 end
 
 -- tbReply answers, at reply[at + R_*], the state the decision was made on: fresh, a TAT (charged
@@ -166,7 +164,7 @@ local function tbKeep(b)
     return
   end
   local os, on, of = tbOwed(b)
-  tbSet(b, b.ts, b.tn, b.tf, os, on, of)
+  tbSet(b, os, on, of, b.ts, b.tn, b.tf)
 end
 
 -- tbRefund moves the TAT back by the refund's interval (the cost arguments), never before now:
@@ -179,7 +177,7 @@ local function tbRefund(b)
   local cs, cn, cf = tonumber(ARGV[o + TB_COST_S]), tonumber(ARGV[o + TB_COST_N]), tonumber(ARGV[o + TB_COST_F])
   local rs, rn, rf = 0, 0, 0
   if less(cs, cn, cf, os, on, of) then rs, rn, rf = sub(b.rate, os, on, of, cs, cn, cf) end
-  tbWrite(b, rs, rn, rf)
+  tbSet(b, rs, rn, rf)
 end
 
 -- Sliding windows. The state at the key is the list [fingerprint, epoch, base, at_1, cum_1,
@@ -218,51 +216,83 @@ local function swCum(w, i) return tonumber(redis.call('LINDEX', w.k, 4 + 2 * i))
 -- entries still in the window at the decision's instant, converted when other parameters wrote
 -- them (carryFrom). Another algorithm's state is other: a token bucket's is raw, for Go to
 -- convert (swConvert); until then, as any other value, the window is fresh.
+--
+-- Each Redis command a script calls costs more than the elements it answers, so a decision reads
+-- the log in two: its header with its 6 oldest entries (one LRANGE), then its newest entry (one
+-- LRANGE, none when the first held the whole log). The first live entry is among the oldest
+-- ones but after an idle spell: an admission leaves up to 2 expired entries in place (swAdmit),
+-- as a peek does. Only when it is not does the decision read the log's length (LLEN) and search
+-- the rest. n, the log's entries, is false until read (swLen); first is false when every entry
+-- left the window and n is unread.
 local function swLoad(k, o)
   local w = {k = k, fp = ARGV[o + L_FINGERPRINT], limit = tonumber(ARGV[o + SW_LIMIT]),
     window = tonumber(ARGV[o + SW_WINDOW]), epoch = nows, base = 0, n = 0, convert = false,
     other = false, raw = false, charged = false, list = false, now = 0, t = 0, lastAt = 0, lastCum = 0,
     first = 0, live = 0, used = 0}
-  local h = redis.pcall('LRANGE', k, 0, 2)
+  local h = redis.pcall('LRANGE', k, 0, 14)
   w.other = h.err ~= nil
   if w.other then
     local v = redis.pcall('GET', k)
     if type(v) == 'string' then w.raw = v end
   end
   w.list = not w.other and #h > 0 -- a log: written over by an admission, deleted once empty
-  if not w.other and #h == 3 then
+  local m = 0 -- the entries h holds
+  if not w.other and #h >= 3 then
     w.epoch, w.base = tonumber(h[2]), tonumber(h[3])
-    w.n = (redis.call('LLEN', k) - 3) / 2
+    m = (#h - 3) / 2
+    w.n = m
+    if #h == 15 then w.n = false end -- maybe more
     w.convert = h[1] ~= w.fp
   end
   -- now relative to the epoch. It is exact within 104 days of the epoch; further away every
   -- entry is far outside any window, and comparisons with the inexact value still say so.
   w.now = (nows - w.epoch) * 1e9 + nown
   w.t = w.now -- the decision's instant: never before the newest entry (clamp)
-  if w.n > 0 then
-    w.lastAt = tonumber(redis.call('LINDEX', k, -2))
-    w.lastCum = tonumber(redis.call('LINDEX', k, -1))
+  if m > 0 then
+    if w.n then
+      w.lastAt, w.lastCum = tonumber(h[#h - 1]), tonumber(h[#h])
+    else
+      local tail = redis.call('LRANGE', k, -2, -1)
+      w.lastAt, w.lastCum = tonumber(tail[1]), tonumber(tail[2])
+    end
     if w.lastAt > w.t then w.t = w.lastAt end
+    -- Entries [0, first) left the window. Instants and running totals never decrease along
+    -- the log: unless the newest entry left the window too (then every entry did), first lies
+    -- before it.
+    if w.lastAt + w.window <= w.t then
+      w.first, w.base = w.n, w.lastCum
+    else
+      -- Under other parameters (convert), the entries that had left their window at their
+      -- newest entry, which their admission left in place, are gone too (carryFrom keeps what
+      -- the old window held): at most 2, among those read.
+      local old = w.convert and tonumber(string.match(h[1], '^sw:%d+:(%d+)$') or '')
+      local j = 0
+      while j < m and (tonumber(h[4 + 2 * j]) + w.window <= w.t or old and tonumber(h[4 + 2 * j]) + old <= w.lastAt) do
+        j = j + 1
+      end
+      if j == m then -- every entry read left the window: search the rest, O(log k) reads
+        w.n = (redis.call('LLEN', k) - 3) / 2
+        j = search(m, w.n - 1, function(i) return swAt(w, i) + w.window <= w.t end)
+        w.base = swCum(w, j - 1)
+      elseif j > 0 then
+        w.base = tonumber(h[5 + 2 * (j - 1)])
+      end
+      w.first, w.live = j, 1
+      if w.n then w.live = w.n - j end
+      -- A conversion keeps every entry still in the window, beyond the limit too: it never
+      -- gives usage back (SlidingWindow.carryFrom).
+      w.used = w.lastCum - w.base
+    end
   end
-  -- Entries [0, first) left the window. Instants and running totals never decrease along the
-  -- log, so searches find first in O(log n) reads, never walking the expired entries a peek
-  -- leaves in place. The newest entry, read already, bounds the search: unless it left the
-  -- window too (then every entry did), first lies before it.
-  local lo, hi = 0, w.n
-  if w.n > 0 then
-    if w.lastAt + w.window <= w.t then lo = w.n else hi = w.n - 1 end
-  end
-  w.first = search(lo, hi, function(j) return swAt(w, j) + w.window <= w.t end)
-  if w.first == w.n and w.n > 0 then
-    w.base = w.lastCum
-  elseif w.first > 0 then
-    w.base = swCum(w, w.first - 1)
-  end
-  -- A conversion keeps every entry still in the window, beyond the limit too: it never gives
-  -- usage back (SlidingWindow.carryFrom).
-  w.live = w.n - w.first
-  if w.live > 0 then w.used = w.lastCum - w.base end
   return w
+end
+
+-- swLen reads the log's length, when swLoad did not (n false), and the entries live.
+local function swLen(w)
+  if w.n then return end
+  w.n = (redis.call('LLEN', w.k) - 3) / 2
+  w.first = w.first or w.n
+  w.live = w.n - w.first
 end
 
 local function swAdmits(w, c) return c <= w.limit and w.used + c <= w.limit end
@@ -273,10 +303,13 @@ local function swAdmits(w, c) return c <= w.limit and w.used + c <= w.limit end
 local function swHead(w)
   redis.call('LPOP', w.k, 3 + 2 * w.first)
   redis.call('LPUSH', w.k, int(w.base), int(w.epoch), w.fp)
-  w.n, w.first = w.n - w.first, 0
+  if w.n then w.n = w.n - w.first end
+  w.first = 0
 end
 
--- swAdmit appends the cost c to the log.
+-- swAdmit appends the cost c to the log. It drops the entries that left the window only once 3
+-- have (or the header changes anyway): fewer stay in place, read with the header (swLoad), which
+-- saves a decision the two commands that rewrite the header.
 local function swAdmit(w, c)
   if w.live == 0 then
     if w.list then redis.call('DEL', w.k) end
@@ -286,7 +319,7 @@ local function swAdmit(w, c)
   else
     if w.charged then -- the log of another algorithm's usage (swConvert), written now
       redis.call('RPUSH', w.k, w.fp, int(w.epoch), int(w.base), int(w.lastAt), int(w.lastCum))
-    elseif w.first > 0 or w.convert then
+    elseif w.first >= 3 or w.convert then
       swHead(w)
     end
     w.lastCum = w.lastCum + c
@@ -300,8 +333,8 @@ local function swAdmit(w, c)
     -- on a token bucket or a quota never pays for parsing its 16 digits.
     local rebase = tonumber(ARGV[ARG_REBASE])
     if w.lastAt > rebase or w.lastCum > rebase then
-      -- Rewrite the log relative to the oldest entry's second, with base 0.
-      local all = redis.call('LRANGE', w.k, 3, -1)
+      -- Rewrite the live entries relative to the oldest one's second, with base 0.
+      local all = redis.call('LRANGE', w.k, 3 + 2 * w.first, -1)
       local shift = math.floor(tonumber(all[1]) / 1e9)
       for j = 1, #all, 2 do
         all[j] = int(tonumber(all[j]) - shift * 1e9)
@@ -316,7 +349,7 @@ local function swAdmit(w, c)
     end
   end
   -- The key lives until the window is empty again, on the clock of now (not the clamped t).
-  redis.call('PEXPIRE', w.k, expiry(math.ceil((w.lastAt + w.window - w.now) / 1000000)))
+  redis.call('PEXPIRE', w.k, math.max(1, math.ceil((w.lastAt + w.window - w.now) / 1000000) + tonumber(ARGV[ARG_SLACK_MS])))
 end
 
 -- swReply answers, at reply[at + R_*], for the log as it is and a cost c that the limit admits
@@ -327,6 +360,7 @@ local function swReply(reply, at, w, c, admitted)
   if w.used > 0 then
     resetAfter = w.lastAt + w.window - w.t
     if not admitted and c <= w.limit then
+      swLen(w)
       -- The cost fits once the oldest entries holding used+c-limit units have left the window:
       -- the first entry whose running total reaches that.
       local need = w.base + w.used + c - w.limit
@@ -379,6 +413,7 @@ end
 
 -- swRefund forgets the newest c units in the window (unpush).
 local function swRefund(w, c)
+  swLen(w)
   local back = c
   while back > 0 and w.live > 0 do
     local prev = w.base
@@ -471,7 +506,7 @@ end
 -- qtSet writes a count of used units in the period that ends at e, expiring at its end.
 local function qtSet(q, e, used)
   redis.call('SET', q.k, string.format('%s %d %d', q.fp, e, used), 'PX',
-    expiry((e - nows) * 1000 - math.floor(nown / 1000000)))
+    math.max(1, (e - nows) * 1000 - math.floor(nown / 1000000) + tonumber(ARGV[ARG_SLACK_MS])))
 end
 
 -- qtAdmit charges the cost c: to the period counted, or to the one that starts (QT_END ends it).

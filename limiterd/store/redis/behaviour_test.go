@@ -397,3 +397,33 @@ func TestScriptsClampTheServerClock(t *testing.T) {
 		}
 	}
 }
+
+// TestExpirySlack checks that every algorithm's write adds ExpirySlack to its key's expiry:
+// with a slack of 10 hours, a state fresh again within a day expires after more than 10 hours
+// plus half of that, and not after 10 hours plus a day. (The bounds leave minutes between the
+// write and PTTL.)
+func TestExpirySlack(t *testing.T) {
+	const slack = 10 * time.Hour
+	c := newClient(t, Options{Addrs: []string{shared(t).Addr()}, Timeout: 10 * time.Second, ExpirySlack: slack})
+	s := c.Store(t.Name())
+	for _, tc := range []struct {
+		rl    limiter.RateLimiter
+		fresh time.Duration // at least, at most a day
+	}{
+		{tokenBucket(t, 2, 1, 2*time.Hour), time.Hour}, // one token of two owed: an hour
+		{slidingWindow(t, 10, time.Hour), time.Hour},
+		{quota(t, 10, limiter.PeriodDay, "UTC"), 0}, // the rest of today
+	} {
+		key := "slack-" + fingerprint(tc.rl)
+		if d := decide(t, s, key, tc.rl, time.Time{}, 1); !d.Allowed {
+			t.Fatalf("%s: %+v", fingerprint(tc.rl), d)
+		}
+		pttl, err := strconv.ParseInt(do(t, c, "PTTL", Key(t.Name(), key)), 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := time.Duration(pttl) * time.Millisecond; got < slack+tc.fresh/2 || got > slack+24*time.Hour {
+			t.Errorf("%s: PTTL %v with a slack of %v, want in [%v, %v]", fingerprint(tc.rl), got, slack, slack+tc.fresh/2, slack+24*time.Hour)
+		}
+	}
+}

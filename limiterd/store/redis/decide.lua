@@ -53,8 +53,7 @@ if ARGV[ARG_NOW_S] == '' then
 else
   nows, nown = tonumber(ARGV[ARG_NOW_S]), tonumber(ARGV[ARG_NOW_N])
 end
-local cost = tonumber(ARGV[ARG_COST])
-slack = tonumber(ARGV[ARG_SLACK_MS])
+local cost -- parsed where a sliding window or a quota needs it: a token bucket's is in its block
 
 -- decided writes limit l's new state (a token bucket's if tb) if the stack admits the cost
 -- (all), deleting first a state that another algorithm left under its key (converted: its used
@@ -66,7 +65,7 @@ local function decided(reply, at, l, tb, all)
     if all then qtAdmit(l, cost) end
   elseif tb then
     tbReply(reply, at, l) -- the state decided on
-    if all then tbWrite(l, l.xs, l.xn, l.xf) end
+    if all then tbSet(l, l.xs, l.xn, l.xf) end
   elseif all then
     local used = l.used
     swAdmit(l, cost)
@@ -83,6 +82,7 @@ end
 if n == 1 and mode == MODE_DECIDE then
   local algorithm, l = ARGV[ARGS + L_ALGORITHM], nil
   local tb = algorithm == ALGORITHM_TOKEN_BUCKET
+  if not tb then cost = tonumber(ARGV[ARG_COST]) end
   if tb and #ARGV == ARGS + TB_ARGS then
     l = tbLoad(KEYS[1], ARGS)
     if l.raw then l = nil end
@@ -115,6 +115,7 @@ if n == 1 and mode == MODE_DECIDE then
 end
 
 -- Read every limit.
+cost = tonumber(ARGV[ARG_COST])
 local limits, o = {}, ARGS
 for i = 1, n do
   local algorithm = ARGV[o + L_ALGORITHM]

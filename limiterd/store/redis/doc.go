@@ -102,7 +102,7 @@
 //     Redis's key overhead.
 //   - Sliding window: a list [fingerprint, epoch, base, at_1, cum_1, ..., at_n, cum_n], one
 //     pair of integers for each distinct admitted instant still in the window (at most limit
-//     of them): about 14 bytes an entry in Redis's packed lists, plus about 150 bytes a client;
+//     of them, and after an admission up to 2 that left it: it drops them once 3 have): about 14 bytes an entry in Redis's packed lists, plus about 150 bytes a client;
 //     at most about 1.4 MB for a client at the maximum limit of 100000 with each unit admitted
 //     at a distinct nanosecond.
 //   - Quota: a string "<fingerprint> <end> <used>", the end of the counted period in Unix

@@ -167,3 +167,116 @@ func TestDecideOnLiveLogReadsItsHead(t *testing.T) {
 		}
 	}
 }
+
+// scriptCommands returns the commands Redis counted since the last CONFIG RESETSTAT that a
+// script called, by name: every command but the test's and the client's own (EVALSHA, EVAL,
+// SCRIPT LOAD, CONFIG, INFO).
+func scriptCommands(t testing.TB, srv *redistest.Server) map[string]int {
+	t.Helper()
+	calls := map[string]int{}
+	for _, line := range strings.Split(srv.Do(t, "INFO", "commandstats"), "\n") {
+		name, value, ok := strings.Cut(strings.TrimSpace(line), ":")
+		name, isCmd := strings.CutPrefix(name, "cmdstat_")
+		if !ok || !isCmd {
+			continue
+		}
+		switch {
+		case name == "evalsha", name == "eval", name == "info", strings.HasPrefix(name, "config|"),
+			strings.HasPrefix(name, "script|"):
+			continue
+		}
+		n, err := strconv.Atoi(strings.SplitN(strings.TrimPrefix(value, "calls="), ",", 2)[0])
+		if err != nil {
+			t.Fatalf("INFO commandstats %s: %v", line, err)
+		}
+		calls[name] = n
+	}
+	return calls
+}
+
+// TestSlidingWindowDecisionCommands decides on a sliding window whose log holds 3,000 entries
+// and counts the commands the script calls (Redis counts a script's calls in INFO
+// commandstats): issue 36 allows 6 a decision. Each answer is limiter.Memory's on the same log.
+//   - None to two of the oldest entries out of the window (the common case): at most 4 on the
+//     caller's clock, 5 on the server's (its TIME more). Before, 7 with none expired, 12 to 14
+//     with one to three.
+//   - A stream of decisions, one a millisecond, each one entry more out of the window: an
+//     admission drops the expired entries once there are 3 (2 commands more), at most 5 a
+//     decision on average on the caller's clock, so 6 on the server's.
+func TestSlidingWindowDecisionCommands(t *testing.T) {
+	const n, limit = 3000, 100_000
+	count := func(calls map[string]int) (total int) {
+		for _, c := range calls {
+			total += c
+		}
+		return total
+	}
+	t.Run("CallerClock", func(t *testing.T) {
+		srv := redistest.Start(t)
+		c := newClient(t, Options{Addrs: []string{srv.Addr()}, Clock: CallerClock, Timeout: 5 * time.Second})
+		s := c.Store(t.Name())
+		sw := slidingWindow(t, limit, time.Minute)
+		for _, k := range []int{0, 1, 2} {
+			client := "k" + strconv.Itoa(k)
+			writeExpiredLog(t, c, Key(t.Name(), client), sw, n)
+			// Entry i is at T0 + i ms: entries 0 to k-1 left the window at now.
+			now := limitertest.T0.Add(time.Minute + time.Duration(k-1)*time.Millisecond)
+			for i := range 3 { // at one instant: the first appends, the others add to its entry
+				srv.Do(t, "CONFIG", "RESETSTAT")
+				d, err := s.Decide(t.Context(), client, limitertest.One(sw), now, 1, nil)
+				want := limit - (n - int64(k)) - 1 - int64(i)
+				if err != nil || !d.Allowed || d.Remaining != want {
+					t.Fatalf("k=%d, decision %d: %+v, %v; want admitted with %d remaining", k, i, d, err, want)
+				}
+				if calls := scriptCommands(t, srv); count(calls) > 4 {
+					t.Errorf("k=%d, decision %d on a log of %d entries called %d commands %v, want at most 4", k, i, n, count(calls), calls)
+				}
+			}
+		}
+
+		// The stream: decision i at T0 + 1 min + i ms, when entries 0 to i left the window.
+		writeExpiredLog(t, c, Key(t.Name(), "stream"), sw, n)
+		const decisions = 30
+		mem := limiter.NewMemory(nil)
+		for i := range n { // the log writeExpiredLog wrote
+			if d, err := mem.Decide(t.Context(), "stream", limitertest.One(sw), limitertest.T0.Add(time.Duration(i)*time.Millisecond), 1, nil); err != nil || !d.Allowed {
+				t.Fatalf("memory: %+v, %v", d, err)
+			}
+		}
+		srv.Do(t, "CONFIG", "RESETSTAT")
+		for i := range decisions {
+			now := limitertest.T0.Add(time.Minute + time.Duration(i)*time.Millisecond)
+			want, _ := mem.Decide(t.Context(), "stream", limitertest.One(sw), now, 1, nil)
+			d, err := s.Decide(t.Context(), "stream", limitertest.One(sw), now, 1, nil)
+			if err != nil || d != want {
+				t.Fatalf("stream decision %d: %+v, %v; want %+v", i, d, err, want)
+			}
+		}
+		if calls := scriptCommands(t, srv); count(calls) > 5*decisions {
+			t.Errorf("%d decisions on a log of %d entries, one more expired each, called %d commands %v, want at most %d", decisions, n, count(calls), calls, 5*decisions)
+		}
+		// n entries live (decisions entries more, as many expired), at most 2 expired kept.
+		l, _ := strconv.Atoi(do(t, c, "LLEN", Key(t.Name(), "stream")))
+		if expired := (l-3)/2 - n; expired < 0 || expired > 2 {
+			t.Errorf("after the stream the log holds %d elements, want %d entries live and at most 2 expired", l, n)
+		}
+	})
+	t.Run("ServerClock", func(t *testing.T) {
+		srv := redistest.Start(t)
+		c := newClient(t, Options{Addrs: []string{srv.Addr()}, Timeout: 5 * time.Second})
+		s := c.Store(t.Name())
+		sw := slidingWindow(t, limit, time.Hour)
+		// n entries over the 3 s before a second ago, in a window of an hour: none expired.
+		writeLog(t, c, Key(t.Name(), "c"), sw, time.Now().Add(-4*time.Second), n)
+		for i := range 3 {
+			srv.Do(t, "CONFIG", "RESETSTAT")
+			d, err := s.Decide(t.Context(), "c", limitertest.One(sw), time.Time{}, 1, nil)
+			if want := limit - n - 1 - int64(i); err != nil || !d.Allowed || d.Remaining != want {
+				t.Fatalf("decision %d: %+v, %v; want admitted with %d remaining", i, d, err, want)
+			}
+			if calls := scriptCommands(t, srv); count(calls) > 5 || calls["time"] != 1 {
+				t.Errorf("decision %d on a log of %d entries called %d commands %v, want at most 5, TIME once", i, n, count(calls), calls)
+			}
+		}
+	})
+}
