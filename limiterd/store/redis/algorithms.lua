@@ -23,6 +23,34 @@ local nows, nown
 -- writes an integer below 2^53 as its digits, and it stays below 2^42 (a refill of at most 366
 -- days).
 
+-- Sliding-window logs read by the other algorithms. logOfOther reads the list at key k as a
+-- token bucket or a quota finds it there: raw identifies the log (its header and newest entry)
+-- for Go to convert (tbConvert, qtConvert), and used is the units it holds in its own window at
+-- now (SlidingWindow.usedUnits), which Go charges to the new algorithm. nil when k holds a list
+-- that is no such log. One function for both, in a section of their scripts only: a conversion
+-- is rare, but the lean script must read it, since only Redis knows what the key holds.
+local function logOfOther(k)
+  local h = redis.pcall('LRANGE', k, 0, 2)
+  if h.err ~= nil or #h ~= 3 then return nil, nil end
+  local n = (redis.call('LLEN', k) - 3) / 2
+  local lastAt, lastCum = redis.call('LINDEX', k, -2), redis.call('LINDEX', k, -1)
+  local raw, used = table.concat(h, ' ') .. ' ' .. n .. ' ' .. lastAt .. ' ' .. lastCum, 0
+  local window = tonumber(string.match(h[1], '^sw:%d+:(%d+)$') or '')
+  if window and n > 0 then
+    -- Entries [0, lo) left the window at t, now clamped to the newest entry.
+    local t = math.max((nows - tonumber(h[2])) * 1e9 + nown, tonumber(lastAt))
+    local lo, hi = 0, n
+    while lo < hi do
+      local mid = math.floor((lo + hi) / 2)
+      if tonumber(redis.call('LINDEX', k, 3 + 2 * mid)) + window <= t then lo = mid + 1 else hi = mid end
+    end
+    local base = tonumber(h[3])
+    if lo > 0 then base = tonumber(redis.call('LINDEX', k, 4 + 2 * (lo - 1))) end
+    if lo < n then used = tonumber(lastCum) - base end
+  end
+  return raw, used
+end
+
 -- Token buckets. An instant or duration is three exact integers (s, n, f): s seconds + n ns +
 -- f/rate ns, with 0 <= n < 1e9 and 0 <= f < rate <= 1e9. The state at the key is the string
 -- "<fingerprint> <s> <n> <f>", its TAT, or absent (fresh); a list there is a sliding window's.
@@ -71,27 +99,7 @@ local function tbLoad(k, o)
   local v = redis.pcall('GET', k)
   if type(v) == 'table' then
     b.other = true
-    -- Written inline, not as a function of its own that every call would make: a conversion
-    -- is rare. The log's layout is the sliding windows' (below).
-    local h = redis.pcall('LRANGE', k, 0, 2)
-    if h.err == nil and #h == 3 then
-      local n = (redis.call('LLEN', k) - 3) / 2
-      local lastAt, lastCum = redis.call('LINDEX', k, -2), redis.call('LINDEX', k, -1)
-      b.raw, b.used = table.concat(h, ' ') .. ' ' .. n .. ' ' .. lastAt .. ' ' .. lastCum, 0
-      local window = tonumber(string.match(h[1], '^sw:%d+:(%d+)$') or '')
-      if window and n > 0 then
-        -- Entries [0, lo) left the window at t, now clamped to the newest entry.
-        local t = math.max((nows - tonumber(h[2])) * 1e9 + nown, tonumber(lastAt))
-        local lo, hi = 0, n
-        while lo < hi do
-          local mid = math.floor((lo + hi) / 2)
-          if tonumber(redis.call('LINDEX', k, 3 + 2 * mid)) + window <= t then lo = mid + 1 else hi = mid end
-        end
-        local base = tonumber(h[3])
-        if lo > 0 then base = tonumber(redis.call('LINDEX', k, 4 + 2 * (lo - 1))) end
-        if lo < n then b.used = tonumber(lastCum) - base end
-      end
-    end
+    b.raw, b.used = logOfOther(k)
   elseif v then
     local vfp, s, m, f = string.match(v, '^(%S+) (%-?%d+) (%d+) (%d+)$')
     if vfp == b.fp then
@@ -463,24 +471,8 @@ local function qtLoad(k, o)
   local v = redis.pcall('GET', k)
   if type(v) == 'table' then
     q.other = true
-    local h = redis.pcall('LRANGE', k, 0, 2)
-    if h.err == nil and #h == 3 then
-      local n = (redis.call('LLEN', k) - 3) / 2
-      local lastAt, lastCum = redis.call('LINDEX', k, -2), redis.call('LINDEX', k, -1)
-      q.raw, q.logUsed = table.concat(h, ' ') .. ' ' .. n .. ' ' .. lastAt .. ' ' .. lastCum, 0
-      local window = tonumber(string.match(h[1], '^sw:%d+:(%d+)$') or '')
-      if window and n > 0 then
-        local t = math.max((nows - tonumber(h[2])) * 1e9 + nown, tonumber(lastAt))
-        local lo, hi = 0, n
-        while lo < hi do
-          local mid = math.floor((lo + hi) / 2)
-          if tonumber(redis.call('LINDEX', k, 3 + 2 * mid)) + window <= t then lo = mid + 1 else hi = mid end
-        end
-        local base = tonumber(h[3])
-        if lo > 0 then base = tonumber(redis.call('LINDEX', k, 4 + 2 * (lo - 1))) end
-        if lo < n then q.logUsed = tonumber(lastCum) - base end
-      end
-    end
+    local raw, used = logOfOther(k)
+    if raw then q.raw, q.logUsed = raw, used end
   elseif v then
     local vfp, e, u = string.match(v, '^(%S+) (%-?%d+) (%d+)$')
     if vfp == q.fp then

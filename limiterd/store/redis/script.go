@@ -56,6 +56,7 @@ var sections = [...]struct {
 	of    algorithms
 	full  bool
 }{
+	{"\n-- Sliding-window logs read by the other algorithms.", withTokenBucket | withQuota, false},
 	{"\n-- Token buckets. ", withTokenBucket, false},
 	{"\n-- Token buckets: conversions and refunds", withTokenBucket, true},
 	{"\n-- Sliding windows. ", withSlidingWindow, false},
