@@ -220,7 +220,7 @@ func TestForwardAuthRefusals(t *testing.T) {
 		{"/v1/forward-auth/default/plain/x", http.StatusConflict, "default/plain: " + engine.ErrNoGateway.Error()},
 		{"/v1/forward-auth/default//api/x", http.StatusNotFound, errForwardAuthPath},
 		{"/v1/forward-auth/default/api%2Fx", http.StatusNotFound, `unknown policy "default/api%2Fx"`}, // never split on an escaped '/'
-		{"/v1/forward-auth/default/api*", http.StatusNotFound, `unknown policy "default/api*"`},     // OPTIONS * after path_prefix
+		{"/v1/forward-auth/default/api*", http.StatusNotFound, `unknown policy "default/api*"`},       // OPTIONS * after path_prefix
 		{"/v1/forward%2Dauth/default/api", http.StatusNotFound, errForwardAuthPath},
 		{"/v1/forward-auth/Default/api", http.StatusNotFound, ""},
 		{"/v1/forward-auth/default/api?deny=500", http.StatusBadRequest, errDeny},
