@@ -165,6 +165,7 @@ $(TRAEFIK):
 test: test-tools verify-generated build node-deps ## CI: install the tools, check generated files, build the binaries and images, run every test with -race, then the chart on a real node (test-cluster).
 	$(GO) vet -tags soak ./test/soak/ # make soak is not part of make test: check it still builds
 	$(TEST_ENV) $(GO) test $(TEST_FLAGS) -count=1 -timeout 30m ./...
+	$(ENVOY_GATEWAY_TEST)
 	$(BENCH_TEST)
 	$(MEMORY_TEST)
 	$(CLUSTER_TEST)
@@ -215,9 +216,16 @@ test-integration: test-tools build ## Every package but the end-to-end ones, wit
 test-e2e: envtest build ## The end-to-end packages: bin/manager and bin/limiterd as processes against a control plane and Redis.
 	$(TEST_ENV) $(GO) test $(TEST_FLAGS) -count=1 -timeout 30m $(E2E_PACKAGES)
 
+# The check of docs/gateways/envoy-gateway.yaml with Envoy Gateway's own API types: a module of its
+# own (test/gateways/envoygateway), since github.com/envoyproxy/gateway brings its whole dependency
+# graph, so go test ./... does not reach it.
+ENVOY_GATEWAY_TEST = cd test/gateways/envoygateway && $(GO) test $(TEST_FLAGS) -count=1 ./...
+
 .PHONY: test-gateways
-test-gateways: caddy traefik ## The gateway tests: nginx (apt nginx-light), Caddy and Traefik (pinned, built into the tools cache) in front of limiterd's forward-auth, with the configurations of docs/gateways.
+test-gateways: caddy traefik ## The gateway tests: nginx (apt nginx-light), Caddy and Traefik (pinned, built into the tools cache) in front of limiterd's forward-auth, with the configurations of docs/gateways; the Envoy, Istio and Envoy Gateway configurations decoded with their own types.
 	$(TEST_ENV) $(GO) test $(TEST_FLAGS) -count=1 ./test/gateways/...
+	$(GO) test $(TEST_FLAGS) -count=1 -run '^TestShipped' ./limiterd/extauthz/
+	$(ENVOY_GATEWAY_TEST)
 
 .PHONY: helm-test
 helm-test: envtest helm helm-docs ## The chart's tests: lint, template, schema, docs, install into a test API server.

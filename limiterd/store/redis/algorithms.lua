@@ -12,9 +12,9 @@
 -- value they compute is an integer below 2^53, which Lua's doubles hold exactly: Go precomputed
 -- every product and quotient.
 
--- The call: now (seconds, nanoseconds), the milliseconds added to every expiry and the sliding
--- windows' rebase threshold. The entry script sets them before it calls any function below.
-local nows, nown, slack, rebase
+-- The call: now (seconds, nanoseconds) and the milliseconds added to every expiry. The entry
+-- script sets them before it calls any function below.
+local nows, nown, slack
 
 -- expiry returns the expiry of a key whose state is fresh again in ms milliseconds: ms plus the
 -- slack, and at least 1 (SET PX and PEXPIRE refuse 0). It is a number: Redis writes an integer
@@ -45,16 +45,13 @@ local function sub(rate, as, an, af, bs, bn, bf) -- a >= b
   return s, m, f
 end
 
--- tbDebt sets how far the bucket's TAT lies ahead of now: owed (os, on, of) unclamped, beyond a
--- full refill for a debt carried from other parameters or after a clock that jumped backwards
--- (TokenBucket.owed); the debt (ds, dn, df) at most tau (TokenBucket.debt); 0 for a fresh bucket.
-local function tbDebt(b)
-  b.ds, b.dn, b.df, b.os, b.on, b.of = 0, 0, 0, 0, 0, 0
-  if b.ts and less(nows, nown, 0, b.ts, b.tn, b.tf) then
-    b.os, b.on, b.of = sub(b.rate, b.ts, b.tn, b.tf, nows, nown, 0)
-    b.ds, b.dn, b.df = b.os, b.on, b.of
-    if not less(b.ds, b.dn, b.df, b.taus, b.taun, b.tauf) then b.ds, b.dn, b.df = b.taus, b.taun, b.tauf end
-  end
+-- tbOwed returns how far the bucket's TAT lies ahead of now, unclamped: beyond a full refill for
+-- a debt carried from other parameters or after a clock that jumped backwards (TokenBucket.owed);
+-- 0 for a fresh bucket. It is computed where it is used, not kept in the bucket's table: each
+-- field more a decision makes costs Redis more than the subtraction.
+local function tbOwed(b)
+  if b.ts and less(nows, nown, 0, b.ts, b.tn, b.tf) then return sub(b.rate, b.ts, b.tn, b.tf, nows, nown, 0) end
+  return 0, 0, 0
 end
 
 -- tbLoad reads the token bucket at key k whose block of arguments follows ARGV[o]. A state
@@ -63,11 +60,12 @@ end
 -- with the units it holds in its own window at now (used: SlidingWindow.usedUnits), which Go
 -- charges to the bucket; any other value is fresh.
 local function tbLoad(k, o)
-  -- The fields a decision sets, made at once (growing a table costs more than making it); raw,
-  -- used, converted and other are nil until set.
+  -- The fields a decision sets, made at once (growing a table costs more than making it), and
+  -- few enough for the table's smaller size (16); raw, used, converted, other and the stack's
+  -- tb and admits are nil until set.
   local b = {k = k, o = o, fp = ARGV[o + L_FINGERPRINT], rate = tonumber(ARGV[o + TB_RATE]),
     taus = tonumber(ARGV[o + TB_TAU_S]), taun = tonumber(ARGV[o + TB_TAU_N]), tauf = tonumber(ARGV[o + TB_TAU_F]),
-    ts = false, tn = 0, tf = 0, ds = 0, dn = 0, df = 0, os = 0, on = 0, of = 0, xs = 0, xn = 0, xf = 0}
+    ts = false, tn = 0, tf = 0, xs = 0, xn = 0, xf = 0}
   local v = redis.pcall('GET', k)
   if type(v) == 'table' then
     b.other = true
@@ -96,7 +94,6 @@ local function tbLoad(k, o)
     local vfp, s, m, f = string.match(v, '^(%S+) (%-?%d+) (%d+) (%d+)$')
     if vfp == b.fp then
       b.ts, b.tn, b.tf = tonumber(s), tonumber(m), tonumber(f)
-      tbDebt(b)
     else
       b.raw = v
     end
@@ -105,11 +102,13 @@ local function tbLoad(k, o)
 end
 
 -- tbAdmits reports whether the bucket admits the cost of its arguments, and keeps the debt it
--- would leave (x).
+-- would leave (x): the debt owed, at most tau (TokenBucket.debt), plus the cost.
 local function tbAdmits(b)
   local o = b.o
   if ARGV[o + TB_COST_S] == '' then return false end -- the cost exceeds the capacity
-  b.xs, b.xn, b.xf = add(b.rate, b.ds, b.dn, b.df,
+  local ds, dn, df = tbOwed(b)
+  if not less(ds, dn, df, b.taus, b.taun, b.tauf) then ds, dn, df = b.taus, b.taun, b.tauf end
+  b.xs, b.xn, b.xf = add(b.rate, ds, dn, df,
     tonumber(ARGV[o + TB_COST_S]), tonumber(ARGV[o + TB_COST_N]), tonumber(ARGV[o + TB_COST_F]))
   return not less(b.taus, b.taun, b.tauf, b.xs, b.xn, b.xf)
 end
@@ -154,7 +153,6 @@ local function tbConvert(b, from, s, m, f)
   if b.raw ~= from then return end
   b.raw, b.converted = false, true
   if s ~= '' then b.ts, b.tn, b.tf = tonumber(s), tonumber(m), tonumber(f) end
-  tbDebt(b)
 end
 
 -- tbKeep writes the state read, when it differs from the key's: a conversion (kept even when
@@ -163,18 +161,24 @@ end
 -- unclamped (a debt carried beyond a full refill must not expire before it is repaid).
 local function tbKeep(b)
   if not b.converted then return end
-  if b.ts then tbSet(b, b.ts, b.tn, b.tf, b.os, b.on, b.of) else redis.call('DEL', b.k) end
+  if not b.ts then
+    redis.call('DEL', b.k)
+    return
+  end
+  local os, on, of = tbOwed(b)
+  tbSet(b, b.ts, b.tn, b.tf, os, on, of)
 end
 
 -- tbRefund moves the TAT back by the refund's interval (the cost arguments), never before now:
 -- off the debt owed, unclamped, as TokenBucket.Refund (only the refunded tokens come off a
 -- debt carried beyond a full refill).
 local function tbRefund(b)
-  if b.os == 0 and b.on == 0 and b.of == 0 then return tbKeep(b) end
+  local os, on, of = tbOwed(b)
+  if os == 0 and on == 0 and of == 0 then return tbKeep(b) end
   local o = b.o
   local cs, cn, cf = tonumber(ARGV[o + TB_COST_S]), tonumber(ARGV[o + TB_COST_N]), tonumber(ARGV[o + TB_COST_F])
   local rs, rn, rf = 0, 0, 0
-  if less(cs, cn, cf, b.os, b.on, b.of) then rs, rn, rf = sub(b.rate, b.os, b.on, b.of, cs, cn, cf) end
+  if less(cs, cn, cf, os, on, of) then rs, rn, rf = sub(b.rate, os, on, of, cs, cn, cf) end
   tbWrite(b, rs, rn, rf)
 end
 
@@ -187,8 +191,20 @@ end
 local function int(x) return string.format('%d', x) end
 
 -- search returns the first i in [lo, hi) where past(i) is false, else hi (past must be true
--- then false along [lo, hi)).
+-- then false along [lo, hi)). It gallops from lo (lo, lo + 2, lo + 6, ...) before it bisects:
+-- O(log k) reads when i is k past lo. The entries that left a window are the oldest, and few
+-- but after an idle spell: a log whose oldest entry is in the window costs one read, not
+-- log n reads from the middle of the list (each a walk through it).
 local function search(lo, hi, past)
+  local step = 1
+  while lo + step - 1 < hi do
+    local probe = lo + step - 1
+    if not past(probe) then
+      hi = probe
+      break
+    end
+    lo, step = probe + 1, step * 2
+  end
   while lo < hi do
     local mid = math.floor((lo + hi) / 2)
     if past(mid) then lo = mid + 1 else hi = mid end
@@ -229,10 +245,19 @@ local function swLoad(k, o)
     if w.lastAt > w.t then w.t = w.lastAt end
   end
   -- Entries [0, first) left the window. Instants and running totals never decrease along the
-  -- log, so binary searches find first in O(log n) reads, never walking the expired entries a
-  -- peek leaves in place.
-  w.first = search(0, w.n, function(j) return swAt(w, j) + w.window <= w.t end)
-  if w.first > 0 then w.base = swCum(w, w.first - 1) end
+  -- log, so searches find first in O(log n) reads, never walking the expired entries a peek
+  -- leaves in place. The newest entry, read already, bounds the search: unless it left the
+  -- window too (then every entry did), first lies before it.
+  local lo, hi = 0, w.n
+  if w.n > 0 then
+    if w.lastAt + w.window <= w.t then lo = w.n else hi = w.n - 1 end
+  end
+  w.first = search(lo, hi, function(j) return swAt(w, j) + w.window <= w.t end)
+  if w.first == w.n and w.n > 0 then
+    w.base = w.lastCum
+  elseif w.first > 0 then
+    w.base = swCum(w, w.first - 1)
+  end
   -- A conversion keeps every entry still in the window, beyond the limit too: it never gives
   -- usage back (SlidingWindow.carryFrom).
   w.live = w.n - w.first
@@ -271,6 +296,9 @@ local function swAdmit(w, c)
       redis.call('RPUSH', w.k, int(w.t), int(w.lastCum))
       w.lastAt = w.t
     end
+    -- The rebase threshold (2^52 but in tests) is parsed here, where it is compared: a decision
+    -- on a token bucket or a quota never pays for parsing its 16 digits.
+    local rebase = tonumber(ARGV[ARG_REBASE])
     if w.lastAt > rebase or w.lastCum > rebase then
       -- Rewrite the log relative to the oldest entry's second, with base 0.
       local all = redis.call('LRANGE', w.k, 3, -1)

@@ -54,7 +54,7 @@ else
   nows, nown = tonumber(ARGV[ARG_NOW_S]), tonumber(ARGV[ARG_NOW_N])
 end
 local cost = tonumber(ARGV[ARG_COST])
-slack, rebase = tonumber(ARGV[ARG_SLACK_MS]), tonumber(ARGV[ARG_REBASE])
+slack = tonumber(ARGV[ARG_SLACK_MS])
 
 -- decided writes limit l's new state (a token bucket's if tb) if the stack admits the cost
 -- (all), deleting first a state that another algorithm left under its key (converted: its used
