@@ -22,6 +22,11 @@ import (
 //     sent. X-Forwarded-For is read as from a forward-auth request (Envoy appends its peer
 //     to it under use_remote_address).
 //
+// A forward-auth request may also carry the original request's target in its own path: Envoy's
+// HTTP ext_authz sends the original method, Host and path (after its path_prefix) as its own.
+// Target is then not empty, Host and Method are the original request's, and X-Forwarded-Host,
+// X-Forwarded-Method, X-Forwarded-Uri and X-Original-URI are never read either.
+//
 // The same key sources read either form, in the same way otherwise.
 type ForwardedRequest struct {
 	// Header is the forward-auth request's header, with canonical keys (as net/http gives it).
@@ -32,6 +37,12 @@ type ForwardedRequest struct {
 	// Method is the method of the forward-auth request, which some gateways (nginx) give the
 	// same as the original request's; X-Forwarded-Method takes precedence.
 	Method string
+	// Target, when not empty, is the original request's target (path and query) as the
+	// forward-auth request's own path holds it; Host and Method are then the original
+	// request's, and the X-Forwarded-* fields but X-Forwarded-For are not read.
+	Target string
+	// Host is the forward-auth request's Host, read only when Target is not empty.
+	Host string
 	// Checked, when not nil, is what Envoy's ext_authz reports of the request; Header and
 	// Method are then not read.
 	Checked *CheckedRequest
@@ -201,13 +212,18 @@ func (e *HeaderError) Error() string { return e.Name + ": " + e.Err.Error() }
 func (e *HeaderError) Unwrap() error { return e.Err }
 
 // appendValue yields a header's value: the source's own header, X-Forwarded-Host (in lower
-// case) or X-Forwarded-Method (else the forward-auth request's method).
+// case) or X-Forwarded-Method (else the forward-auth request's method); of a request with a
+// Target, its own Host (in lower case) and method.
 func (s *keySource) appendValue(dst []byte, r *ForwardedRequest) ([]byte, bool, error) {
 	var (
 		v   string
 		err error
 	)
 	switch c := r.Checked; {
+	case c == nil && r.Target != "" && s.typ == v1alpha1.KeySourceHost:
+		v, err = bounded(r.Host, "Host")
+	case c == nil && r.Target != "" && s.typ == v1alpha1.KeySourceMethod:
+		v = r.Method
 	case c == nil:
 		if v, err = single(r.Header, s.header); v == "" && err == nil && s.typ == v1alpha1.KeySourceMethod {
 			v = r.Method
@@ -267,8 +283,8 @@ func (s *keySource) appendJWT(dst []byte, r *ForwardedRequest) ([]byte, bool, er
 	return out, found, nil
 }
 
-// appendPath yields the path of X-Forwarded-Uri, else X-Original-URI (of an ext_authz check:
-// its path), without its query or fragment, cut after s.segs segments when s.segs > 0.
+// appendPath yields the path of r.Target, else of X-Forwarded-Uri, else of X-Original-URI (of
+// an ext_authz check: its path), without its query or fragment, cut after s.segs segments when s.segs > 0.
 func (s *keySource) appendPath(dst []byte, r *ForwardedRequest) ([]byte, bool, error) {
 	var (
 		uri string
@@ -276,6 +292,8 @@ func (s *keySource) appendPath(dst []byte, r *ForwardedRequest) ([]byte, bool, e
 	)
 	if r.Checked != nil {
 		uri, err = bounded(r.Checked.Path, ":path")
+	} else if r.Target != "" {
+		uri, err = bounded(r.Target, "path")
 	} else if uri, err = single(r.Header, headerXForwardedURI); uri == "" && err == nil {
 		uri, err = single(r.Header, headerXOriginalURI)
 	}

@@ -216,7 +216,12 @@ func TestForwardAuthRefusals(t *testing.T) {
 		{"/v1/forward-auth/default/nope", http.StatusNotFound, `unknown policy "default/nope"`},
 		{"/v1/forward-auth/default", http.StatusNotFound, ""},
 		{"/v1/forward-auth/api", http.StatusNotFound, ""}, // a bare name is never default/api here (docs/gateways.md)
-		{"/v1/forward-auth/default/api/x", http.StatusNotFound, ""},
+		{"/v1/forward-auth/default/nope/x", http.StatusNotFound, `unknown policy "default/nope"`},
+		{"/v1/forward-auth/default/plain/x", http.StatusConflict, "default/plain: " + engine.ErrNoGateway.Error()},
+		{"/v1/forward-auth/default//api/x", http.StatusNotFound, errForwardAuthPath},
+		{"/v1/forward-auth/default/api%2Fx", http.StatusNotFound, `unknown policy "default/api%2Fx"`}, // never split on an escaped '/'
+		{"/v1/forward-auth/default/api*", http.StatusNotFound, `unknown policy "default/api*"`},       // OPTIONS * after path_prefix
+		{"/v1/forward%2Dauth/default/api", http.StatusNotFound, errForwardAuthPath},
 		{"/v1/forward-auth/Default/api", http.StatusNotFound, ""},
 		{"/v1/forward-auth/default/api?deny=500", http.StatusBadRequest, errDeny},
 		{"/v1/forward-auth/default/api?deny=403&x=1", http.StatusBadRequest, errDeny},
