@@ -14,7 +14,6 @@ import (
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	extauthzv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3" // the router's typed_config
-	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -28,6 +27,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/limiterd/limiterd/api/v1alpha1"
+	"github.com/limiterd/limiterd/internal/envoytest"
 	"github.com/limiterd/limiterd/internal/testsupport"
 	"github.com/limiterd/limiterd/limiterd/extauthz"
 )
@@ -37,21 +37,7 @@ import (
 // that it asks limiterd as the package documents: gRPC, V3, failure_mode_allow false, and a
 // route naming its policy in the context extensions limiterd reads.
 func TestShippedEnvoyConfig(t *testing.T) {
-	b, err := os.ReadFile("../../docs/gateways/envoy.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	j, err := yaml.YAMLToJSON(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var hcm hcmv3.HttpConnectionManager
-	if err := protojson.Unmarshal(j, &hcm); err != nil {
-		t.Fatalf("decode: %v", err)
-	}
-	if err := hcm.ValidateAll(); err != nil {
-		t.Fatalf("validate: %v", err)
-	}
+	hcm := envoytest.LoadHCM(t, "../../docs/gateways/envoy.yaml")
 	if !hcm.GetUseRemoteAddress().GetValue() {
 		t.Errorf("use_remote_address is not set: x-forwarded-for's last entry would not be Envoy's peer")
 	}

@@ -5,7 +5,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"testing"
 
@@ -13,10 +12,9 @@ import (
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3" // the router's typed_config
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
-	"google.golang.org/protobuf/encoding/protojson"
-	"sigs.k8s.io/yaml"
 
 	"github.com/limiterd/limiterd/api/v1alpha1"
+	"github.com/limiterd/limiterd/internal/envoytest"
 	"github.com/limiterd/limiterd/internal/testsupport"
 )
 
@@ -148,26 +146,12 @@ func (e *envoyHTTP) do(t *testing.T, h http.Handler, c clientRequest) clientAnsw
 
 func loadEnvoyHTTP(t *testing.T) *envoyHTTP {
 	t.Helper()
-	b, err := os.ReadFile("../../docs/gateways/envoy-http.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	j, err := yaml.YAMLToJSON(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var hcm hcmv3.HttpConnectionManager
-	if err := protojson.Unmarshal(j, &hcm); err != nil {
-		t.Fatalf("decode: %v", err)
-	}
-	if err := hcm.ValidateAll(); err != nil {
-		t.Fatalf("validate: %v", err)
-	}
+	hcm := envoytest.LoadHCM(t, "../../docs/gateways/envoy-http.yaml")
 	var filter extauthzv3.ExtAuthz
 	if err := hcm.GetHttpFilters()[0].GetTypedConfig().UnmarshalTo(&filter); err != nil {
 		t.Fatalf("the first filter: %v", err)
 	}
-	return &envoyHTTP{hcm: &hcm, filter: &filter}
+	return &envoyHTTP{hcm: hcm, filter: &filter}
 }
 
 // TestShippedEnvoyHTTPConfig decodes docs/gateways/envoy-http.yaml as Envoy would, validates it
