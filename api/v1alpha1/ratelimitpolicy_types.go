@@ -423,14 +423,16 @@ const (
 	// the key "ip:<address>" for IPv4, "ip:<network>/64" for IPv6 (a host picks the addresses
 	// of its /64 at will), as client/middleware keys them.
 	KeySourceClientAddress KeySourceType = "ClientAddress"
-	// KeySourceHost takes the original request's host (X-Forwarded-Host), in lower case: the
-	// key "host:<host>".
+	// KeySourceHost takes the original request's host (X-Forwarded-Host; the check's own Host
+	// under Envoy's HTTP ext_authz), in lower case: the key "host:<host>".
 	KeySourceHost KeySourceType = "Host"
 	// KeySourceMethod takes the original request's method (X-Forwarded-Method, else the
-	// method of the forward-auth request): the key "method:<method>".
+	// method of the forward-auth request; only the latter under Envoy's HTTP ext_authz): the key
+	// "method:<method>".
 	KeySourceMethod KeySourceType = "Method"
-	// KeySourcePath takes the original request's path (X-Forwarded-Uri, else X-Original-URI,
-	// without its query), or its first pathSegments segments: the key "path:<path>".
+	// KeySourcePath takes the original request's path (X-Forwarded-Uri, else X-Original-URI;
+	// under Envoy's HTTP ext_authz the path after the policy's name), without its query, or its
+	// first pathSegments segments: the key "path:<path>".
 	KeySourcePath KeySourceType = "Path"
 	// KeySourceJWTClaim takes a claim of the JSON Web Token in a header (Authorization by
 	// default, as "Bearer <token>"): the key "jwt:<header in lower case>:<claim>:<value>".
@@ -492,7 +494,10 @@ type KeySource struct {
 	// client's IPv4 address or IPv6 /64, see trustedHops), Host (X-Forwarded-Host, in lower case), Method
 	// (X-Forwarded-Method, else the method of the forward-auth request), Path
 	// (X-Forwarded-Uri, else X-Original-URI, without its query; see pathSegments) or JWTClaim
-	// (a claim of the JSON Web Token in header; see claim).
+	// (a claim of the JSON Web Token in header; see claim). Asked by Envoy's HTTP ext_authz (a
+	// path after the policy's name: /v1/forward-auth/<namespace>/<name>/<path>), Host, Method and
+	// Path read the check's own Host, method and that path, never X-Forwarded-* headers, which
+	// only a client could have set there.
 	// +required
 	Type KeySourceType `json:"type"`
 
