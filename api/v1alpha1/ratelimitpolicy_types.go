@@ -494,10 +494,10 @@ type KeySource struct {
 	// client's IPv4 address or IPv6 /64, see trustedHops), Host (X-Forwarded-Host, in lower case), Method
 	// (X-Forwarded-Method, else the method of the forward-auth request), Path
 	// (X-Forwarded-Uri, else X-Original-URI, without its query; see pathSegments) or JWTClaim
-	// (a claim of the JSON Web Token in header; see claim). Asked by Envoy's HTTP ext_authz (a
-	// path after the policy's name: /v1/forward-auth/<namespace>/<name>/<path>), Host, Method and
-	// Path read the check's own Host, method and that path, never X-Forwarded-* headers, which
-	// only a client could have set there.
+	// (a claim of the JSON Web Token in header; see claim). Asked by Envoy's HTTP ext_authz (the
+	// forwarded request's path appended to the forward-auth path, after the policy's name), Host,
+	// Method and Path read the check's own Host, method and that path, never X-Forwarded-*
+	// headers, which only a client could have set there.
 	// +required
 	Type KeySourceType `json:"type"`
 
