@@ -91,30 +91,6 @@ func decodeSpec(t *testing.T, o *object, m proto.Message) {
 	}
 }
 
-// chartGRPCPort is the port of the chart's decisions Service that serves gRPC
-// (limiterd.service.grpcPort of charts/limiterd/values.yaml).
-func chartGRPCPort(t *testing.T) uint32 {
-	t.Helper()
-	b, err := os.ReadFile("../../charts/limiterd/values.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var values struct {
-		Limiterd struct {
-			Service struct {
-				GRPCPort uint32 `json:"grpcPort"`
-			} `json:"service"`
-		} `json:"limiterd"`
-	}
-	if err := yaml.Unmarshal(b, &values); err != nil {
-		t.Fatal(err)
-	}
-	if values.Limiterd.Service.GRPCPort == 0 {
-		t.Fatal("values.yaml has no limiterd.service.grpcPort")
-	}
-	return values.Limiterd.Service.GRPCPort
-}
-
 // The shipped Istio configuration's parts, decoded.
 type istioConfig struct {
 	provider *meshv1alpha1.MeshConfig_ExtensionProvider_EnvoyExternalAuthorizationGrpcProvider
@@ -200,7 +176,7 @@ func TestShippedIstioConfig(t *testing.T) {
 	if got, want := c.provider.GetService(), "limiterd.limiterd.svc.cluster.local"; got != want {
 		t.Errorf("provider service %q, want the chart's Service %q", got, want)
 	}
-	if got, want := c.provider.GetPort(), chartGRPCPort(t); got != want {
+	if got, want := c.provider.GetPort(), envoytest.ChartGRPCPort(t, "../../charts/limiterd/values.yaml"); got != want {
 		t.Errorf("provider port %d, want the chart's grpcPort %d", got, want)
 	}
 	if c.provider.GetFailOpen() {

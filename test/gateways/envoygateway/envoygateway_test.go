@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/limiterd/limiterd/api/v1alpha1"
+	"github.com/limiterd/limiterd/internal/envoytest"
 	"github.com/limiterd/limiterd/internal/testsupport"
 	"github.com/limiterd/limiterd/limiterd/extauthz"
 )
@@ -29,30 +30,6 @@ const (
 	chartService   = "limiterd"
 	chartNamespace = "limiterd"
 )
-
-// chartGRPCPort is the port of the chart's decisions Service that serves gRPC
-// (limiterd.service.grpcPort of charts/limiterd/values.yaml).
-func chartGRPCPort(t *testing.T) int32 {
-	t.Helper()
-	b, err := os.ReadFile("../../../charts/limiterd/values.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var values struct {
-		Limiterd struct {
-			Service struct {
-				GRPCPort int32 `json:"grpcPort"`
-			} `json:"service"`
-		} `json:"limiterd"`
-	}
-	if err := yaml.Unmarshal(b, &values); err != nil {
-		t.Fatal(err)
-	}
-	if values.Limiterd.Service.GRPCPort == 0 {
-		t.Fatal("values.yaml has no limiterd.service.grpcPort")
-	}
-	return values.Limiterd.Service.GRPCPort
-}
 
 // config is docs/gateways/envoy-gateway.yaml, decoded.
 type config struct {
@@ -141,7 +118,7 @@ func TestShippedEnvoyGatewayConfig(t *testing.T) {
 		ref.Name != chartService || ref.Namespace == nil || *ref.Namespace != chartNamespace {
 		t.Errorf("backendRef %+v, want the Service %s/%s", ref, chartNamespace, chartService)
 	}
-	if port := chartGRPCPort(t); ref.Port == nil || *ref.Port != port {
+	if port := gwapiv1.PortNumber(envoytest.ChartGRPCPort(t, "../../../charts/limiterd/values.yaml")); ref.Port == nil || *ref.Port != port {
 		t.Errorf("backendRef port %v, want the chart's grpcPort %d", ptr.Deref(ref.Port, 0), port)
 	}
 	if ea.FailOpen == nil || *ea.FailOpen {
