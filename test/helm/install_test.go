@@ -421,6 +421,9 @@ func TestInstall(t *testing.T) {
 			"STATUS: deployed",
 			"kubectl port-forward -n " + namespace + " svc/" + limiterdName + " 8080:8080",
 			"curl -sS -X POST http://127.0.0.1:8080/v1/allow",
+			// A gateway's address: forward-auth on the decisions port, ext_authz on the gRPC port.
+			"http://" + limiterdName + "." + namespace + ".svc:8080/v1/forward-auth/<namespace>/<name>",
+			"its gRPC ext_authz (Istio's CUSTOM provider, Envoy Gateway's extAuth) use\n" + limiterdName + "." + namespace + ".svc:8081.",
 			// /metrics answers 401 without a token (test/cluster): NOTES shows how to get one.
 			"--clusterrole=" + limiterdName + "-metrics-reader",
 			`curl -sS -H "Authorization: Bearer $(kubectl create token metrics-probe -n ` + namespace + `)"`,
