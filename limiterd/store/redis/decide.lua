@@ -178,8 +178,10 @@ reply[REPLY_NOW_S], reply[REPLY_NOW_N] = nows, nown
 local at = {REPLY_LIMITS - 1, REPLY_LIMITS - 1 + LIMIT_REPLY, REPLY_LIMITS - 1 + 2 * LIMIT_REPLY, REPLY_LIMITS - 1 + 3 * LIMIT_REPLY}
 local convert = false
 for i = 1, n do convert = convert or limits[i].raw end
-if convert then -- Go converts the raw states first; nothing is written
-  reply[REPLY_OUTCOME] = OUTCOME_CONVERT
+-- A conversion (Go converts the raw states first; nothing is written) and a peek (what one unit
+-- would get) answer each limit's state as it is.
+if convert or mode == MODE_PEEK then
+  reply[REPLY_OUTCOME] = convert and OUTCOME_CONVERT or OUTCOME_PEEKED
   for i = 1, n do
     local l = limits[i]
     if l.tb then
@@ -189,7 +191,7 @@ if convert then -- Go converts the raw states first; nothing is written
     elseif l.raw then
       reply[at[i] + R_STATE], reply[at[i] + R_RAW] = STATE_RAW, l.raw
     else
-      swReply(reply, at[i], l, cost, false)
+      swReply(reply, at[i], l, cost, not convert and swAdmits(l, cost))
     end
   end
   return reply
@@ -219,21 +221,6 @@ if mode == MODE_REFUND then
       swRefund(l, cost)
       swReply(reply, at[i], l, 1, swAdmits(l, 1))
       reply[gained + i] = reply[at[i] + R_REMAINING] - before
-    end
-  end
-  return reply
-end
-
-if mode == MODE_PEEK then -- what one unit would get
-  reply[REPLY_OUTCOME] = OUTCOME_PEEKED
-  for i = 1, n do
-    local l = limits[i]
-    if l.tb then
-      tbReply(reply, at[i], l)
-    elseif l.qt then
-      qtReply(reply, at[i], l)
-    else
-      swReply(reply, at[i], l, cost, swAdmits(l, cost))
     end
   end
   return reply
