@@ -23,6 +23,48 @@ local nows, nown
 -- writes an integer below 2^53 as its digits, and it stays below 2^42 (a refill of at most 366
 -- days).
 
+-- Token buckets. An instant or duration is three exact integers (s, n, f): s seconds + n ns +
+-- f/rate ns, with 0 <= n < 1e9 and 0 <= f < rate <= 1e9. The state at the key is the string
+-- "<fingerprint> <s> <n> <f>", its TAT, or absent (fresh); a list there is a sliding window's.
+-- A conversion never gives usage back (the package documentation): a token bucket's state that
+-- other parameters wrote, or a sliding window's log, is answered to Go, which converts it
+-- exactly (tbConvert).
+--
+-- This section is the decision: the script makes its functions before the entry script's own
+-- way for a decision on one token bucket (decide.lua), the most common call, which makes no other
+-- function and no table but its reply. They take and return numbers, not a bucket's table.
+
+-- tbDebt reports whether the bucket whose block of arguments follows ARGV[o], at the TAT (ts, tn,
+-- tf; ts false: fresh), admits the cost of its block, and returns the debt it would leave: the
+-- debt owed (how far the TAT lies ahead of now, 0 if it does not) plus the cost. TokenBucket.debt
+-- clamps the debt owed to tau; for a decision's cost (above 0: a cost of 0 is a peek) the clamp
+-- changes nothing: the debt left exceeds tau with it exactly when it does without it, and it is
+-- written only when it does not.
+local function tbDebt(o, ts, tn, tf)
+  if ARGV[o + TB_COST_S] == '' then return false end -- the cost exceeds the capacity
+  local s, m, f = tonumber(ARGV[o + TB_COST_S]), tonumber(ARGV[o + TB_COST_N]), tonumber(ARGV[o + TB_COST_F])
+  if ts and (ts > nows or ts == nows and (tn > nown or tn == nown and tf > 0)) then
+    -- Plus the TAT, less now: each sum of limbs is carried once (f < 2 rate, -1e9 < m < 2e9).
+    s, m, f = s + ts - nows, m + tn - nown, f + tf
+    local rate = tonumber(ARGV[o + TB_RATE])
+    if f >= rate then f, m = f - rate, m + 1 end
+    if m >= 1e9 then m, s = m - 1e9, s + 1 elseif m < 0 then m, s = m + 1e9, s - 1 end
+  end
+  local taus, taun = tonumber(ARGV[o + TB_TAU_S]), tonumber(ARGV[o + TB_TAU_N])
+  return s < taus or s == taus and (m < taun or m == taun and f <= tonumber(ARGV[o + TB_TAU_F])), s, m, f
+end
+
+-- tbSet writes at key k the TAT (ts, tn, tf) of the strategy fp, by default now + (s, m, f) (a
+-- debt of (s, m, f)), expiring once the bucket is full again: (s, m, f) from now.
+local function tbSet(k, fp, s, m, f, ts, tn, tf)
+  if not ts then
+    ts, tn, tf = nows + s, nown + m, f
+    if tn >= 1e9 then tn, ts = tn - 1e9, ts + 1 end
+  end
+  redis.call('SET', k, string.format('%s %d %d %d', fp, ts, tn, tf), 'PX',
+    math.max(1, s * 1000 + math.ceil((m + (f > 0 and 1 or 0)) / 1000000) + tonumber(ARGV[ARG_SLACK_MS])))
+end
+
 -- Sliding-window logs read by the other algorithms. logOfOther reads the list at key k as a
 -- token bucket or a quota finds it there: raw identifies the log (its header and newest entry)
 -- for Go to convert (tbConvert, qtConvert), and used is the units it holds in its own window at
@@ -51,40 +93,8 @@ local function logOfOther(k)
   return raw, used
 end
 
--- Token buckets. An instant or duration is three exact integers (s, n, f): s seconds + n ns +
--- f/rate ns, with 0 <= n < 1e9 and 0 <= f < rate <= 1e9. The state at the key is the string
--- "<fingerprint> <s> <n> <f>", its TAT, or absent (fresh); a list there is a sliding window's.
--- A conversion never gives usage back (the package documentation): a token bucket's state that
--- other parameters wrote, or a sliding window's log, is answered to Go, which converts it
--- exactly (tbConvert).
-local function less(as, an, af, bs, bn, bf)
-  if as ~= bs then return as < bs end
-  if an ~= bn then return an < bn end
-  return af < bf
-end
-local function add(rate, as, an, af, bs, bn, bf)
-  local s, m, f = as + bs, an + bn, af + bf
-  if f >= rate then f, m = f - rate, m + 1 end
-  if m >= 1e9 then m, s = m - 1e9, s + 1 end
-  return s, m, f
-end
-local function sub(rate, as, an, af, bs, bn, bf) -- a >= b
-  local s, m, f = as - bs, an - bn, af - bf
-  if f < 0 then f, m = f + rate, m - 1 end
-  if m < 0 then m, s = m + 1e9, s - 1 end
-  return s, m, f
-end
-
--- tbOwed returns how far the bucket's TAT lies ahead of now, unclamped: beyond a full refill for
--- a debt carried from other parameters or after a clock that jumped backwards (TokenBucket.owed);
--- 0 for a fresh bucket. It is computed where it is used, not kept in the bucket's table: each
--- field more a decision makes costs Redis more than the subtraction.
-local function tbOwed(b)
-  if b.ts and less(nows, nown, 0, b.ts, b.tn, b.tf) then return sub(b.rate, b.ts, b.tn, b.tf, nows, nown, 0) end
-  return 0, 0, 0
-end
-
--- tbLoad reads the token bucket at key k whose block of arguments follows ARGV[o]. A state
+-- Token buckets: a limit of the general way (a stack, a peek, a refund, a conversion), in a
+-- table. tbLoad reads the token bucket at key k whose block of arguments follows ARGV[o]. A state
 -- that other parameters wrote is kept as raw (Go converts it: tbConvert). Another algorithm's
 -- state is other: a sliding window's log is raw too, identified by its header and newest entry,
 -- with the units it holds in its own window at now (used: SlidingWindow.usedUnits), which Go
@@ -94,7 +104,6 @@ local function tbLoad(k, o)
   -- few enough for the table's smaller size (16); raw, used, converted, other and the stack's
   -- tb and admits are nil until set.
   local b = {k = k, o = o, fp = ARGV[o + L_FINGERPRINT], rate = tonumber(ARGV[o + TB_RATE]),
-    taus = tonumber(ARGV[o + TB_TAU_S]), taun = tonumber(ARGV[o + TB_TAU_N]), tauf = tonumber(ARGV[o + TB_TAU_F]),
     ts = false, tn = 0, tf = 0, xs = 0, xn = 0, xf = 0}
   local v = redis.pcall('GET', k)
   if type(v) == 'table' then
@@ -112,23 +121,11 @@ local function tbLoad(k, o)
 end
 
 -- tbAdmits reports whether the bucket admits the cost of its arguments, and keeps the debt it
--- would leave (x): the debt owed, at most tau (TokenBucket.debt), plus the cost.
+-- would leave (x: tbDebt).
 local function tbAdmits(b)
-  local o = b.o
-  if ARGV[o + TB_COST_S] == '' then return false end -- the cost exceeds the capacity
-  local ds, dn, df = tbOwed(b)
-  if not less(ds, dn, df, b.taus, b.taun, b.tauf) then ds, dn, df = b.taus, b.taun, b.tauf end
-  b.xs, b.xn, b.xf = add(b.rate, ds, dn, df,
-    tonumber(ARGV[o + TB_COST_S]), tonumber(ARGV[o + TB_COST_N]), tonumber(ARGV[o + TB_COST_F]))
-  return not less(b.taus, b.taun, b.tauf, b.xs, b.xn, b.xf)
-end
-
--- tbSet writes the TAT (ts, tn, tf), by default now + (s, m, f) (a debt of (s, m, f)), expiring
--- once the bucket is full again: (s, m, f) from now.
-local function tbSet(b, s, m, f, ts, tn, tf)
-  if not ts then ts, tn, tf = add(b.rate, nows, nown, 0, s, m, f) end
-  redis.call('SET', b.k, string.format('%s %d %d %d', b.fp, ts, tn, tf), 'PX',
-    math.max(1, s * 1000 + math.ceil((m + (f > 0 and 1 or 0)) / 1000000) + tonumber(ARGV[ARG_SLACK_MS])))
+  local admits
+  admits, b.xs, b.xn, b.xf = tbDebt(b.o, b.ts, b.tn, b.tf)
+  return admits
 end
 
 -- tbReply answers, at reply[at + R_*], the state the decision was made on: fresh, a TAT (charged
@@ -149,9 +146,29 @@ local function tbReply(reply, at, b)
   end
 end
 
-
 -- Token buckets: conversions and refunds, in the scripts of the calls that need them (a call
 -- that refunds or carries a conversion: script.go).
+local function less(as, an, af, bs, bn, bf)
+  if as ~= bs then return as < bs end
+  if an ~= bn then return an < bn end
+  return af < bf
+end
+local function sub(rate, as, an, af, bs, bn, bf) -- a >= b
+  local s, m, f = as - bs, an - bn, af - bf
+  if f < 0 then f, m = f + rate, m - 1 end
+  if m < 0 then m, s = m + 1e9, s - 1 end
+  return s, m, f
+end
+
+-- tbOwed returns how far the bucket's TAT lies ahead of now, unclamped: beyond a full refill for
+-- a debt carried from other parameters or after a clock that jumped backwards (TokenBucket.owed);
+-- 0 for a fresh bucket. It is computed where it is used, not kept in the bucket's table: each
+-- field more a decision makes costs Redis more than the subtraction.
+local function tbOwed(b)
+  if b.ts and less(nows, nown, 0, b.ts, b.tn, b.tf) then return sub(b.rate, b.ts, b.tn, b.tf, nows, nown, 0) end
+  return 0, 0, 0
+end
+
 -- tbConvert takes the TAT Go converted the raw state from to (s "": fresh), if the key still
 -- holds that state: another token bucket's debt carried exactly and unclamped, or a sliding
 -- window's used units charged (TokenBucket.Charged).
@@ -172,7 +189,7 @@ local function tbKeep(b)
     return
   end
   local os, on, of = tbOwed(b)
-  tbSet(b, os, on, of, b.ts, b.tn, b.tf)
+  tbSet(b.k, b.fp, os, on, of, b.ts, b.tn, b.tf)
 end
 
 -- tbRefund moves the TAT back by the refund's interval (the cost arguments), never before now:
@@ -185,7 +202,7 @@ local function tbRefund(b)
   local cs, cn, cf = tonumber(ARGV[o + TB_COST_S]), tonumber(ARGV[o + TB_COST_N]), tonumber(ARGV[o + TB_COST_F])
   local rs, rn, rf = 0, 0, 0
   if less(cs, cn, cf, os, on, of) then rs, rn, rf = sub(b.rate, os, on, of, cs, cn, cf) end
-  tbSet(b, rs, rn, rf)
+  tbSet(b.k, b.fp, rs, rn, rf)
 end
 
 -- Sliding windows. The state at the key is the list [fingerprint, epoch, base, at_1, cum_1,

@@ -55,6 +55,33 @@ else
 end
 local cost -- parsed where a sliding window or a quota needs it: a token bucket's is in its block
 
+-- A decision on one token bucket, the most common call, goes its own way: its state read into
+-- locals, decided and written by the token bucket's decision (tbDebt, tbSet: the only functions
+-- the script made so far), and answered, before the script makes the rest of the library (Go
+-- joins it after this part: script.go) or any table but the reply. A state that Go must
+-- convert, or another algorithm's, goes the general way.
+if n == 1 and mode == MODE_DECIDE and ARGV[ARGS + L_ALGORITHM] == ALGORITHM_TOKEN_BUCKET and #ARGV == ARGS + TB_ARGS then
+  local k, fp = KEYS[1], ARGV[ARGS + L_FINGERPRINT]
+  local v, ts, tn, tf = redis.pcall('GET', k), false, 0, 0
+  local own = not v -- fresh
+  if type(v) == 'string' then
+    local vfp, s, m, f = string.match(v, '^(%S+) (%-?%d+) (%d+) (%d+)$')
+    own = vfp == fp
+    if own then ts, tn, tf = tonumber(s), tonumber(m), tonumber(f) end
+  end
+  if own then
+    local admits, xs, xn, xf = tbDebt(ARGS, ts, tn, tf)
+    if admits then tbSet(k, fp, xs, xn, xf) end
+    local reply = {0, 0, 0, 0, 0, 0, 0}
+    reply[REPLY_OUTCOME], reply[REPLY_NOW_S], reply[REPLY_NOW_N] = admits and OUTCOME_ADMITTED or OUTCOME_REJECTED, nows, nown
+    reply[REPLY_LIMITS - 1 + R_STATE] = ts and STATE_TAT or STATE_FRESH
+    reply[REPLY_LIMITS - 1 + R_TAT_S], reply[REPLY_LIMITS - 1 + R_TAT_N], reply[REPLY_LIMITS - 1 + R_TAT_F] = ts or 0, tn, tf
+    return reply
+  end
+end
+
+-- The general way, after the rest of the library (Go joins it here: script.go).
+
 -- decided writes limit l's new state (a token bucket's if tb) if the stack admits the cost
 -- (all), deleting first a state that another algorithm left under its key (converted: its used
 -- units are charged to l), and answers its block after at.
@@ -65,7 +92,7 @@ local function decided(reply, at, l, tb, all)
     if all then qtAdmit(l, cost) end
   elseif tb then
     tbReply(reply, at, l) -- the state decided on
-    if all then tbSet(l, l.xs, l.xn, l.xf) end
+    if all then tbSet(l.k, l.fp, l.xs, l.xn, l.xf) end
   elseif all then
     local used = l.used
     swAdmit(l, cost)
@@ -76,17 +103,13 @@ local function decided(reply, at, l, tb, all)
   end
 end
 
--- The most common call, a decision on one limit and no conversion, goes the general way below
+-- A decision on one sliding window or quota, and no conversion, goes the general way below
 -- without its tables and loops: the same functions on the one limit. A limit whose state Go must
 -- convert goes the general way.
 if n == 1 and mode == MODE_DECIDE then
   local algorithm, l = ARGV[ARGS + L_ALGORITHM], nil
-  local tb = algorithm == ALGORITHM_TOKEN_BUCKET
-  if not tb then cost = tonumber(ARGV[ARG_COST]) end
-  if tb and #ARGV == ARGS + TB_ARGS then
-    l = tbLoad(KEYS[1], ARGS)
-    if l.raw then l = nil end
-  elseif algorithm == ALGORITHM_SLIDING_WINDOW and #ARGV == ARGS + SW_ARGS then
+  cost = tonumber(ARGV[ARG_COST])
+  if algorithm == ALGORITHM_SLIDING_WINDOW and #ARGV == ARGS + SW_ARGS then
     l = swLoad(KEYS[1], ARGS)
     if l.raw then l = nil end
   elseif algorithm == ALGORITHM_QUOTA and #ARGV == ARGS + QT_ARGS then
@@ -96,9 +119,7 @@ if n == 1 and mode == MODE_DECIDE then
   if l then
     local admits
     local reply = {0, 0, 0, 0, 0, 0, 0}
-    if tb then
-      admits = tbAdmits(l)
-    elseif l.qt then
+    if l.qt then
       if qtNeedsPeriod(l, cost) then
         reply[REPLY_OUTCOME], reply[REPLY_NOW_S], reply[REPLY_NOW_N] = OUTCOME_PERIOD, nows, nown
         return reply
@@ -109,7 +130,7 @@ if n == 1 and mode == MODE_DECIDE then
     end
     reply[REPLY_OUTCOME] = admits and OUTCOME_ADMITTED or OUTCOME_REJECTED
     reply[REPLY_NOW_S], reply[REPLY_NOW_N] = nows, nown
-    decided(reply, REPLY_LIMITS - 1, l, tb, admits)
+    decided(reply, REPLY_LIMITS - 1, l, false, admits)
     return reply
   end
 end
@@ -157,8 +178,10 @@ reply[REPLY_NOW_S], reply[REPLY_NOW_N] = nows, nown
 local at = {REPLY_LIMITS - 1, REPLY_LIMITS - 1 + LIMIT_REPLY, REPLY_LIMITS - 1 + 2 * LIMIT_REPLY, REPLY_LIMITS - 1 + 3 * LIMIT_REPLY}
 local convert = false
 for i = 1, n do convert = convert or limits[i].raw end
-if convert then -- Go converts the raw states first; nothing is written
-  reply[REPLY_OUTCOME] = OUTCOME_CONVERT
+-- A conversion (Go converts the raw states first; nothing is written) and a peek (what one unit
+-- would get) answer each limit's state as it is.
+if convert or mode == MODE_PEEK then
+  reply[REPLY_OUTCOME] = convert and OUTCOME_CONVERT or OUTCOME_PEEKED
   for i = 1, n do
     local l = limits[i]
     if l.tb then
@@ -168,7 +191,7 @@ if convert then -- Go converts the raw states first; nothing is written
     elseif l.raw then
       reply[at[i] + R_STATE], reply[at[i] + R_RAW] = STATE_RAW, l.raw
     else
-      swReply(reply, at[i], l, cost, false)
+      swReply(reply, at[i], l, cost, not convert and swAdmits(l, cost))
     end
   end
   return reply
@@ -198,21 +221,6 @@ if mode == MODE_REFUND then
       swRefund(l, cost)
       swReply(reply, at[i], l, 1, swAdmits(l, 1))
       reply[gained + i] = reply[at[i] + R_REMAINING] - before
-    end
-  end
-  return reply
-end
-
-if mode == MODE_PEEK then -- what one unit would get
-  reply[REPLY_OUTCOME] = OUTCOME_PEEKED
-  for i = 1, n do
-    local l = limits[i]
-    if l.tb then
-      tbReply(reply, at[i], l)
-    elseif l.qt then
-      qtReply(reply, at[i], l)
-    else
-      swReply(reply, at[i], l, cost, swAdmits(l, cost))
     end
   end
   return reply

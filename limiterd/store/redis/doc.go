@@ -65,7 +65,8 @@
 // script (decide.lua), joined by Go with each protocol name replaced by its value from
 // protocol.go (script.go); a call runs the library sections it may need only (its algorithms';
 // conversions and refunds only when it carries one), since Redis makes every function of a
-// script anew on each call. A single limit is decided as the stack of its one limit,
+// script anew on each call; a decision on one token bucket returns before the script makes any
+// function but the token bucket's decision (script.go). A single limit is decided as the stack of its one limit,
 // named "default". A stacked tier's limits are decided over one key per limit:
 // LimitKey, the client's key followed by ':' and the limit's name (the limit named "default"
 // uses the client's key itself, the state of a tier of one limit). The keys share the client's

@@ -21,7 +21,7 @@ import (
 // nothing; else a reset mark at or after the charge's instant answers resetStatus and changes
 // nothing (the reset deleted the charge); a refund made (outcome outcomeRefunded, not a
 // conversion request) writes the record in the same script call.
-var onceScripts = joinScripts(onceEntry)
+var onceScripts = joinScripts(entry{rest: onceEntry})
 
 // onceEntry is the entry script of onceScripts: decide.lua's, within the record's check and write.
 var onceEntry = `-- Refund: decide.lua with the record of a refund and the check of the client's resets.

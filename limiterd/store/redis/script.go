@@ -11,7 +11,7 @@ import (
 )
 
 // The decision script is put together here, once: the library of the algorithms
-// (algorithms.lua), then the entry script (decide.lua), with each name of the protocol replaced
+// (algorithms.lua) and the entry script (decide.lua), with each name of the protocol replaced
 // by its value (protocolNames, from protocol.go). Redis runs one script per EVALSHA, with no
 // require: each piece is embedded, and the pieces are joined.
 //
@@ -23,6 +23,11 @@ import (
 // its limits' algorithms, and the sections of conversions and refunds only when it refunds or
 // carries a conversion (scripts.of). The entry script calls no function of a section its script
 // lacks (an undefined name is an error only when it runs).
+//
+// The most common call, a decision on one token bucket, makes only the functions it calls: the
+// token bucket's decision section comes first, then the entry script's head (up to its line
+// entrySplit), which decides such a call and returns, then the other sections, then the rest of
+// the entry script. A function is made when the script's body reaches it.
 var (
 	//go:embed algorithms.lua
 	algorithmsSource string
@@ -33,7 +38,7 @@ var (
 	//go:embed resetscan.lua
 	resetScanSource string
 
-	decideScripts   = joinScripts(decideEntry)
+	decideScripts   = joinScripts(entryHead(decideEntry))
 	resetScript     = newScript(resetSource)
 	resetScanScript = newScript(resetScanSource)
 )
@@ -50,19 +55,22 @@ const (
 
 // The lines that start the library's sections, in their order: before the first, what every
 // algorithm uses. Each algorithm has a section that every call of it needs, and one of what only
-// a call that refunds or carries a conversion runs (a full script).
+// a call that refunds or carries a conversion runs (a full script). A first section goes before
+// the entry script's head, the others after it.
 var sections = [...]struct {
 	start string
 	of    algorithms
 	full  bool
+	first bool
 }{
-	{"\n-- Sliding-window logs read by the other algorithms.", withTokenBucket | withQuota, false},
-	{"\n-- Token buckets. ", withTokenBucket, false},
-	{"\n-- Token buckets: conversions and refunds", withTokenBucket, true},
-	{"\n-- Sliding windows. ", withSlidingWindow, false},
-	{"\n-- Sliding windows: conversions and refunds", withSlidingWindow, true},
-	{"\n-- Quotas. ", withQuota, false},
-	{"\n-- Quotas: conversions and refunds", withQuota, true},
+	{"\n-- Token buckets. ", withTokenBucket, false, true},
+	{"\n-- Sliding-window logs read by the other algorithms.", withTokenBucket | withQuota, false, false},
+	{"\n-- Token buckets: a limit of the general way", withTokenBucket, false, false},
+	{"\n-- Token buckets: conversions and refunds", withTokenBucket, true, false},
+	{"\n-- Sliding windows. ", withSlidingWindow, false, false},
+	{"\n-- Sliding windows: conversions and refunds", withSlidingWindow, true, false},
+	{"\n-- Quotas. ", withQuota, false, false},
+	{"\n-- Quotas: conversions and refunds", withQuota, true, false},
 }
 
 // script is the decision script of one set of algorithms.
@@ -85,9 +93,27 @@ func (s *scripts) of(c *call) *script {
 	return &s[c.algorithms][0]
 }
 
-// joinScripts returns the scripts whose entry is entry: for each set of algorithms, lean and
-// full, the library's sections, then entry, each protocol name replaced by its value.
-func joinScripts(entry string) *scripts {
+// entrySplit is the line of decide.lua that ends its head: what follows needs the library's
+// sections that are not first, which Go joins after it.
+const entrySplit = "\n-- The general way, after the rest of the library (Go joins it here: script.go).\n"
+
+// entry is an entry script cut in two: its head, joined before the library's sections that are
+// not first, and the rest, joined after them.
+type entry struct{ head, rest string }
+
+// entryHead returns the entry script source cut after its line entrySplit.
+func entryHead(source string) entry {
+	head, rest, ok := strings.Cut(source, entrySplit)
+	if !ok {
+		panic("decide.lua: no line " + strings.TrimSpace(entrySplit))
+	}
+	return entry{head + entrySplit, rest}
+}
+
+// joinScripts returns the scripts whose entry is e: for each set of algorithms, lean and full,
+// the library's first sections, e's head, the other sections, then e's rest, each protocol name
+// replaced by its value.
+func joinScripts(e entry) *scripts {
 	var parts [len(sections) + 1]string // what every algorithm uses, then each section
 	rest := algorithmsSource
 	for i, sec := range sections {
@@ -101,13 +127,17 @@ func joinScripts(entry string) *scripts {
 	var all scripts
 	for set := withTokenBucket; set <= withAll; set++ {
 		for full := range 2 {
-			src := parts[0]
+			first, after := parts[0], ""
 			for i, sec := range sections {
-				if set&sec.of != 0 && (full == 1 || !sec.full) {
-					src += parts[i+1]
+				switch {
+				case set&sec.of == 0 || full == 0 && sec.full:
+				case sec.first:
+					first += parts[i+1]
+				default:
+					after += parts[i+1]
 				}
 			}
-			src = withProtocol(src + "\n" + entry)
+			src := withProtocol(first + "\n" + e.head + after + "\n" + e.rest)
 			all[set][full] = newScript(src)
 		}
 	}
