@@ -376,17 +376,17 @@ func (m *Memory) DecideBatch(ctx context.Context, reqs []Request, now time.Time,
 // grown logs).
 //
 // A stack of one limit named DefaultLimitName, every tier of one limit, is the common case:
-// applyOne decides a compact one (token bucket, quota) on its own, by the rules of applyStack.
-// A stack of one sliding window gets working space for one limit.
+// applyOne decides a compact one (token bucket, quota: Stack.one) on its own, by the rules of
+// applyStack. Any other stack of one limit gets working space for one limit.
 func (m *Memory) applyAny(key string, st *Stack, now time.Time, cost int64, o op, out []Decision) (d Decision, added bool) {
-	if st.Len() == 1 {
-		if st.names[0] == DefaultLimitName && st.limits[0].Algorithm() != AlgorithmSlidingWindow {
-			d, added = m.applyOne(key, st.limits[0], now, cost, o)
-			if out != nil {
-				out[0] = d
-			}
-			return d, added
+	if rl := st.one; rl != nil {
+		d, added = m.applyOne(key, rl, now, cost, o)
+		if out != nil {
+			out[0] = d
 		}
+		return d, added
+	}
+	if st.Len() == 1 {
 		var (
 			limits [1]stackLimit
 			own    [1]Decision
