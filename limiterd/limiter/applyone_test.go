@@ -36,7 +36,12 @@ func TestApplyOneMatchesStack(t *testing.T) {
 			if o == opDecide && cost == 0 {
 				o, cost = opPeek, 1
 			}
-			got, _ := fast.applyAny(key, st, now, cost, o, nil)
+			var got Decision
+			if st.one != nil { // as Memory.Decide chooses
+				got, _ = fast.applyOne(key, st.one, now, cost, o)
+			} else {
+				got, _ = fast.applyStacked(key, st, now, cost, o, nil)
+			}
 			var limits [MaxStack]stackLimit
 			var out [MaxStack]Decision
 			slow.applyStack(key, st, now, cost, o, limits[:], out[:], nil)
