@@ -443,7 +443,7 @@ func (m *Memory) applyOne(key string, rl RateLimiter, now time.Time, cost int64,
 		return d, false
 	}
 	was := s.stamp
-	if tb, ok := rl.(*TokenBucket); ok { // the most common: a call the compiler can inline
+	if tb, ok := rl.(*TokenBucket); ok { // the most common: a direct call, no interface dispatch (too large to inline)
 		d = tb.Decide(&s, now, cost)
 	} else {
 		d = decide(rl, &s, now, cost)
