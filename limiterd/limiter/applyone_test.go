@@ -36,7 +36,12 @@ func TestApplyOneMatchesStack(t *testing.T) {
 			if o == opDecide && cost == 0 {
 				o, cost = opPeek, 1
 			}
-			got, _ := fast.applyAny(key, st, now, cost, o, nil)
+			var got Decision
+			if st.one != nil { // as Memory.Decide chooses
+				got, _ = fast.applyOne(key, st.one, now, cost, o)
+			} else {
+				got, _ = fast.applyStacked(key, st, now, cost, o, nil)
+			}
 			var limits [MaxStack]stackLimit
 			var out [MaxStack]Decision
 			slow.applyStack(key, st, now, cost, o, limits[:], out[:], nil)
@@ -47,6 +52,36 @@ func TestApplyOneMatchesStack(t *testing.T) {
 			if fast.Len() != slow.Len() {
 				t.Fatalf("seed %d step %d: one-limit path keeps %d clients, stack path %d", seed, step, fast.Len(), slow.Len())
 			}
+		}
+	}
+}
+
+// TestStackOne: the memory store's fast case (Stack.one, decided by applyOne) is exactly a stack
+// of one compact limit (a token bucket or a quota) named DefaultLimitName, whose state is the
+// client's key alone. A limit of another name keeps its state under a stack key, and a sliding
+// window's state is not compact: applyStack decides those.
+func TestStackOne(t *testing.T) {
+	tb, _ := NewTokenBucket(5, 2, time.Second)
+	sw, _ := NewSlidingWindow(4, time.Second)
+	quota, _ := NewQuota(6, PeriodDay, time.UTC)
+	for _, tc := range []struct {
+		name   string
+		names  []string
+		limits []RateLimiter
+		want   RateLimiter
+	}{
+		{"a token bucket named default", []string{DefaultLimitName}, []RateLimiter{tb}, tb},
+		{"a quota named default", []string{DefaultLimitName}, []RateLimiter{quota}, quota},
+		{"a sliding window named default", []string{DefaultLimitName}, []RateLimiter{sw}, nil},
+		{"a token bucket of another name", []string{"burst"}, []RateLimiter{tb}, nil},
+		{"two limits, the first a token bucket named default", []string{DefaultLimitName, "daily"}, []RateLimiter{tb, quota}, nil},
+	} {
+		st, err := NewStack(tc.names, tc.limits)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if st.one != tc.want {
+			t.Errorf("%s: the fast case's limit is %v, want %v", tc.name, st.one, tc.want)
 		}
 	}
 }

@@ -188,7 +188,7 @@ func (m *Memory) applyStack(key string, st *Stack, now time.Time, cost int64, o 
 	allowed := true
 	for i, rl := range st.limits {
 		l := &limits[i]
-		// Concrete calls for the two rates, which the compiler can inline.
+		// Direct calls for the two rates, not through the interface (too large to inline).
 		switch rl := rl.(type) {
 		case *SlidingWindow:
 			if l.w != nil {

@@ -35,6 +35,11 @@ const DefaultLimitName = "default"
 type Stack struct {
 	names  []string
 	limits []RateLimiter
+	// one is the stack's limit when it is a single-limit tier's (one limit, named
+	// DefaultLimitName) whose state is compact (a token bucket or a quota), the common case, which
+	// the memory store decides without a stack's working space (Memory.applyOne); nil otherwise.
+	// Set once here, it spares each decision a name comparison and an interface call.
+	one RateLimiter
 }
 
 // NewStack returns the stack of the given limits, in order: 1 to MaxStack token buckets,
@@ -70,7 +75,11 @@ func NewStack(names []string, limits []RateLimiter) (*Stack, error) {
 			}
 		}
 	}
-	return &Stack{names: append([]string(nil), names...), limits: append([]RateLimiter(nil), limits...)}, nil
+	st := &Stack{names: append([]string(nil), names...), limits: append([]RateLimiter(nil), limits...)}
+	if len(limits) == 1 && names[0] == DefaultLimitName && limits[0].Algorithm() != AlgorithmSlidingWindow {
+		st.one = limits[0]
+	}
+	return st, nil
 }
 
 // Len returns the number of limits.
