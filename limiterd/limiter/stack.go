@@ -76,8 +76,11 @@ func NewStack(names []string, limits []RateLimiter) (*Stack, error) {
 		}
 	}
 	st := &Stack{names: append([]string(nil), names...), limits: append([]RateLimiter(nil), limits...)}
-	if len(limits) == 1 && names[0] == DefaultLimitName && limits[0].Algorithm() != AlgorithmSlidingWindow {
-		st.one = limits[0]
+	if len(limits) == 1 && names[0] == DefaultLimitName {
+		switch limits[0].(type) {
+		case *TokenBucket, *Quota: // compact states; every other algorithm takes the stack's way
+			st.one = limits[0]
+		}
 	}
 	return st, nil
 }
