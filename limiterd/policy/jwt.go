@@ -1,10 +1,10 @@
 package policy
 
 import (
-	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/limiterd/limiterd/api/v1alpha1"
+	"github.com/limiterd/limiterd/limiterd/internal/jsonscan"
 )
 
 // A JWTClaim key source reads a claim of a JSON Web Token (RFC 7519) in JWS compact form
@@ -89,17 +89,8 @@ func appendJWTClaim(dst []byte, prefix, token string, path []string) (out []byte
 	case v.kind == claimNone || v.start == v.end:
 		return dst, false, true
 	}
-	raw := payload[v.start:v.end]
 	dst = append(dst, prefix...)
-	if v.kind == claimInteger || !v.escaped {
-		return append(dst, raw...), true, true
-	}
-	for i := 0; i < len(raw); {
-		r, n := nextRune(raw, i)
-		dst = utf8.AppendRune(dst, r)
-		i += n
-	}
-	return dst, true, true
+	return append(dst, payload[v.start:v.end]...), true, true
 }
 
 // decodeJWTPayload decodes the payload segment of token into buf, and reports whether token is
@@ -186,330 +177,87 @@ const (
 // claimValue is the value of the claim findClaim looked for.
 type claimValue struct {
 	kind claimKind
-	// start and end delimit the value as written in the payload (indexes, not a slice, so that
-	// the payload need not escape to the heap): a string's contents between its quotes, with
-	// escapes when escaped, an integer's characters.
+	// start and end delimit the value in the payload (indexes, not a slice, so that the payload
+	// need not escape to the heap): a string's contents decoded, an integer's characters.
 	start, end int
-	escaped    bool
 }
 
 // findClaim reads payload, which must be one JSON object, and returns the value at path (each
 // name a member of the object the previous one names). It reports false when payload is no JSON
-// object in valid UTF-8, or when an object on the path names the next name of path twice.
+// object in valid UTF-8, or when an object on the path names the next name of path twice. It
+// decodes the names on the path, and the claim, in place: payload is the reader's to change.
 func findClaim(payload []byte, path []string) (claimValue, bool) {
-	r := claimReader{b: payload}
-	var v claimValue
-	r.space()
-	if r.i >= len(r.b) || r.b[r.i] != '{' || !r.object(path, &v) {
+	// Outside its strings, well-formed JSON is ASCII: so all of it is valid UTF-8 when its
+	// strings are, and the strings skipped need not be checked one by one.
+	if !utf8.Valid(payload) {
 		return claimValue{}, false
 	}
-	r.space()
-	return v, r.i == len(r.b)
-}
-
-// claimReader is a validating JSON reader over b, at b[i].
-type claimReader struct {
-	b []byte
-	i int
-}
-
-func (r *claimReader) space() {
-	for r.i < len(r.b) {
-		switch r.b[r.i] {
-		case ' ', '\t', '\n', '\r':
-			r.i++
-		default:
-			return
-		}
+	s := jsonscan.Scanner{Data: payload}
+	var v claimValue
+	s.SkipSpace()
+	if s.Pos >= len(payload) || payload[s.Pos] != '{' || !findMember(&s, path, &v) {
+		return claimValue{}, false
 	}
+	s.SkipSpace()
+	return v, s.Pos == len(payload)
 }
 
-// next reports whether b[i] is c, and if so steps over it.
-func (r *claimReader) next(c byte) bool {
-	if r.i < len(r.b) && r.b[r.i] == c {
-		r.i++
-		return true
-	}
-	return false
-}
-
-// object reads the object at b[i] ('{'). When path is not empty, it looks for the member
-// path[0]: the last name sets *v, another descends into the object it names (a value of another
-// type is skipped: the path names nothing).
-func (r *claimReader) object(path []string, v *claimValue) bool {
-	r.i++ // '{'
-	r.space()
-	if r.next('}') {
+// findMember reads the object at Pos ('{'), looking for the member path[0]: the last name of
+// path sets *v, another descends into the object it names (a value of another type is skipped:
+// the path names nothing).
+func findMember(s *jsonscan.Scanner, path []string, v *claimValue) bool {
+	if s.Open('}') {
 		return true
 	}
 	seen := false
 	for {
-		if r.i >= len(r.b) || r.b[r.i] != '"' {
+		name, f := s.StringInPlace(len(s.Data), jsonscan.Replace)
+		if f.Failed() || s.Colon().Failed() {
 			return false
 		}
-		name, escaped, ok := r.str()
-		if !ok {
-			return false
-		}
-		r.space()
-		if !r.next(':') {
-			return false
-		}
-		r.space()
-		match := len(path) > 0 && nameEquals(name, escaped, path[0])
+		match := len(path) > 0 && string(name) == path[0]
 		if match {
 			if seen {
 				return false
 			}
 			seen = true
 		}
+		var ok bool
 		switch {
 		case match && len(path) == 1:
-			ok = r.claim(v)
-		case match && r.i < len(r.b) && r.b[r.i] == '{':
-			ok = r.object(path[1:], v)
+			ok = readClaim(s, v)
+		case match && s.Pos < len(s.Data) && s.Data[s.Pos] == '{':
+			ok = findMember(s, path[1:], v)
 		default:
-			ok = r.value()
+			ok = !s.Skip(len(s.Data)).Failed()
 		}
 		if !ok {
 			return false
 		}
-		r.space()
-		switch {
-		case r.next('}'):
-			return true
-		case !r.next(','):
-			return false
+		if more, f := s.Next('}'); !more {
+			return !f.Failed()
 		}
-		r.space()
 	}
 }
 
-// claim reads the claim's value at b[i] into *v.
-func (r *claimReader) claim(v *claimValue) bool {
-	if r.i >= len(r.b) {
+// readClaim reads the claim's value at Pos into *v.
+func readClaim(s *jsonscan.Scanner, v *claimValue) bool {
+	if s.Pos >= len(s.Data) {
 		return false
 	}
-	start := r.i
-	switch c := r.b[r.i]; {
+	start := s.Pos
+	switch c := s.Data[s.Pos]; {
 	case c == '"':
-		_, escaped, ok := r.str()
-		*v = claimValue{kind: claimString, start: start + 1, end: r.i - 1, escaped: escaped}
-		return ok
+		b, f := s.StringInPlace(len(s.Data), jsonscan.Replace)
+		*v = claimValue{kind: claimString, start: start + 1, end: start + 1 + len(b)}
+		return !f.Failed()
 	case c == '-' || '0' <= c && c <= '9':
-		integer, ok := r.number()
+		integer, f := s.Number()
 		if integer {
-			*v = claimValue{kind: claimInteger, start: start, end: r.i}
+			*v = claimValue{kind: claimInteger, start: start, end: s.Pos}
 		}
-		return ok
+		return !f.Failed()
 	}
-	return r.value()
-}
-
-// value reads any JSON value at b[i].
-func (r *claimReader) value() bool {
-	if r.i >= len(r.b) {
-		return false
-	}
-	switch c := r.b[r.i]; {
-	case c == '{':
-		return r.object(nil, nil)
-	case c == '[':
-		return r.array()
-	case c == '"':
-		_, _, ok := r.str()
-		return ok
-	case c == '-' || '0' <= c && c <= '9':
-		_, ok := r.number()
-		return ok
-	case c == 't':
-		return r.literal("true")
-	case c == 'f':
-		return r.literal("false")
-	case c == 'n':
-		return r.literal("null")
-	}
-	return false
-}
-
-func (r *claimReader) array() bool {
-	r.i++ // '['
-	r.space()
-	if r.next(']') {
-		return true
-	}
-	for {
-		if !r.value() {
-			return false
-		}
-		r.space()
-		switch {
-		case r.next(']'):
-			return true
-		case !r.next(','):
-			return false
-		}
-		r.space()
-	}
-}
-
-func (r *claimReader) literal(s string) bool {
-	if len(r.b)-r.i < len(s) || string(r.b[r.i:r.i+len(s)]) != s {
-		return false
-	}
-	r.i += len(s)
-	return true
-}
-
-// number reads the number at b[i], and reports whether it has neither fraction nor exponent.
-func (r *claimReader) number() (integer, ok bool) {
-	r.next('-')
-	switch {
-	case r.next('0'):
-	case r.i < len(r.b) && '1' <= r.b[r.i] && r.b[r.i] <= '9':
-		r.digits()
-	default:
-		return false, false
-	}
-	integer = true
-	if r.next('.') {
-		integer = false
-		if !r.digits() {
-			return false, false
-		}
-	}
-	if r.next('e') || r.next('E') {
-		integer = false
-		if !r.next('+') {
-			r.next('-')
-		}
-		if !r.digits() {
-			return false, false
-		}
-	}
-	return integer, true
-}
-
-// digits reads one or more digits, and reports whether there was one.
-func (r *claimReader) digits() bool {
-	start := r.i
-	for r.i < len(r.b) && '0' <= r.b[r.i] && r.b[r.i] <= '9' {
-		r.i++
-	}
-	return r.i > start
-}
-
-// str reads the string at b[i] ('"'), and returns its contents between the quotes, and whether
-// they hold an escape. It refuses a control character and invalid UTF-8.
-func (r *claimReader) str() (s []byte, escaped, ok bool) {
-	r.i++ // '"'
-	start := r.i
-	for r.i < len(r.b) {
-		switch c := r.b[r.i]; {
-		case c == '"':
-			s = r.b[start:r.i]
-			r.i++
-			return s, escaped, true
-		case c == '\\':
-			escaped = true
-			if r.i+1 >= len(r.b) {
-				return nil, false, false
-			}
-			switch r.b[r.i+1] {
-			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-				r.i += 2
-			case 'u':
-				if len(r.b)-r.i < 6 || hex4(r.b[r.i+2:r.i+6]) < 0 {
-					return nil, false, false
-				}
-				r.i += 6
-			default:
-				return nil, false, false
-			}
-		case c < 0x20:
-			return nil, false, false
-		case c < utf8.RuneSelf:
-			r.i++
-		default:
-			c, n := utf8.DecodeRune(r.b[r.i:])
-			if c == utf8.RuneError && n == 1 {
-				return nil, false, false
-			}
-			r.i += n
-		}
-	}
-	return nil, false, false
-}
-
-// hex4 returns the value of four hex digits, -1 when b is not.
-func hex4(b []byte) rune {
-	var v rune
-	for _, c := range b[:4] {
-		switch {
-		case '0' <= c && c <= '9':
-			c -= '0'
-		case 'a' <= c && c <= 'f':
-			c = c - 'a' + 10
-		case 'A' <= c && c <= 'F':
-			c = c - 'A' + 10
-		default:
-			return -1
-		}
-		v = v<<4 | rune(c)
-	}
-	return v
-}
-
-// nextRune decodes the rune at s[i] of a string's contents that str accepted, and returns its
-// length there. A \u escape of a lone surrogate is U+FFFD, as encoding/json decodes it.
-func nextRune(s []byte, i int) (rune, int) {
-	c := s[i]
-	if c != '\\' {
-		if c < utf8.RuneSelf {
-			return rune(c), 1
-		}
-		return utf8.DecodeRune(s[i:])
-	}
-	switch s[i+1] {
-	case 'b':
-		return '\b', 2
-	case 'f':
-		return '\f', 2
-	case 'n':
-		return '\n', 2
-	case 'r':
-		return '\r', 2
-	case 't':
-		return '\t', 2
-	case 'u':
-		r := hex4(s[i+2:])
-		if !utf16.IsSurrogate(r) {
-			return r, 6
-		}
-		if len(s)-i >= 12 && s[i+6] == '\\' && s[i+7] == 'u' {
-			if d := utf16.DecodeRune(r, hex4(s[i+8:])); d != utf8.RuneError {
-				return d, 12
-			}
-		}
-		return utf8.RuneError, 6
-	}
-	return rune(s[i+1]), 2 // '"', '\\', '/'
-}
-
-// nameEquals reports whether the member name s (escaped when it holds escapes) decodes to want.
-func nameEquals(s []byte, escaped bool, want string) bool {
-	if !escaped {
-		return string(s) == want
-	}
-	j := 0
-	for i := 0; i < len(s); {
-		r, n := nextRune(s, i)
-		// want is ASCII (a claim name), so each of its bytes is a rune.
-		if j >= len(want) || r != rune(want[j]) {
-			return false
-		}
-		i += n
-		j++
-	}
-	return j == len(want)
+	// Of another type: no key. The payload's length bounds the depth.
+	return !s.Skip(len(s.Data)).Failed()
 }

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/limiterd/limiterd/limiterd/internal/jsonscan"
 	"github.com/limiterd/limiterd/limiterd/reservation"
 )
 
@@ -53,7 +54,7 @@ var refundFields = jsonFields{
 // The fields of the refunds before reservations (policy, key, amount) are refused with a
 // message that says so. Every error is an errRequest whose text can be shown to the client.
 func DecodeRefundRequest(body []byte) (RefundRequest, error) {
-	d := jsonDecoder{data: body}
+	d := jsonDecoder{Scanner: jsonscan.Scanner{Data: body}}
 	var req RefundRequest
 	err := d.object(&refundFields, func(field int) error {
 		var err error
@@ -63,7 +64,7 @@ func DecodeRefundRequest(body []byte) (RefundRequest, error) {
 				return fieldErr(err, errReservationTooLong, errReservationUTF8, "reservation must be a string")
 			}
 		case refundCost:
-			if d.null() {
+			if d.Literal("null") {
 				return nil
 			}
 			if req.Cost, err = d.cost(); err != nil {

@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"net/url"
 	"strconv"
-	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/limiterd/limiterd/api/v1alpha1"
+	"github.com/limiterd/limiterd/limiterd/internal/jsonscan"
 )
 
 // Request limits.
@@ -81,7 +81,7 @@ var allowFields = jsonFields{
 // (no fraction, no exponent) from 0 (a peek) to MaxCost, 1 when absent or null. Every error is an
 // errRequest whose text can be shown to the client.
 func DecodeAllowRequest(body []byte) (AllowRequest, error) {
-	d := jsonDecoder{data: body}
+	d := jsonDecoder{Scanner: jsonscan.Scanner{Data: body}}
 	req := AllowRequest{Cost: 1}
 	err := d.object(&allowFields, func(field int) error {
 		var err error
@@ -89,14 +89,14 @@ func DecodeAllowRequest(body []byte) (AllowRequest, error) {
 		case allowKey:
 			req.Key, err = d.key()
 		case allowPolicy:
-			if d.null() {
+			if d.Literal("null") {
 				return nil
 			}
 			if req.Policy, err = d.str(MaxPolicyBytes); err != nil {
 				return fieldErr(err, errPolicyTooLong, errPolicyUTF8, "policy must be a string")
 			}
 		case allowCost:
-			if d.null() {
+			if d.Literal("null") {
 				return nil
 			}
 			req.Cost, err = d.cost()
@@ -146,28 +146,27 @@ func (f *jsonFields) index(name []byte) int {
 //
 // The errors are not wrapped: their texts are the client's error messages.
 func (d *jsonDecoder) object(fields *jsonFields, value func(field int) error) error {
-	d.skipSpace()
-	if !d.consume('{') {
+	d.SkipSpace()
+	if !d.Consume('{') {
 		return errNotObject
 	}
 	var seen uint64 // bit i: fields.names[i] was read
-	d.skipSpace()
-	if !d.consume('}') {
+	d.SkipSpace()
+	if !d.Consume('}') {
 		for {
-			name, err := d.bytes(maxFieldNameBytes)
-			switch {
-			case errors.Is(err, errStringTooLong):
+			name, f := d.String(d.buf[:0], maxFieldNameBytes, jsonscan.Strict)
+			switch f.Kind {
+			case jsonscan.None:
+			case jsonscan.TooLong:
 				return errRequest("unknown field (known: " + fields.known + ")")
-			case errors.Is(err, errNotString):
+			case jsonscan.NotString:
 				return d.syntax("a field name")
-			case err != nil:
-				return err
+			default:
+				return d.fault(f)
 			}
-			d.skipSpace()
-			if !d.consume(':') {
-				return d.syntax("':' after a field name")
+			if f := d.Colon(); f.Failed() {
+				return d.fault(f)
 			}
-			d.skipSpace()
 			field := fields.index(name)
 			if field < 0 {
 				return errRequest(fmt.Sprintf("unknown field %s (known: %s)", strconv.QuoteToASCII(string(name)), fields.known))
@@ -179,18 +178,16 @@ func (d *jsonDecoder) object(fields *jsonFields, value func(field int) error) er
 			if err := value(field); err != nil {
 				return err
 			}
-			d.skipSpace()
-			if d.consume('}') {
+			if more, f := d.Next('}'); !more {
+				if f.Failed() {
+					return d.fault(f)
+				}
 				break
 			}
-			if !d.consume(',') {
-				return d.syntax("',' or '}' after a value")
-			}
-			d.skipSpace()
 		}
 	}
-	d.skipSpace()
-	if d.pos != len(d.data) {
+	d.SkipSpace()
+	if d.Pos != len(d.Data) {
 		return errTrailing
 	}
 	return nil
@@ -215,52 +212,41 @@ const (
 	errNotString     = errRequest("not a string")
 )
 
-// jsonDecoder reads the few JSON forms a decision request holds.
+// jsonDecoder reads the few JSON forms a decision request holds, with the errors the client is
+// shown.
 type jsonDecoder struct {
-	data []byte
-	pos  int
-	buf  [64]byte // scratch for strings with escapes
+	jsonscan.Scanner
+	buf [64]byte // scratch for strings with escapes
 }
 
 func (d *jsonDecoder) syntax(expected string) error {
-	if d.pos >= len(d.data) {
+	if d.Pos >= len(d.Data) {
 		return errRequest("malformed JSON: unexpected end of body, expected " + expected)
 	}
-	return errRequest("malformed JSON at byte " + strconv.Itoa(d.pos) + ": expected " + expected)
+	return errRequest("malformed JSON at byte " + strconv.Itoa(d.Pos) + ": expected " + expected)
 }
 
-func (d *jsonDecoder) skipSpace() {
-	for d.pos < len(d.data) {
-		switch d.data[d.pos] {
-		case ' ', '\t', '\n', '\r':
-			d.pos++
-		default:
-			return
-		}
+// fault is the client's error for a fault of the scanner at d.Pos.
+func (d *jsonDecoder) fault(f jsonscan.Fault) error {
+	switch f.Kind {
+	case jsonscan.Syntax:
+		return d.syntax(f.Expected)
+	case jsonscan.TooLong:
+		return errStringTooLong
+	case jsonscan.NotUTF8:
+		return errStringUTF8
+	case jsonscan.TooDeep:
+		return errTooDeep
+	case jsonscan.NotString:
+		return errNotString
 	}
-}
-
-func (d *jsonDecoder) consume(c byte) bool {
-	if d.pos < len(d.data) && d.data[d.pos] == c {
-		d.pos++
-		return true
-	}
-	return false
-}
-
-// null consumes a JSON null.
-func (d *jsonDecoder) null() bool {
-	if len(d.data)-d.pos >= 4 && string(d.data[d.pos:d.pos+4]) == "null" {
-		d.pos += 4
-		return true
-	}
-	return false
+	return nil
 }
 
 // key decodes a client key: a JSON string of valid UTF-8, of any length the body holds (an
 // escape never decodes to more bytes than it takes).
 func (d *jsonDecoder) key() (string, error) {
-	s, err := d.str(len(d.data))
+	s, err := d.str(len(d.Data))
 	if err != nil {
 		return "", fieldErr(err, errStringTooLong, errKeyUTF8, "key must be a string")
 	}
@@ -270,168 +256,32 @@ func (d *jsonDecoder) key() (string, error) {
 // maxFieldNameBytes bounds a field name worth reading: longer ones are unknown.
 const maxFieldNameBytes = 64
 
-// str decodes a JSON string of at most limit bytes (after unescaping) that is valid UTF-8.
+// str decodes a JSON string of at most limit bytes (after unescaping) that is valid UTF-8; a
+// value of another type is errNotString.
 func (d *jsonDecoder) str(limit int) (string, error) {
-	b, err := d.bytes(limit)
-	if err != nil {
-		return "", err
+	b, f := d.String(d.buf[:0], limit, jsonscan.Strict)
+	if f.Failed() {
+		return "", d.fault(f)
 	}
 	return string(b), nil
 }
 
-// bytes is str without the copy: the bytes alias the body or the decoder's scratch buffer and
-// are valid until the next call.
-func (d *jsonDecoder) bytes(limit int) ([]byte, error) {
-	if !d.consume('"') {
-		if d.pos < len(d.data) {
-			if c := d.data[d.pos]; c == '{' || c == '[' || c == '-' || c == 't' || c == 'f' || c == 'n' || (c >= '0' && c <= '9') {
-				return nil, errNotString
-			}
-		}
-		return nil, d.syntax("a string")
-	}
-	start := d.pos
-	// Fast path: no escape, so the string is a slice of the body.
-	for d.pos < len(d.data) {
-		c := d.data[d.pos]
-		if c == '"' {
-			raw := d.data[start:d.pos]
-			d.pos++
-			if len(raw) > limit {
-				return nil, errStringTooLong
-			}
-			if !utf8.Valid(raw) {
-				return nil, errStringUTF8
-			}
-			return raw, nil
-		}
-		if c == '\\' {
-			break
-		}
-		if c < 0x20 {
-			return nil, d.syntax("no control character in a string")
-		}
-		d.pos++
-	}
-	if d.pos >= len(d.data) {
-		return nil, d.syntax("the end of a string")
-	}
-	out := append(d.buf[:0], d.data[start:d.pos]...)
-	for {
-		if d.pos >= len(d.data) {
-			return nil, d.syntax("the end of a string")
-		}
-		c := d.data[d.pos]
-		switch {
-		case c == '"':
-			d.pos++
-			if len(out) > limit {
-				return nil, errStringTooLong
-			}
-			if !utf8.Valid(out) {
-				return nil, errStringUTF8
-			}
-			return out, nil
-		case c < 0x20:
-			return nil, d.syntax("no control character in a string")
-		case c != '\\':
-			out = append(out, c)
-			d.pos++
-		default:
-			d.pos++
-			if d.pos >= len(d.data) {
-				return nil, d.syntax("an escape")
-			}
-			e := d.data[d.pos]
-			d.pos++
-			switch e {
-			case '"', '\\', '/':
-				out = append(out, e)
-			case 'b':
-				out = append(out, '\b')
-			case 'f':
-				out = append(out, '\f')
-			case 'n':
-				out = append(out, '\n')
-			case 'r':
-				out = append(out, '\r')
-			case 't':
-				out = append(out, '\t')
-			case 'u':
-				r, ok := d.hex4()
-				if !ok {
-					return nil, d.syntax("4 hex digits after \\u")
-				}
-				if utf16.IsSurrogate(r) {
-					// A high surrogate must be followed by an escaped low one; a lone one is
-					// invalid UTF-16, hence not valid UTF-8 once decoded.
-					if len(d.data)-d.pos < 2 || d.data[d.pos] != '\\' || d.data[d.pos+1] != 'u' {
-						return nil, errStringUTF8
-					}
-					d.pos += 2
-					lo, ok := d.hex4()
-					if !ok {
-						return nil, d.syntax("4 hex digits after \\u")
-					}
-					if r = utf16.DecodeRune(r, lo); r == utf8.RuneError {
-						return nil, errStringUTF8
-					}
-				}
-				out = utf8.AppendRune(out, r)
-			default:
-				return nil, d.syntax("a valid escape")
-			}
-		}
-		if len(out) > limit {
-			return nil, errStringTooLong
-		}
-	}
-}
-
-func (d *jsonDecoder) hex4() (rune, bool) {
-	if len(d.data)-d.pos < 4 {
-		return 0, false
-	}
-	var r rune
-	for _, c := range d.data[d.pos : d.pos+4] {
-		r <<= 4
-		switch {
-		case c >= '0' && c <= '9':
-			r |= rune(c - '0')
-		case c >= 'a' && c <= 'f':
-			r |= rune(c - 'a' + 10)
-		case c >= 'A' && c <= 'F':
-			r |= rune(c - 'A' + 10)
-		default:
-			return 0, false
-		}
-	}
-	d.pos += 4
-	return r, true
-}
-
 // cost decodes a JSON number that must be an integer from 0 to MaxCost.
 func (d *jsonDecoder) cost() (int64, error) {
-	start := d.pos
-	if d.pos < len(d.data) && d.data[d.pos] == '-' {
-		d.pos++
-	}
-	digits := d.pos
-	for d.pos < len(d.data) && d.data[d.pos] >= '0' && d.data[d.pos] <= '9' {
-		d.pos++
-	}
-	if d.pos == digits {
-		if d.pos < len(d.data) && (d.data[d.pos] == '"' || d.data[d.pos] == 't' || d.data[d.pos] == 'f' || d.data[d.pos] == '{' || d.data[d.pos] == '[') {
+	start := d.Pos
+	d.Consume('-')
+	if !d.Digits() {
+		if d.Pos < len(d.Data) && (d.Data[d.Pos] == '"' || d.Data[d.Pos] == 't' || d.Data[d.Pos] == 'f' || d.Data[d.Pos] == '{' || d.Data[d.Pos] == '[') {
 			return 0, errCost
 		}
 		return 0, d.syntax("a number")
 	}
-	if d.pos < len(d.data) {
-		if c := d.data[d.pos]; c == '.' || c == 'e' || c == 'E' {
+	if d.Pos < len(d.Data) {
+		if c := d.Data[d.Pos]; c == '.' || c == 'e' || c == 'E' {
 			return 0, errCost // a fraction or an exponent: not an integer literal
 		}
 	}
-	return parseCost(d.data[start:d.pos])
+	return parseCost(d.Data[start:d.Pos])
 }
 
 // parseCost parses a decimal cost: an optional '-', digits without a leading zero.
