@@ -132,8 +132,11 @@ func (s *Store) newCall(key string, st *limiter.Stack, now time.Time, cost int64
 			c.algorithms |= withTokenBucket
 		case limiter.AlgorithmQuota:
 			c.algorithms |= withQuota
-		default:
+		case limiter.AlgorithmSlidingWindow:
 			c.algorithms |= withSlidingWindow
+		case limiter.AlgorithmConcurrency, limiter.AlgorithmUnlimited:
+			// Neither reaches a call: Decide, DecideBatch and Refund refuse a stack with a
+			// concurrency limit (ErrConcurrencyUnsupported), and a stack holds no Unlimited.
 		}
 	}
 	c.nowS, c.nowN = s.c.nowArgs(now)
@@ -166,8 +169,9 @@ func (s *Store) callArgs(c *call) []string {
 			size += tbArgs
 		case limiter.AlgorithmQuota:
 			size += qtArgs
-		default:
+		case limiter.AlgorithmSlidingWindow:
 			size += swArgs
+		case limiter.AlgorithmConcurrency, limiter.AlgorithmUnlimited: // no call holds one (newCall)
 		}
 		if c.converts != nil && c.converts[i].from != "" {
 			size += convertArgs
