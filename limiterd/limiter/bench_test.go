@@ -220,3 +220,62 @@ func BenchmarkMemoryRefund(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkConcurrency compares, in one run, a token bucket's decision in the memory store with a
+// concurrency limit's acquisition alone, and followed by the release of its lease (the issue's
+// bound: within 2x). The clock moves 100µs a pair, so that the refund records that make each release apply once
+// (kept RefundRecordGrace past the lease's expiry) stay within a client's share of them.
+func BenchmarkConcurrency(b *testing.B) {
+	ctx := b.Context()
+	b.Run("TokenBucket/Decide", func(b *testing.B) {
+		st := limitertest.One(mustTB(b, 100, 500, time.Millisecond))
+		m := limiter.NewMemory(nil)
+		now := limitertest.T0
+		b.ReportAllocs()
+		for b.Loop() {
+			now = now.Add(100 * time.Microsecond)
+			m.Decide(ctx, "hot-client", st, now, 1, nil)
+		}
+	})
+	// The acquisition alone: each lease expires 1ms after it is taken, so about 10 are held.
+	b.Run("Concurrency/Acquire", func(b *testing.B) {
+		cc, err := limiter.NewConcurrency(100, time.Millisecond)
+		if err != nil {
+			b.Fatal(err)
+		}
+		st := limitertest.One(cc)
+		m := limiter.NewMemory(nil)
+		now := limitertest.T0
+		b.ReportAllocs()
+		for b.Loop() {
+			now = now.Add(100 * time.Microsecond)
+			if d, _ := m.Decide(ctx, "hot-client", st, now, 1, nil); !d.Allowed {
+				b.Fatal("refused")
+			}
+		}
+	})
+	b.Run("Concurrency/Acquire+Release", func(b *testing.B) {
+		cc, err := limiter.NewConcurrency(100, time.Second)
+		if err != nil {
+			b.Fatal(err)
+		}
+		st := limitertest.One(cc)
+		m := limiter.NewMemory(nil)
+		now := limitertest.T0
+		var id [16]byte
+		n := uint64(0)
+		b.ReportAllocs()
+		for b.Loop() {
+			now = now.Add(100 * time.Microsecond)
+			if d, _ := m.Decide(ctx, "hot-client", st, now, 1, nil); !d.Allowed {
+				b.Fatal("refused")
+			}
+			n++
+			binary.BigEndian.PutUint64(id[8:], n)
+			once := limiter.Once{Op: limiter.OpRelease, ID: id, Issued: now, Until: now.Add(time.Second), Cost: 1}
+			if _, err := m.Refund(ctx, limiter.Request{Key: "hot-client", Stack: st, Cost: 1}, now, once); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

@@ -37,6 +37,7 @@ const (
 	AlgorithmTokenBucket
 	AlgorithmSlidingWindow
 	AlgorithmQuota
+	AlgorithmConcurrency
 )
 
 // String returns the algorithm's API name.
@@ -48,6 +49,8 @@ func (a Algorithm) String() string {
 		return "SlidingWindow"
 	case AlgorithmQuota:
 		return "Quota"
+	case AlgorithmConcurrency:
+		return "Concurrency"
 	case AlgorithmUnlimited:
 		return "Unlimited"
 	}
@@ -58,7 +61,7 @@ func (a Algorithm) String() string {
 // for one client on the State a store keeps for that client. Implementations are safe for
 // concurrent use; a State is not, and the store serialises decisions on it.
 //
-// The set of strategies is closed (TokenBucket, SlidingWindow, Quota, Unlimited): a shared
+// The set of strategies is closed (TokenBucket, SlidingWindow, Quota, Concurrency, Unlimited): a shared
 // store such as Redis runs each algorithm as a server-side script that must mirror the Go code
 // exactly, and the conformance table in package limitertest holds both to the same
 // expectations.
@@ -72,11 +75,12 @@ type RateLimiter interface {
 	// the allowance never exceeds its limit: a token bucket's theoretical arrival time moves
 	// back by amount tokens' refill time, never before now; a sliding window forgets the
 	// newest amount admitted units still in the window; a quota's count of its current period
-	// goes down by amount, never below 0. It answers what Peek would after it.
+	// goes down by amount, never below 0; a concurrency limit gives nothing back (its places
+	// come back when their lease is released or expires). It answers what Peek would after it.
 	// amount must be at least 1.
 	Refund(s *State, now time.Time, amount int64) Decision
 	// Fresh reports whether s has decayed back to the state of a client never seen (bucket full,
-	// window empty), so that dropping it changes no future decision.
+	// window empty, no lease held), so that dropping it changes no future decision.
 	Fresh(s *State, now time.Time) bool
 	// Algorithm returns the strategy's algorithm.
 	Algorithm() Algorithm
@@ -104,17 +108,18 @@ type stamp struct {
 // ID implements RateLimiter.
 func (s *stamp) ID() uint64 { return s.id }
 
-func (*stamp) sealed()    {} // TokenBucket, SlidingWindow and Quota, which embed a stamp
+func (*stamp) sealed()    {} // TokenBucket, SlidingWindow, Quota and Concurrency, which embed a stamp
 func (unlimited) sealed() {}
 
 // State is one client's state under a strategy. The zero value is a client never seen.
 // It is not safe for concurrent use. It references the strategy that last wrote it, which
 // therefore stays in use as long as the state does.
 type State struct {
-	stamp *stamp     // of the strategy that last wrote the state; nil: fresh
-	tat   int64      // Unix ns. token bucket: theoretical arrival time; quota: end of the period
-	frac  uint32     // token bucket: fraction of tat, in 1/refillRate ns; quota: units used
-	log   *windowLog // sliding window: admitted instants
+	stamp  *stamp     // of the strategy that last wrote the state; nil: fresh
+	tat    int64      // Unix ns. token bucket: theoretical arrival time; quota: end of the period
+	frac   uint32     // token bucket: fraction of tat, in 1/refillRate ns; quota: units used
+	log    *windowLog // sliding window: admitted instants
+	leases *leaseSet  // concurrency: the leases' expiries
 }
 
 // strategies interns strategies: while a strategy is reachable, building one from equal
@@ -125,7 +130,7 @@ type State struct {
 // use, however many parameter sets were ever compiled (Strategies reports how many).
 var strategies struct {
 	sync.Mutex
-	byParams map[any]any // tokenBucketParams → weak.Pointer[TokenBucket]; slidingWindowParams → weak.Pointer[SlidingWindow]; quotaParams → weak.Pointer[Quota]
+	byParams map[any]any // tokenBucketParams → weak.Pointer[TokenBucket]; slidingWindowParams → weak.Pointer[SlidingWindow]; quotaParams → weak.Pointer[Quota]; concurrencyParams → weak.Pointer[Concurrency]
 	ids      atomic.Uint64
 }
 
@@ -202,6 +207,12 @@ func convert(rl RateLimiter, s *State, now int64) {
 			return
 		}
 		to.chargeUnits(s, now, usedUnits(s, now))
+	case *Concurrency:
+		if _, ok := s.stamp.rl.(*Concurrency); ok {
+			to.carryFrom(s)
+			return
+		}
+		to.chargeUnits(s, now, usedUnits(s, now))
 	default:
 		*s = State{}
 	}
@@ -217,12 +228,15 @@ func usedUnits(s *State, now int64) int64 {
 		return from.usedUnits(s, now)
 	case *Quota:
 		return from.usedUnits(s, now)
+	case *Concurrency:
+		return from.usedUnits(s, now)
 	}
 	return 0
 }
 
 // Bounds of the strategies' parameters: the ranges in which their exact integer arithmetic
-// holds (NewTokenBucket, NewSlidingWindow and NewQuota reject parameters outside them). They
+// holds (NewTokenBucket, NewSlidingWindow, NewQuota and NewConcurrency reject parameters
+// outside them). They
 // are the one source of these bounds: the API (api/v1alpha1, limits.go) takes its own from
 // them, so that every valid policy compiles; the CRD's markers repeat them as literals, and the
 // API's tests check the generated CRD against them.
@@ -240,12 +254,20 @@ const (
 	// MaxQuotaLimit bounds a quota's limit (at least 1). A quota's count, at most its limit,
 	// is kept in State's 32-bit fraction field (1e9 < 2^32).
 	MaxQuotaLimit = 1_000_000_000
-	// MinPeriod is the shortest refillPeriod or window. The arithmetic needs only a positive
+	// MaxConcurrencyLimit bounds a concurrency limit's places (at least 1). A client's leases
+	// hold a 16-byte entry per distinct expiry, at most limit live ones after a decision, so
+	// the bound caps a client's state (256 KiB: 10,000 entries in a ring of 16,384) and the
+	// entries a release or an extension moves to close or open a gap in the order (a few
+	// microseconds at worst, under the client's shard lock). Ten thousand requests of one
+	// client in flight at once is beyond what the slow backends it protects serve; use a rate
+	// for more.
+	MaxConcurrencyLimit = 10_000
+	// MinPeriod is the shortest refillPeriod, window or leaseTimeout. The arithmetic needs only a positive
 	// period (TokenBucket.tokens divides by it; under a window of 0 every admission would
 	// expire at once); one millisecond is the resolution of the durations limiterd answers
 	// (resetAfterMs, retryAfterMs), and with MaxCapacity still allows 1e12 tokens a second.
 	MinPeriod = time.Millisecond
-	// MaxPeriod is the longest refillPeriod or window. Every duration a sliding window
+	// MaxPeriod is the longest refillPeriod, window or leaseTimeout. Every duration a sliding window
 	// computes is at most its window, 24h < 2^47 ns, which keeps the Redis store's script,
 	// working in Lua's doubles, exact (below 2^53); and a window's state is released at most a
 	// window after its last admission.

@@ -16,8 +16,8 @@ const memoryShards = 256
 
 // The bytes a client's state is accounted for, besides its key (copied on insertion, so that it
 // never holds a larger buffer alive): a token-bucket client's 33-byte table slot at the table's
-// load (0.6 to 0.9); a sliding-window client's map entry, State and log header, plus 16 bytes an
-// entry of its log's capacity.
+// load (0.6 to 0.9); a sliding-window or concurrency client's map entry, State and log header,
+// plus 16 bytes an entry of its log's (its leases') capacity.
 const (
 	bucketClientBytes = 48
 	windowClientBytes = 128
@@ -30,10 +30,13 @@ func windowBytes(key string, s *State) int64 {
 }
 
 func logBytes(s *State) int64 {
-	if s.log == nil {
-		return 0
+	switch {
+	case s.log != nil:
+		return 16 * int64(cap(s.log.entries))
+	case s.leases != nil:
+		return 16 * int64(cap(s.leases.entries))
 	}
-	return 16 * int64(cap(s.log.entries))
+	return 0
 }
 
 // evictionSample is how many tracked clients an insertion into a full store looks at to pick the
@@ -167,11 +170,12 @@ func (b *Budget) scanLargest() *Memory {
 // Memory keeps per-client state in process memory: the registry of one policy's clients.
 // A client's state is created on its first decision, lives only in the shard its key hashes to,
 // and a decision touches that one client's state under that shard's lock, never any other
-// client's (O(1), no scan). Token-bucket clients live in the shard's open-addressing table
-// (see bucketTable), sliding-window clients in the shard's map.
+// client's (O(1), no scan). Token-bucket and quota clients live in the shard's open-addressing
+// table (see bucketTable), sliding-window and concurrency clients in the shard's map.
 //
 // Token-bucket clients cost a 32-byte slot (key header and state) plus their key; sliding-window
-// clients cost a map entry, a State and their log. Unlimited clients cost nothing.
+// clients cost a map entry, a State and their log, concurrency clients a map entry, a State and
+// their leases. Unlimited clients cost nothing.
 //
 // Memory bounds: a client whose state has decayed to fresh is dropped by Sweep. When a new client
 // takes the Budget over its bound, one client is evicted from the store holding the largest
@@ -211,7 +215,7 @@ type memoryShard struct {
 type shardState struct {
 	sync.Mutex
 	buckets bucketTable       // token-bucket clients
-	windows map[string]*State // sliding-window clients
+	windows map[string]*State // sliding-window and concurrency clients
 	writers []writer          // the strategies that wrote the token-bucket states
 }
 
@@ -385,7 +389,8 @@ func (m *Memory) DecideBatch(ctx context.Context, reqs []Request, now time.Time,
 // applyStacked applies o to every limit of st for key, a stack that is not Decide's fast case
 // (Stack.one, decided by applyOne), writing each limit's decision to out unless nil, and returns
 // the stack's decision; added reports that the store's bytes grew (new clients, grown logs).
-// A stack of one limit gets working space for one limit.
+// A stack of one limit (a sliding window, a concurrency limit, or a limit not named
+// DefaultLimitName) gets working space for one limit.
 func (m *Memory) applyStacked(key string, st *Stack, now time.Time, cost int64, o op, out []Decision) (d Decision, added bool) {
 	if st.Len() == 1 {
 		var (
@@ -459,6 +464,16 @@ func (m *Memory) applyOne(key string, rl RateLimiter, now time.Time, cost int64,
 		forgetWindow(m, sh, key) // the limit changed algorithm: its usage was carried over
 	}
 	return d, m.keepBucket(sh, key, h, &s)
+}
+
+// compact reports whether rl keeps a client's state in the bucket table (two integers).
+func compact(rl RateLimiter) bool {
+	switch rl.Algorithm() {
+	case AlgorithmTokenBucket, AlgorithmQuota:
+		return true
+	case AlgorithmSlidingWindow, AlgorithmConcurrency, AlgorithmUnlimited:
+	}
+	return false
 }
 
 // op is what applyStack does to a client's state.
@@ -567,8 +582,8 @@ func (m *Memory) keepBucket(sh *memoryShard, key string, h uint64, s *State) boo
 	return true
 }
 
-// keepWindow starts keeping the state s of a new sliding-window client of a shard, unless the
-// store is closed; it reports whether it did.
+// keepWindow starts keeping the state s of a new sliding-window or concurrency client of a
+// shard, unless the store is closed; it reports whether it did.
 func (m *Memory) keepWindow(sh *memoryShard, key string, s *State) bool {
 	if !m.admit(windowBytes(key, s)) {
 		return false
@@ -580,7 +595,8 @@ func (m *Memory) keepWindow(sh *memoryShard, key string, s *State) bool {
 	return true
 }
 
-// accountLogGrowth accounts for a kept sliding window's log having changed from before bytes,
+// accountLogGrowth accounts for a kept sliding window's log or concurrency limit's leases having
+// changed from before bytes,
 // like a new client's bytes; it reports whether the store's bytes grew.
 func (m *Memory) accountLogGrowth(s *State, before int64) bool {
 	grown := logBytes(s) - before
@@ -598,7 +614,7 @@ func forgetBucket(m *Memory, sh *memoryShard, i int) {
 	m.account(-1, -bytes)
 }
 
-// forgetWindow deletes a sliding-window client of a shard.
+// forgetWindow deletes a sliding-window or concurrency client of a shard.
 func forgetWindow(m *Memory, sh *memoryShard, key string) {
 	bytes := windowBytes(key, sh.windows[key])
 	delete(sh.windows, key)

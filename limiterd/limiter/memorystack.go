@@ -45,9 +45,9 @@ func isStackKeyOf(k, key string) bool {
 // stackLimit is one limit of a stack decision, under its shard's lock.
 type stackLimit struct {
 	h       uint64 // the table hash of the limit's stack key
-	s       State  // a token bucket's state as read, or an untracked sliding window's working state
+	s       State  // a token bucket's state as read, or an untracked sliding window's or concurrency limit's working state
 	next    State  // a token bucket's state after the decision
-	w       *State // a tracked sliding window's state, decided on in place
+	w       *State // a tracked sliding window's state, decided on in place; a tracked concurrency limit's, checked, then decided once every limit admits
 	slot    int    // a tracked token bucket's slot, valid until the tables change
 	tracked bool   // state of the limit's algorithm is kept under key
 	other   bool   // the other algorithm's state is kept under key (a changed algorithm)
@@ -140,7 +140,7 @@ func (m *Memory) applyStack(key string, st *Stack, now time.Time, cost int64, o 
 			} else if w, ok := sh.windows[keys[i]]; ok {
 				l.s, l.other = *w, true // converted (its usage charged) by the decision
 			}
-		case AlgorithmSlidingWindow:
+		case AlgorithmSlidingWindow, AlgorithmConcurrency:
 			if w, ok := sh.windows[keys[i]]; ok {
 				l.w, l.tracked = w, true
 			} else if j, ok := sh.buckets.find(keys[i], l.h); ok {
@@ -160,6 +160,9 @@ func (m *Memory) applyStack(key string, st *Stack, now time.Time, cost int64, o 
 		var once *Once
 		if g != nil {
 			once = &g.once
+			if g.once.Op != OpRefund {
+				return m.applyLease(st, now, cost, limits, out, g)
+			}
 		}
 		for i, rl := range st.limits {
 			l := &limits[i]
@@ -190,6 +193,13 @@ func (m *Memory) applyStack(key string, st *Stack, now time.Time, cost int64, o 
 		l := &limits[i]
 		// Direct calls for the two rates, not through the interface (too large to inline).
 		switch rl := rl.(type) {
+		case *Concurrency:
+			if l.w != nil {
+				l.undo.bytes = logBytes(l.w)
+				out[i] = rl.check(l.w, now, cost) // decided below, once every limit admits
+			} else {
+				out[i] = rl.Decide(&l.s, now, cost) // untracked: decided on a fresh state
+			}
 		case *SlidingWindow:
 			if l.w != nil {
 				l.undo.save(l.w)
@@ -211,14 +221,14 @@ func (m *Memory) applyStack(key string, st *Stack, now time.Time, cost int64, o 
 		// admitted answers its state as it is.
 		for i, rl := range st.limits {
 			l := &limits[i]
-			if l.w != nil {
+			if l.w != nil && rl.Algorithm() == AlgorithmSlidingWindow { // a concurrency limit was only checked
 				l.undo.restore(l.w)
 			}
 			if out[i].Allowed {
 				s := &l.s
 				if l.w != nil {
 					s = l.w
-				} else if rl.Algorithm() == AlgorithmSlidingWindow {
+				} else if !compact(rl) {
 					l.s = State{} // untracked: fresh again, or the other algorithm's state as read
 					if l.other {
 						j, _ := sh.buckets.find(keys[i], l.h)
@@ -250,8 +260,11 @@ func (m *Memory) applyStack(key string, st *Stack, now time.Time, cost int64, o 
 				forgetWindow(m, sh, keys[i]) // the limit changed algorithm: its usage was carried over
 			}
 			added = m.keepBucket(sh, keys[i], l.h, &l.next) || added
-		case AlgorithmSlidingWindow:
+		case AlgorithmSlidingWindow, AlgorithmConcurrency:
 			if l.tracked {
+				if c, ok := rl.(*Concurrency); ok {
+					c.Decide(l.w, now, cost) // admits: check did, on this state at this instant
+				}
 				added = m.accountLogGrowth(l.w, l.undo.bytes) || added
 				continue
 			}
@@ -265,6 +278,34 @@ func (m *Memory) applyStack(key string, st *Stack, now time.Time, cost int64, o 
 		case AlgorithmUnlimited:
 		}
 		changed = true
+	}
+	return added
+}
+
+// applyLease releases or extends (g.once.Op) the lease issued at g.once.Issued holding cost
+// places, on the concurrency limits of st whose state limits read, under the client's shard
+// lock; the other limits are only peeked. It reports whether the store's bytes grew (an
+// extension may add an entry to a client's leases).
+func (m *Memory) applyLease(st *Stack, now time.Time, cost int64, limits []stackLimit, out []Decision, g *refundGate) (added bool) {
+	issued := g.once.Issued.UnixNano()
+	for i, rl := range st.limits {
+		l := &limits[i]
+		c, ok := rl.(*Concurrency)
+		if !ok || l.w == nil {
+			out[i] = peekLimit(rl, l, now) // a rate limit, or no lease kept: nothing to change
+			continue
+		}
+		bytes := logBytes(l.w)
+		var places int64
+		if g.once.Op == OpExtend {
+			places, out[i] = c.extend(l.w, now, issued, cost)
+		} else {
+			places, out[i] = c.release(l.w, now, issued, cost)
+		}
+		added = m.accountLogGrowth(l.w, bytes) || added
+		if g.refunded != nil {
+			g.refunded[i] = places
+		}
 	}
 	return added
 }

@@ -3,14 +3,19 @@ package limiter
 import (
 	"context"
 	"errors"
+	"fmt"
 	"hash/maphash"
 	"math"
+	"strconv"
 	"sync"
 	"time"
 )
 
-// Once makes a refund apply at most once (see Store.Refund).
+// Once makes a refund, or a lease's release or extension, apply at most once (see Store.Refund).
 type Once struct {
+	// Op is what Store.Refund applies once: a refund (the zero value), or the release or the
+	// extension of the lease that the admission at Issued took.
+	Op OnceOp
 	// ID names the refund: a reservation's ID, unique among every refund of the store.
 	ID [16]byte
 	// Until is the instant after which nothing would accept the refund any more (the
@@ -25,6 +30,38 @@ type Once struct {
 	// the client never gets more than if the charge had been smaller (see
 	// TokenBucket.RefundInterval); without it, the amount asked.
 	Cost int64
+}
+
+// OnceOp is what Store.Refund applies, once per Once.ID.
+type OnceOp uint8
+
+// The operations of Store.Refund.
+const (
+	// OpRefund returns the request's cost to every limit, as RateLimiter.Refund does; a
+	// concurrency limit gives nothing back.
+	OpRefund OnceOp = iota
+	// OpRelease ends the lease issued at Once.Issued: each concurrency limit of the stack frees
+	// what the request's cost of places that lease still holds (Concurrency); the rate limits
+	// are not touched. Request.Refunded receives the places each limit freed.
+	OpRelease
+	// OpExtend moves the places the lease issued at Once.Issued still holds to expire a lease
+	// timeout after now, as a lease issued at now: the old lease is spent (its ID recorded) and
+	// its holder is given a new one. The rate limits are not touched. Request.Refunded
+	// receives the places each limit moved.
+	OpExtend
+)
+
+// String returns the operation's name.
+func (op OnceOp) String() string {
+	switch op {
+	case OpRefund:
+		return "refund"
+	case OpRelease:
+		return "release"
+	case OpExtend:
+		return "extend"
+	}
+	return "OnceOp(" + strconv.Itoa(int(op)) + ")"
 }
 
 // issuedNanos returns once.Issued in Unix nanoseconds, the zero time as the earliest instant.
@@ -50,6 +87,12 @@ var (
 	// ErrReset: the client was reset (Store.Reset) at or after the refund's Once.Issued: the
 	// reset erased the charge, and refunding it would give back units nobody holds any more.
 	ErrReset = errors.New("the client was reset since the charge: nothing is left to refund")
+	// ErrLeaseExpired: a release or an extension of a lease whose expiry (Stack.LeaseExpiry of
+	// its Once.Issued) is not after now: its places are free already (nothing is recorded).
+	ErrLeaseExpired = errors.New("the lease has expired: its places are free again")
+	// ErrNoLease: a release or an extension by a stack without a concurrency limit, or of a
+	// lease without its Once.Issued: no lease can be named (nothing is recorded).
+	ErrNoLease = errors.New("no lease to release or extend: the stack has no concurrency limit, or the lease names no instant")
 )
 
 // RefundRecordGrace is how long a store keeps the record of a refund past its Once.Until (a
@@ -232,7 +275,10 @@ func (r *refundRecords) len() int {
 // that keeps state for the client refunds, each as RateLimiter.Refund does (a client the store
 // does not track has nothing to refund). It also fails with ErrRefundTooLate, refunding nothing,
 // when now is more than RefundRecordGrace older than the newest now the records have seen
-// (Refund's and Sweep's), and with ErrInvalidCost for a cost below 1. It never fails otherwise.
+// (Refund's and Sweep's), and with ErrInvalidCost for a cost below 1. A release or an
+// extension (once.Op) passes the same gate, its record kept at least until the lease's expiry,
+// then changes the concurrency limits only (Concurrency); it fails first, recording nothing,
+// with ErrNoLease or ErrLeaseExpired. It never fails otherwise.
 func (m *Memory) Refund(_ context.Context, req Request, now time.Time, once Once) (Decision, error) {
 	if req.Cost < 1 {
 		return Decision{}, ErrInvalidCost
@@ -240,6 +286,24 @@ func (m *Memory) Refund(_ context.Context, req Request, now time.Time, once Once
 	now = ClampInstant(now)
 	if !once.Issued.IsZero() {
 		once.Issued = ClampInstant(once.Issued)
+	}
+	switch once.Op {
+	case OpRefund:
+	case OpRelease, OpExtend:
+		if !req.Stack.HasLeases() || once.Issued.IsZero() {
+			return Decision{}, ErrNoLease
+		}
+		expiry := req.Stack.LeaseExpiry(once.Issued)
+		if !expiry.After(now) {
+			return Decision{}, ErrLeaseExpired
+		}
+		// The record must outlive every instant at which the lease could be released: until
+		// its expiry at least, whatever Until the caller gave.
+		if once.Until.Before(expiry) {
+			once.Until = expiry
+		}
+	default:
+		return Decision{}, fmt.Errorf("unknown operation %v", once.Op)
 	}
 	// The stack path for every stack, one limit included (TestApplyOneMatchesStack holds the
 	// two paths to one answer): the gate stays off applyOne, the decisions' fast path.
@@ -252,9 +316,12 @@ func (m *Memory) Refund(_ context.Context, req Request, now time.Time, once Once
 	if out == nil {
 		out = own[:]
 	}
-	m.applyStack(req.Key, req.Stack, now, req.Cost, opRefund, limits[:], out, &g)
+	added := m.applyStack(req.Key, req.Stack, now, req.Cost, opRefund, limits[:], out, &g)
 	if g.err != nil {
 		return Decision{}, g.err
+	}
+	if added && m.budget.over() { // an extension may grow a client's leases
+		m.budget.reclaim(m, now)
 	}
 	d, _ := Combine(out[:req.Stack.Len()])
 	return d, nil

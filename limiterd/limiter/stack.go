@@ -20,7 +20,9 @@ const DefaultLimitName = "default"
 // Stack is the limits of one stacked tier, decided all or nothing: a request is admitted only if
 // every limit admits it, and then consumes its cost from each; when any limit rejects it, no
 // limit is charged (a store decides the whole stack in one atomic step per client). A peek
-// reads every limit; a refund returns the units to every limit, each clamped to its own limit.
+// reads every limit; a refund returns the units to every limit, each clamped to its own limit
+// (a concurrency limit gives nothing back: a lease's release or extension touches the
+// concurrency limits only, see Once.Op).
 //
 // A store keeps one state per limit of a client, keyed by the client key and the limit's name,
 // so the rule for parameter changes (see the package documentation) applies per limit name:
@@ -40,10 +42,14 @@ type Stack struct {
 	// the memory store decides without a stack's working space (Memory.applyOne); nil otherwise.
 	// Set once here, it spares each decision a name comparison and an interface call.
 	one RateLimiter
+	// leaseTimeout is the shortest lease timeout of the stack's concurrency limits, 0 for none:
+	// a lease of the stack expires when its first place does (Stack.LeaseExpiry).
+	leaseTimeout time.Duration
 }
 
 // NewStack returns the stack of the given limits, in order: 1 to MaxStack token buckets,
-// sliding windows or quotas with distinct, non-empty names without a byte 0xFF.
+// sliding windows, quotas or concurrency limits with distinct, non-empty names without a byte
+// 0xFF.
 func NewStack(names []string, limits []RateLimiter) (*Stack, error) {
 	switch {
 	case len(names) != len(limits):
@@ -65,9 +71,9 @@ func NewStack(names []string, limits []RateLimiter) (*Stack, error) {
 			return nil, fmt.Errorf("limit %q is nil", names[i])
 		}
 		switch rl.Algorithm() {
-		case AlgorithmTokenBucket, AlgorithmSlidingWindow, AlgorithmQuota:
+		case AlgorithmTokenBucket, AlgorithmSlidingWindow, AlgorithmQuota, AlgorithmConcurrency:
 		case AlgorithmUnlimited:
-			return nil, fmt.Errorf("limit %q: a limit of a stack is a token bucket, a sliding window or a quota, not %s", names[i], rl.Algorithm())
+			return nil, fmt.Errorf("limit %q: a limit of a stack is a token bucket, a sliding window, a quota or a concurrency limit, not %s", names[i], rl.Algorithm())
 		}
 		for _, n := range names[:i] {
 			if n == names[i] {
@@ -76,13 +82,30 @@ func NewStack(names []string, limits []RateLimiter) (*Stack, error) {
 		}
 	}
 	st := &Stack{names: append([]string(nil), names...), limits: append([]RateLimiter(nil), limits...)}
-	if len(limits) == 1 && names[0] == DefaultLimitName {
-		switch limits[0].(type) {
-		case *TokenBucket, *Quota: // compact states; every other algorithm takes the stack's way
-			st.one = limits[0]
+	if len(limits) == 1 && names[0] == DefaultLimitName && compact(limits[0]) {
+		st.one = limits[0]
+	}
+	for _, rl := range limits {
+		if c, ok := rl.(*Concurrency); ok && (st.leaseTimeout == 0 || c.LeaseTimeout() < st.leaseTimeout) {
+			st.leaseTimeout = c.LeaseTimeout()
 		}
 	}
 	return st, nil
+}
+
+// HasLeases reports whether the stack holds a concurrency limit: whether its admissions take
+// places that a lease holds until it is released or expires.
+func (st *Stack) HasLeases() bool { return st.leaseTimeout > 0 }
+
+// LeaseExpiry returns when a lease of the stack issued at issued expires: issued plus the
+// shortest lease timeout of its concurrency limits (a lease whose places a limit has let go
+// already is released or extended no more; the other limits' places follow at their own
+// timeouts). It returns the zero time for a stack without a concurrency limit.
+func (st *Stack) LeaseExpiry(issued time.Time) time.Time {
+	if st.leaseTimeout == 0 {
+		return time.Time{}
+	}
+	return issued.Add(st.leaseTimeout)
 }
 
 // Len returns the number of limits.
@@ -167,6 +190,8 @@ func peek(rl RateLimiter, s *State, now time.Time) Decision {
 		return rl.Peek(s, now)
 	case *Quota:
 		return rl.Peek(s, now)
+	case *Concurrency:
+		return rl.Peek(s, now)
 	}
 	return Decision{Allowed: true} // Unlimited, which a stack never holds
 }
@@ -179,6 +204,8 @@ func decide(rl RateLimiter, s *State, now time.Time, cost int64) Decision {
 	case *SlidingWindow:
 		return rl.Decide(s, now, cost)
 	case *Quota:
+		return rl.Decide(s, now, cost)
+	case *Concurrency:
 		return rl.Decide(s, now, cost)
 	}
 	return Decision{Allowed: true}
@@ -198,6 +225,8 @@ func refund(rl RateLimiter, s *State, now time.Time, amount int64, once *Once) D
 	case *SlidingWindow:
 		return rl.Refund(s, now, amount)
 	case *Quota:
+		return rl.Refund(s, now, amount)
+	case *Concurrency:
 		return rl.Refund(s, now, amount)
 	}
 	return Decision{Allowed: true}

@@ -45,6 +45,14 @@ type Store interface {
 	// ErrTooManyRefunds or ErrRefundTooLate (Memory) or a store error; an error other than a
 	// store's timeout means nothing was refunded (after a timeout the refund may have been made:
 	// a retry of the same once.ID is safe).
+	//
+	// With once.Op OpRelease or OpExtend it ends or extends, instead, the lease that the
+	// admission of req.Cost places at once.Issued took (Concurrency), by the same gate (once per
+	// ID, ErrReset, the record kept at least until the lease's expiry, Stack.LeaseExpiry), on
+	// the stack's concurrency limits only: a release gives no rate unit back. It fails first,
+	// recording nothing, with ErrNoLease (a stack without a concurrency limit, or no
+	// once.Issued) or ErrLeaseExpired (the lease's expiry is not after now). A store that does
+	// not decide concurrency limits refuses it with an error of its own.
 	Refund(ctx context.Context, req Request, now time.Time, once Once) (Decision, error)
 	// DecideBatch decides reqs at instant now (with the same proviso as Decide) and writes the
 	// answer to reqs[i] to out[i]; len(out) must be len(reqs). The answers are those of

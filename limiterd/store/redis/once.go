@@ -86,10 +86,15 @@ func refundSuffix(id [16]byte) string { return "#refund:" + hex.EncodeToString(i
 // ServerClock the refund is made at the server's time. With a reject cache, the refund then
 // tells every replica to forget the client's cached rejection, as Reset does, since the client
 // may now be admitted before the cached retry time. A cost below 1 is refused with
-// limiter.ErrInvalidCost before Redis, recording nothing.
+// limiter.ErrInvalidCost before Redis, recording nothing, and so are a stack with a
+// concurrency limit and a lease's release or extension (limiter.Once.Op), with
+// ErrConcurrencyUnsupported: the scripts do not decide concurrency limits yet.
 func (s *Store) Refund(ctx context.Context, req limiter.Request, now time.Time, once limiter.Once) (limiter.Decision, error) {
 	if req.Cost < 1 {
 		return limiter.Decision{}, limiter.ErrInvalidCost
+	}
+	if req.Stack.HasLeases() || once.Op != limiter.OpRefund {
+		return limiter.Decision{}, fmt.Errorf("redis store: policy %s: %v: %w", s.policy, once.Op, ErrConcurrencyUnsupported)
 	}
 	now = limiter.ClampInstant(now)
 	if !once.Issued.IsZero() {

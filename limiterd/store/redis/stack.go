@@ -20,11 +20,15 @@ import (
 // reject cache (Options.RejectCache), a rejection is remembered for the client and the stack's
 // limits until the first retry time of its rejecting limits, and the same decision (same cost,
 // same limits) is answered without Redis meanwhile; peeks are never answered from it. A
-// negative cost is refused with limiter.ErrInvalidCost before Redis (no store fault). An
+// negative cost is refused with limiter.ErrInvalidCost before Redis (no store fault), a stack
+// with a concurrency limit with ErrConcurrencyUnsupported (no store fault either). An
 // instant past the ends of limiter.ClampInstant is decided at that end, on either clock.
 func (s *Store) Decide(ctx context.Context, key string, st *limiter.Stack, now time.Time, cost int64, out []limiter.Decision) (limiter.Decision, error) {
 	if cost < 0 {
 		return limiter.Decision{}, limiter.ErrInvalidCost
+	}
+	if st.HasLeases() {
+		return limiter.Decision{}, fmt.Errorf("redis store: policy %s: %w", s.policy, ErrConcurrencyUnsupported)
 	}
 	now = limiter.ClampInstant(now)
 	m, cost := decideMode(cost)
@@ -128,8 +132,11 @@ func (s *Store) newCall(key string, st *limiter.Stack, now time.Time, cost int64
 			c.algorithms |= withTokenBucket
 		case limiter.AlgorithmQuota:
 			c.algorithms |= withQuota
-		default:
+		case limiter.AlgorithmSlidingWindow:
 			c.algorithms |= withSlidingWindow
+		case limiter.AlgorithmConcurrency, limiter.AlgorithmUnlimited:
+			// Neither reaches a call: Decide, DecideBatch and Refund refuse a stack with a
+			// concurrency limit (ErrConcurrencyUnsupported), and a stack holds no Unlimited.
 		}
 	}
 	c.nowS, c.nowN = s.c.nowArgs(now)
@@ -162,8 +169,9 @@ func (s *Store) callArgs(c *call) []string {
 			size += tbArgs
 		case limiter.AlgorithmQuota:
 			size += qtArgs
-		default:
+		case limiter.AlgorithmSlidingWindow:
 			size += swArgs
+		case limiter.AlgorithmConcurrency, limiter.AlgorithmUnlimited: // no call holds one (newCall)
 		}
 		if c.converts != nil && c.converts[i].from != "" {
 			size += convertArgs
