@@ -267,12 +267,13 @@ func BenchmarkConcurrency(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			now = now.Add(100 * time.Microsecond)
-			if d, _ := m.Decide(ctx, "hot-client", st, now, 1, nil); !d.Allowed {
+			d, _ := m.Decide(ctx, "hot-client", st, now, 1, nil)
+			if !d.Allowed {
 				b.Fatal("refused")
 			}
 			n++
 			binary.BigEndian.PutUint64(id[8:], n)
-			once := limiter.Once{Op: limiter.OpRelease, ID: id, Issued: now, Until: now.Add(time.Second), Cost: 1}
+			once := limiter.Once{Op: limiter.OpRelease, ID: id, Issued: now, Until: now.Add(time.Second), Cost: 1, Lease: d.Lease}
 			if _, err := m.Refund(ctx, limiter.Request{Key: "hot-client", Stack: st, Cost: 1}, now, once); err != nil {
 				b.Fatal(err)
 			}

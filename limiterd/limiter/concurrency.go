@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"sort"
+	"sync/atomic"
 	"time"
 )
 
@@ -13,25 +14,27 @@ import (
 //
 // # State
 //
-// A client's state is the multiset of its leases' expiries: a sorted ring of entries, each an
-// expiry (Unix ns) and the places of the leases that expire then (the leases admitted at one
-// instant share an entry), 16 bytes an entry, plus a 64-byte header. The places held at now
-// are those of the entries expiring after now. A decision of cost n at now drops the entries
-// that have expired, admits when held + n <= limit, and adds n places expiring at
+// A client's state is its leases: a ring of entries sorted by expiry, each a lease's expiry
+// (Unix ns), places and seq, 24 bytes an entry, plus a 64-byte header. The seq names the
+// lease (Decision.Lease): it comes from a counter of the process, so no two leases share one,
+// not even leases of one client admitted at one instant. The places held at now are those of
+// the entries expiring after now. A decision of cost n at now drops the entries that have
+// expired, admits when held + n <= limit, and adds an entry of n places expiring at
 // now+leaseTimeout: an append, since expiries grow with the clock. So at most limit entries
 // are live after a decision (each holds a place at least): a client costs at most
-// 16*limit bytes, rounded up to a power of two, and limit is bounded (MaxConcurrencyLimit).
+// 24*limit bytes, rounded up to a power of two, and limit is bounded (MaxConcurrencyLimit).
 // A cost of 0 is a peek: whether one place is free, taking none.
 //
-// Releasing a lease issued at instant t with cost n removes n places from the entry expiring
-// at t+leaseTimeout, if the lease has not expired: the expiry is a function of the lease, so a
-// release needs no lease ID in the state. Leases issued at one instant share an entry, so a
-// release must apply once per lease, or it would free another lease's places: the store
-// records each release's ID in the same atomic step (Once, as for refunds), and a replay
-// answers ErrRefunded and frees nothing. An extension moves the lease's places to the entry
-// expiring at now+leaseTimeout (and consumes the lease's ID: the extended lease is a new one,
-// issued at now). Neither ever frees more than the entry holds, so the places held never fall
-// below those of the live leases that were not released.
+// Releasing the lease issued at instant t named seq (Once.Issued and Once.Lease) removes its
+// entry, expiring at t+leaseTimeout, if the lease has not expired, and frees its places. The
+// entry is the lease's record: a lease released, extended, expired or dropped (a reset) has
+// none, so a second release or a replay finds nothing, frees nothing and answers ErrRefunded,
+// and a lease admitted later at the same instant, whose entry has the same expiry, has another
+// seq. So a release applies once per lease with no record beside the state: the record lives
+// exactly as long as the lease, and costs what its entry does. An extension moves the lease's
+// places to a new entry expiring at now+leaseTimeout, under a new seq (the extended lease is a
+// new one, issued at now). Neither ever frees more than the lease holds, so the places held
+// never fall below those of the live leases that were not released.
 //
 // In a stack, a concurrency limit is decided with the others all or nothing: a rejection by a
 // rate limit takes no place, and a rejection by a concurrency limit charges no rate. A refund
@@ -83,10 +86,12 @@ type leaseSet struct {
 	held    int64        // places of every entry, expired ones included until trimmed
 }
 
-// leaseEntry is the places of the leases that expire at one instant.
+// leaseEntry is one lease: its places, its expiry, and the seq that names it (Decision.Lease; 0
+// for places carried over from another algorithm, which no lease names).
 type leaseEntry struct {
 	expiry int64 // Unix ns
 	places int64
+	seq    uint64
 }
 
 func (l *leaseSet) at(i int) *leaseEntry { return &l.entries[(l.head+i)&(len(l.entries)-1)] }
@@ -119,17 +124,14 @@ func (l *leaseSet) trim(t int64) {
 	}
 }
 
-// add adds places expiring at expiry: to the entry of that expiry, or to a new entry in its
-// place in the order (the last one, unless the clock stepped back).
-func (l *leaseSet) add(expiry, places int64) {
+// add adds a lease of places expiring at expiry, named seq, as a new entry in its place in the
+// order: the last one, unless the clock stepped back (then after the entries of that expiry).
+// Each lease has an entry of its own, so that a release names it by its expiry and seq.
+func (l *leaseSet) add(expiry, places int64, seq uint64) {
 	l.held += places
 	i := l.n
-	if l.n > 0 && l.at(l.n-1).expiry >= expiry {
-		i = sort.Search(l.n, func(i int) bool { return l.at(i).expiry >= expiry })
-		if l.at(i).expiry == expiry {
-			l.at(i).places += places
-			return
-		}
+	if l.n > 0 && l.at(l.n-1).expiry > expiry {
+		i = sort.Search(l.n, func(i int) bool { return l.at(i).expiry > expiry })
 	}
 	if l.n == len(l.entries) {
 		grown := make([]leaseEntry, max(2, 2*len(l.entries)))
@@ -143,34 +145,33 @@ func (l *leaseSet) add(expiry, places int64) {
 		*l.at(j) = *l.at(j - 1)
 	}
 	l.n++
-	*l.at(i) = leaseEntry{expiry: expiry, places: places}
+	*l.at(i) = leaseEntry{expiry: expiry, places: places, seq: seq}
 }
 
-// remove takes up to places places from the entry expiring at expiry, dropping it once empty,
-// and returns how many it took (0: no such entry).
-func (l *leaseSet) remove(expiry, places int64) int64 {
+// remove drops the entry of the lease expiring at expiry named seq, and returns its places (0:
+// no such lease, which was released, extended, dropped or never issued).
+func (l *leaseSet) remove(expiry int64, seq uint64) int64 {
 	i := sort.Search(l.n, func(i int) bool { return l.at(i).expiry >= expiry })
+	for i < l.n && l.at(i).expiry == expiry && l.at(i).seq != seq {
+		i++
+	}
 	if i == l.n || l.at(i).expiry != expiry {
 		return 0
 	}
-	e := l.at(i)
-	took := min(places, e.places)
-	e.places -= took
+	took := l.at(i).places
 	l.held -= took
-	if e.places == 0 {
-		// Close the gap from the shorter side.
-		if i < l.n/2 {
-			for j := i; j > 0; j-- {
-				*l.at(j) = *l.at(j - 1)
-			}
-			l.head = (l.head + 1) & (len(l.entries) - 1)
-		} else {
-			for j := i; j < l.n-1; j++ {
-				*l.at(j) = *l.at(j + 1)
-			}
+	// Close the gap from the shorter side.
+	if i < l.n/2 {
+		for j := i; j > 0; j-- {
+			*l.at(j) = *l.at(j - 1)
 		}
-		l.n--
+		l.head = (l.head + 1) & (len(l.entries) - 1)
+	} else {
+		for j := i; j < l.n-1; j++ {
+			*l.at(j) = *l.at(j + 1)
+		}
 	}
+	l.n--
 	return took
 }
 
@@ -191,8 +192,21 @@ func (s *stamp) rlOrNil() RateLimiter {
 }
 
 // Decide implements RateLimiter: it admits when the places held plus cost are within the
-// limit, and then holds cost more places until now+leaseTimeout.
+// limit, and then holds cost more places until now+leaseTimeout, as a lease named by a new seq
+// (Decision.Lease).
 func (c *Concurrency) Decide(s *State, now time.Time, cost int64) Decision {
+	return c.take(s, now, cost, nextLeaseSeq())
+}
+
+// leaseSeqs counts the leases issued in the process: a lease's seq is never another's, so
+// that a release names one lease only, whatever instant, client or state it was issued at.
+var leaseSeqs atomic.Uint64
+
+// nextLeaseSeq returns a seq no lease of the process had (never 0).
+func nextLeaseSeq() uint64 { return leaseSeqs.Add(1) }
+
+// take is Decide with the seq of the lease it takes, when it admits.
+func (c *Concurrency) take(s *State, now time.Time, cost int64, seq uint64) Decision {
 	d := c.check(s, now, cost)
 	if !d.Allowed {
 		return d
@@ -203,10 +217,12 @@ func (c *Concurrency) Decide(s *State, now time.Time, cost int64) Decision {
 		s.leases = &leaseSet{}
 	}
 	s.leases.trim(t)
-	s.leases.add(t+c.timeout, cost)
+	s.leases.add(t+c.timeout, cost, seq)
 	s.stamp = &c.stamp
 	held, _ := s.leases.live(t)
-	return c.decision(s.leases, t, held, cost, true, false)
+	d = c.decision(s.leases, t, held, cost, true, false)
+	d.Lease = seq
+	return d
 }
 
 // check answers what Decide would, taking no place: it only drops the entries of s's leases
@@ -288,11 +304,11 @@ func (c *Concurrency) Refund(s *State, now time.Time, _ int64) Decision {
 	return c.Peek(s, now)
 }
 
-// release ends the lease issued at issued (Unix ns) holding places places: it frees what of
-// them the entry expiring at issued+leaseTimeout still holds, if the lease has not expired, and
-// returns the places freed and what Peek answers after it. A state that no concurrency limit
-// wrote holds no lease: nothing is freed. It must apply once per lease (see Concurrency).
-func (c *Concurrency) release(s *State, now time.Time, issued, places int64) (int64, Decision) {
+// release ends the lease issued at issued (Unix ns) named seq: it frees the places of its entry,
+// if the lease has not expired, and returns the places freed and what Peek answers after it.
+// A lease released, extended, expired or dropped (a reset) has no entry: nothing is freed. A
+// state that no concurrency limit wrote holds no lease.
+func (c *Concurrency) release(s *State, now time.Time, issued int64, seq uint64) (int64, Decision) {
 	if leasesOf(s) == nil {
 		return 0, c.Peek(s, now)
 	}
@@ -301,14 +317,16 @@ func (c *Concurrency) release(s *State, now time.Time, issued, places int64) (in
 	s.leases.trim(t)
 	freed := int64(0)
 	if expiry := issued + c.timeout; expiry > t {
-		freed = s.leases.remove(expiry, places)
+		freed = s.leases.remove(expiry, seq)
 	}
 	return freed, c.Peek(s, now)
 }
 
-// extend moves the places the lease issued at issued (Unix ns) still holds to now+leaseTimeout,
-// as one issued at now, and returns how many it moved and what Peek answers after it.
-func (c *Concurrency) extend(s *State, now time.Time, issued, places int64) (int64, Decision) {
+// extend moves the places of the lease issued at issued (Unix ns) named seq to now+leaseTimeout,
+// as the lease next issued at now, and returns how many it moved and what Peek answers after
+// it, with next in Decision.Lease when it moved some (as release, a lease without an entry
+// moves nothing).
+func (c *Concurrency) extend(s *State, now time.Time, issued int64, seq, next uint64) (int64, Decision) {
 	if leasesOf(s) == nil {
 		return 0, c.Peek(s, now)
 	}
@@ -317,11 +335,15 @@ func (c *Concurrency) extend(s *State, now time.Time, issued, places int64) (int
 	s.leases.trim(t)
 	moved := int64(0)
 	if expiry := issued + c.timeout; expiry > t {
-		if moved = s.leases.remove(expiry, places); moved > 0 {
-			s.leases.add(t+c.timeout, moved)
+		if moved = s.leases.remove(expiry, seq); moved > 0 {
+			s.leases.add(t+c.timeout, moved, next)
 		}
 	}
-	return moved, c.Peek(s, now)
+	d := c.Peek(s, now)
+	if moved > 0 {
+		d.Lease = next
+	}
+	return moved, d
 }
 
 // Fresh implements RateLimiter: no lease holds a place.
@@ -348,7 +370,7 @@ func (c *Concurrency) chargeUnits(s *State, now, u int64) {
 	*s = State{stamp: &c.stamp}
 	if u > 0 {
 		s.leases = &leaseSet{}
-		s.leases.add(now+c.timeout, u)
+		s.leases.add(now+c.timeout, u, 0) // no lease names carried places
 	}
 }
 

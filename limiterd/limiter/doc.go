@@ -24,9 +24,8 @@
 //   - Concurrency: at most limit places of a client in flight at once. An admission takes its
 //     cost in places, held by a lease until the lease is released (Store.Refund with
 //     OpRelease, once per lease), extended (OpExtend) or its leaseTimeout passes, so that a
-//     crashed caller holds nothing for ever. The state is the multiset of the leases' expiries
-//     (16 bytes a distinct expiry, at most limit live ones; limit is at most
-//     MaxConcurrencyLimit).
+//     crashed caller holds nothing for ever. The state is the leases' expiries, places and
+//     seqs (24 bytes a lease, at most limit live ones; limit is at most MaxConcurrencyLimit).
 //   - Unlimited: admits everything and keeps no state.
 //
 // A cost above a strategy's capacity (limit) can never be admitted: it is rejected and consumes

@@ -26,6 +26,10 @@ type Decision struct {
 	// It is 0 for a cost the strategy can never admit, one above its capacity or limit: no wait
 	// admits it (a rejection that a wait cures always has a positive RetryAfter).
 	RetryAfter time.Duration
+	// Lease names the lease that an admission by a concurrency limit took (or that an extension
+	// gave: Store.Refund with OpExtend), to pass in Once.Lease to release or extend it; 0 when
+	// no lease was taken. Seqs are never reused within a process.
+	Lease uint64
 }
 
 // Algorithm names a strategy's algorithm.
@@ -255,8 +259,8 @@ const (
 	// is kept in State's 32-bit fraction field (1e9 < 2^32).
 	MaxQuotaLimit = 1_000_000_000
 	// MaxConcurrencyLimit bounds a concurrency limit's places (at least 1). A client's leases
-	// hold a 16-byte entry per distinct expiry, at most limit live ones after a decision, so
-	// the bound caps a client's state (256 KiB: 10,000 entries in a ring of 16,384) and the
+	// hold a 24-byte entry per lease, at most limit live ones after a decision, so the bound
+	// caps a client's state (384 KiB: 10,000 entries in a ring of 16,384) and the
 	// entries a release or an extension moves to close or open a gap in the order (a few
 	// microseconds at worst, under the client's shard lock). Ten thousand requests of one
 	// client in flight at once is beyond what the slow backends it protects serve; use a rate

@@ -17,7 +17,7 @@ const memoryShards = 256
 // The bytes a client's state is accounted for, besides its key (copied on insertion, so that it
 // never holds a larger buffer alive): a token-bucket client's 33-byte table slot at the table's
 // load (0.6 to 0.9); a sliding-window or concurrency client's map entry, State and log header,
-// plus 16 bytes an entry of its log's (its leases') capacity.
+// plus 16 bytes an entry of its log's capacity (24 of its leases').
 const (
 	bucketClientBytes = 48
 	windowClientBytes = 128
@@ -34,7 +34,7 @@ func logBytes(s *State) int64 {
 	case s.log != nil:
 		return 16 * int64(cap(s.log.entries))
 	case s.leases != nil:
-		return 16 * int64(cap(s.leases.entries))
+		return 24 * int64(cap(s.leases.entries))
 	}
 	return 0
 }

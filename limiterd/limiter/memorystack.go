@@ -104,6 +104,10 @@ func (m *Memory) applyStack(key string, st *Stack, now time.Time, cost int64, o 
 		if o == opRefund && !m.admitRefund(key, g, now) {
 			return false
 		}
+		if g != nil && g.once.Op != OpRefund {
+			g.err = ErrRefunded // no lease is held (applyLease)
+			return false
+		}
 		for i, rl := range st.limits {
 			out[i] = rl.Peek(&State{}, now)
 		}
@@ -161,7 +165,7 @@ func (m *Memory) applyStack(key string, st *Stack, now time.Time, cost int64, o 
 		if g != nil {
 			once = &g.once
 			if g.once.Op != OpRefund {
-				return m.applyLease(st, now, cost, limits, out, g)
+				return m.applyLease(st, now, limits, out, g)
 			}
 		}
 		for i, rl := range st.limits {
@@ -188,6 +192,10 @@ func (m *Memory) applyStack(key string, st *Stack, now time.Time, cost int64, o 
 	case opDecide:
 	}
 
+	var seq uint64 // the lease's, shared by the stack's concurrency limits
+	if st.HasLeases() {
+		seq = nextLeaseSeq()
+	}
 	allowed := true
 	for i, rl := range st.limits {
 		l := &limits[i]
@@ -198,7 +206,7 @@ func (m *Memory) applyStack(key string, st *Stack, now time.Time, cost int64, o 
 				l.undo.bytes = logBytes(l.w)
 				out[i] = rl.check(l.w, now, cost) // decided below, once every limit admits
 			} else {
-				out[i] = rl.Decide(&l.s, now, cost) // untracked: decided on a fresh state
+				out[i] = rl.take(&l.s, now, cost, seq) // untracked: decided on a fresh state
 			}
 		case *SlidingWindow:
 			if l.w != nil {
@@ -263,7 +271,8 @@ func (m *Memory) applyStack(key string, st *Stack, now time.Time, cost int64, o 
 		case AlgorithmSlidingWindow, AlgorithmConcurrency:
 			if l.tracked {
 				if c, ok := rl.(*Concurrency); ok {
-					c.Decide(l.w, now, cost) // admits: check did, on this state at this instant
+					c.take(l.w, now, cost, seq) // admits: check did, on this state at this instant
+					out[i].Lease = seq
 				}
 				added = m.accountLogGrowth(l.w, l.undo.bytes) || added
 				continue
@@ -282,12 +291,18 @@ func (m *Memory) applyStack(key string, st *Stack, now time.Time, cost int64, o 
 	return added
 }
 
-// applyLease releases or extends (g.once.Op) the lease issued at g.once.Issued holding cost
-// places, on the concurrency limits of st whose state limits read, under the client's shard
-// lock; the other limits are only peeked. It reports whether the store's bytes grew (an
-// extension may add an entry to a client's leases).
-func (m *Memory) applyLease(st *Stack, now time.Time, cost int64, limits []stackLimit, out []Decision, g *refundGate) (added bool) {
-	issued := g.once.Issued.UnixNano()
+// applyLease releases or extends (g.once.Op) the lease issued at g.once.Issued named
+// g.once.Lease, on the concurrency limits of st whose state limits read, under the client's
+// shard lock; the other limits are only peeked. It reports whether the store's bytes grew (an
+// extension may grow a client's leases). When no limit holds the lease (released, extended,
+// expired, dropped or never issued), nothing changed and g.err is ErrRefunded.
+func (m *Memory) applyLease(st *Stack, now time.Time, limits []stackLimit, out []Decision, g *refundGate) (added bool) {
+	issued, seq := g.once.Issued.UnixNano(), g.once.Lease
+	var next uint64 // the extended lease's seq
+	if g.once.Op == OpExtend {
+		next = nextLeaseSeq()
+	}
+	found := false
 	for i, rl := range st.limits {
 		l := &limits[i]
 		c, ok := rl.(*Concurrency)
@@ -298,14 +313,18 @@ func (m *Memory) applyLease(st *Stack, now time.Time, cost int64, limits []stack
 		bytes := logBytes(l.w)
 		var places int64
 		if g.once.Op == OpExtend {
-			places, out[i] = c.extend(l.w, now, issued, cost)
+			places, out[i] = c.extend(l.w, now, issued, seq, next)
 		} else {
-			places, out[i] = c.release(l.w, now, issued, cost)
+			places, out[i] = c.release(l.w, now, issued, seq)
 		}
+		found = found || places > 0
 		added = m.accountLogGrowth(l.w, bytes) || added
 		if g.refunded != nil {
 			g.refunded[i] = places
 		}
+	}
+	if !found {
+		g.err = ErrRefunded
 	}
 	return added
 }

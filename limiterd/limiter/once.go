@@ -30,6 +30,9 @@ type Once struct {
 	// the client never gets more than if the charge had been smaller (see
 	// TokenBucket.RefundInterval); without it, the amount asked.
 	Cost int64
+	// Lease names the lease that OpRelease and OpExtend end (Decision.Lease of its admission
+	// or of its last extension); a refund ignores it.
+	Lease uint64
 }
 
 // OnceOp is what Store.Refund applies, once per Once.ID.
@@ -40,13 +43,13 @@ const (
 	// OpRefund returns the request's cost to every limit, as RateLimiter.Refund does; a
 	// concurrency limit gives nothing back.
 	OpRefund OnceOp = iota
-	// OpRelease ends the lease issued at Once.Issued: each concurrency limit of the stack frees
-	// what the request's cost of places that lease still holds (Concurrency); the rate limits
-	// are not touched. Request.Refunded receives the places each limit freed.
+	// OpRelease ends the lease issued at Once.Issued named Once.Lease: each concurrency limit of
+	// the stack frees the places that lease still holds (Concurrency); the rate limits are not
+	// touched. Request.Refunded receives the places each limit freed.
 	OpRelease
 	// OpExtend moves the places the lease issued at Once.Issued still holds to expire a lease
-	// timeout after now, as a lease issued at now: the old lease is spent (its ID recorded) and
-	// its holder is given a new one. The rate limits are not touched. Request.Refunded
+	// timeout after now, as a lease issued at now: the old lease is spent and its holder is
+	// given a new one, named by the answer's Decision.Lease. The rate limits are not touched. Request.Refunded
 	// receives the places each limit moved.
 	OpExtend
 )
@@ -91,8 +94,8 @@ var (
 	// its Once.Issued) is not after now: its places are free already (nothing is recorded).
 	ErrLeaseExpired = errors.New("the lease has expired: its places are free again")
 	// ErrNoLease: a release or an extension by a stack without a concurrency limit, or of a
-	// lease without its Once.Issued: no lease can be named (nothing is recorded).
-	ErrNoLease = errors.New("no lease to release or extend: the stack has no concurrency limit, or the lease names no instant")
+	// lease without its Once.Issued or its Once.Lease: no lease can be named.
+	ErrNoLease = errors.New("no lease to release or extend: the stack has no concurrency limit, or the lease names no instant or seq")
 )
 
 // RefundRecordGrace is how long a store keeps the record of a refund past its Once.Until (a
@@ -276,9 +279,11 @@ func (r *refundRecords) len() int {
 // does not track has nothing to refund). It also fails with ErrRefundTooLate, refunding nothing,
 // when now is more than RefundRecordGrace older than the newest now the records have seen
 // (Refund's and Sweep's), and with ErrInvalidCost for a cost below 1. A release or an
-// extension (once.Op) passes the same gate, its record kept at least until the lease's expiry,
-// then changes the concurrency limits only (Concurrency); it fails first, recording nothing,
-// with ErrNoLease or ErrLeaseExpired. It never fails otherwise.
+// extension (once.Op) keeps no record: it fails first with ErrNoLease or ErrLeaseExpired, then
+// with ErrReset as a refund would, then changes the concurrency limits only, under the same
+// lock: the lease's entry in its client's state is its record (Concurrency), and a lease that
+// no limit holds any more (released, extended, or dropped) fails with ErrRefunded. It never
+// fails otherwise.
 func (m *Memory) Refund(_ context.Context, req Request, now time.Time, once Once) (Decision, error) {
 	if req.Cost < 1 {
 		return Decision{}, ErrInvalidCost
@@ -290,18 +295,13 @@ func (m *Memory) Refund(_ context.Context, req Request, now time.Time, once Once
 	switch once.Op {
 	case OpRefund:
 	case OpRelease, OpExtend:
-		if !req.Stack.HasLeases() || once.Issued.IsZero() {
+		if !req.Stack.HasLeases() || once.Issued.IsZero() || once.Lease == 0 {
 			return Decision{}, ErrNoLease
 		}
-		expiry := req.Stack.LeaseExpiry(once.Issued)
-		if !expiry.After(now) {
+		if !req.Stack.LeaseExpiry(once.Issued).After(now) {
 			return Decision{}, ErrLeaseExpired
 		}
-		// The record must outlive every instant at which the lease could be released: until
-		// its expiry at least, whatever Until the caller gave.
-		if once.Until.Before(expiry) {
-			once.Until = expiry
-		}
+		// No record: the lease's entry in its client's leases is its record (Concurrency).
 	default:
 		return Decision{}, fmt.Errorf("unknown operation %v", once.Op)
 	}
@@ -346,6 +346,12 @@ func (m *Memory) admitRefund(key string, g *refundGate, now time.Time) bool {
 		return true
 	}
 	void := m.resets.voids(key, g.once.issuedNanos())
+	if g.once.Op != OpRefund { // a lease is its own record: its entry, while it holds places
+		if void {
+			g.err = ErrReset
+		}
+		return !void
+	}
 	g.err = m.refunds.add(g.once.ID, maphash.String(m.seed, key), g.once.Until, now, void)
 	return g.err == nil
 }

@@ -146,6 +146,9 @@ func Combine(ds []Decision) (Decision, int) {
 	if allowed {
 		d.RetryAfter = 0
 	}
+	for i := range ds { // the concurrency limits of a stack share their lease's seq
+		d.Lease = max(d.Lease, ds[i].Lease)
+	}
 	return d, binding
 }
 

@@ -47,11 +47,12 @@ type Store interface {
 	// a retry of the same once.ID is safe).
 	//
 	// With once.Op OpRelease or OpExtend it ends or extends, instead, the lease that the
-	// admission of req.Cost places at once.Issued took (Concurrency), by the same gate (once per
-	// ID, ErrReset, the record kept at least until the lease's expiry, Stack.LeaseExpiry), on
-	// the stack's concurrency limits only: a release gives no rate unit back. It fails first,
-	// recording nothing, with ErrNoLease (a stack without a concurrency limit, or no
-	// once.Issued) or ErrLeaseExpired (the lease's expiry is not after now). A store that does
+	// admission of req.Cost places at once.Issued took, named once.Lease (its Decision.Lease;
+	// Concurrency), once per lease (ErrRefunded: the lease is held no more, its entry being its
+	// record) and not after a reset (ErrReset), on the stack's concurrency limits only: a
+	// release gives no rate unit back. It fails first with ErrNoLease (a stack without a
+	// concurrency limit, no once.Issued or no once.Lease) or ErrLeaseExpired (the lease's expiry,
+	// Stack.LeaseExpiry, is not after now). A store that does
 	// not decide concurrency limits refuses it with an error of its own.
 	Refund(ctx context.Context, req Request, now time.Time, once Once) (Decision, error)
 	// DecideBatch decides reqs at instant now (with the same proviso as Decide) and writes the

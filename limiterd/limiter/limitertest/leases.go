@@ -100,13 +100,38 @@ func LeaseCases() []LeaseCase {
 			{At: 7 * s, Allowed: true, Remaining: 0, ResetAfter: 5 * s},
 			{At: 12 * s, Op: LeaseExtend, Lease: 6, Err: limiter.ErrLeaseExpired},
 		}},
-		{Name: "leases of one instant share an entry, and each release frees its own places", Stack: One(cc(3, 10*s)), Steps: []LeaseStep{
+		{Name: "leases of one instant are told apart, and each release frees its own places", Stack: One(cc(3, 10*s)), Steps: []LeaseStep{
 			{At: 0, Allowed: true, Remaining: 2, ResetAfter: 10 * s},
 			{At: 0, Cost: 2, Allowed: true, Remaining: 0, ResetAfter: 10 * s},
 			{At: s, Op: LeaseRelease, Lease: 0, Freed: 1, Allowed: true, Remaining: 1, ResetAfter: 9 * s},
 			{At: s, Op: LeaseRelease, Lease: 0, Err: limiter.ErrRefunded},
 			{At: s, Op: LeasePeek, Allowed: true, Remaining: 1, ResetAfter: 9 * s},
 			{At: s, Op: LeaseRelease, Lease: 1, Freed: 2, Allowed: true, Remaining: 3, ResetAfter: 0},
+		}},
+		// A lease released and a lease taken after it at the same instant share an expiry: a
+		// replay of the first frees nothing of the second.
+		{Name: "a replay of a released lease frees nothing of a new lease of the same instant", Stack: One(cc(1, 10*s)), Steps: []LeaseStep{
+			{At: s, Allowed: true, Remaining: 0, ResetAfter: 10 * s},
+			{At: s, Op: LeaseRelease, Lease: 0, Freed: 1, Allowed: true, Remaining: 1, ResetAfter: 0},
+			{At: s, Allowed: true, Remaining: 0, ResetAfter: 10 * s},
+			{At: s, Op: LeaseRelease, Lease: 0, Err: limiter.ErrRefunded},
+			{At: 2 * s, Op: LeaseRelease, Lease: 0, Err: limiter.ErrRefunded},
+			{At: 2 * s, Op: LeaseExtend, Lease: 0, Err: limiter.ErrRefunded},
+			{At: 2 * s, Op: LeasePeek, Allowed: false, Remaining: 0, RetryAfter: 9 * s, ResetAfter: 9 * s},
+			{At: 2 * s, Op: LeaseRelease, Lease: 2, Freed: 1, Allowed: true, Remaining: 1, ResetAfter: 0},
+		}},
+		// An extension gives a new lease at its instant: the lease it spent, extended again or
+		// released, frees nothing of it.
+		{Name: "a lease extended is released and extended no more, its successor is", Stack: One(cc(2, 10*s)), Steps: []LeaseStep{
+			{At: 0, Allowed: true, Remaining: 1, ResetAfter: 10 * s},
+			{At: s, Allowed: true, Remaining: 0, ResetAfter: 10 * s},
+			{At: s, Op: LeaseExtend, Lease: 0, Freed: 1, Allowed: false, Remaining: 0, RetryAfter: 10 * s, ResetAfter: 10 * s},
+			{At: s, Op: LeaseExtend, Lease: 0, Err: limiter.ErrRefunded},
+			{At: 2 * s, Op: LeaseRelease, Lease: 0, Err: limiter.ErrRefunded},
+			{At: 2 * s, Op: LeasePeek, Allowed: false, Remaining: 0, RetryAfter: 9 * s, ResetAfter: 9 * s},
+			{At: 2 * s, Op: LeaseRelease, Lease: 2, Freed: 1, Allowed: true, Remaining: 1, ResetAfter: 9 * s},
+			{At: 2 * s, Op: LeaseRelease, Lease: 2, Err: limiter.ErrRefunded},
+			{At: 2 * s, Op: LeaseRelease, Lease: 1, Freed: 1, Allowed: true, Remaining: 2, ResetAfter: 0},
 		}},
 		{Name: "a peek takes no place, and a refund gives none back", Stack: One(cc(2, 10*s)), Steps: []LeaseStep{
 			{At: 0, Op: LeasePeek, Allowed: true, Remaining: 2, ResetAfter: 0},
@@ -156,10 +181,12 @@ func LeaseCases() []LeaseCase {
 	}
 }
 
-// lease is a lease a runner holds: its ID, the instant it was issued and its places.
+// lease is a lease a runner holds: its ID, the instant it was issued, the seq that names it
+// (Decision.Lease) and its places.
 type lease struct {
 	id     [16]byte
 	issued time.Time
+	seq    uint64
 	places int64
 }
 
@@ -199,7 +226,7 @@ func runLeaseCase(t *testing.T, store limiter.Store, c LeaseCase) {
 		switch step.Op {
 		case LeaseAcquire:
 			if d, err = store.Decide(ctx, key, st, now, cost, limits); err == nil && d.Allowed {
-				leases[i] = lease{id: newID(), issued: now, places: cost}
+				leases[i] = lease{id: newID(), issued: now, seq: d.Lease, places: cost}
 			}
 		case LeasePeek:
 			d, err = store.Decide(ctx, key, st, now, 0, limits)
@@ -212,10 +239,10 @@ func runLeaseCase(t *testing.T, store limiter.Store, c LeaseCase) {
 			if step.Op == LeaseExtend {
 				op = limiter.OpExtend
 			}
-			once := limiter.Once{Op: op, ID: l.id, Issued: l.issued, Until: st.LeaseExpiry(l.issued), Cost: l.places}
+			once := limiter.Once{Op: op, ID: l.id, Issued: l.issued, Until: st.LeaseExpiry(l.issued), Cost: l.places, Lease: l.seq}
 			d, err = store.Refund(ctx, limiter.Request{Key: key, Stack: st, Cost: l.places, Limits: limits, Refunded: freed}, now, once)
 			if err == nil && op == limiter.OpExtend {
-				leases[i] = lease{id: newID(), issued: now, places: l.places}
+				leases[i] = lease{id: newID(), issued: now, seq: d.Lease, places: l.places}
 			}
 		case LeaseRefund:
 			d, err = store.Refund(ctx, limiter.Request{Key: key, Stack: st, Cost: cost, Limits: limits}, now,
