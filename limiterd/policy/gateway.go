@@ -213,7 +213,8 @@ func (e *HeaderError) Unwrap() error { return e.Err }
 
 // appendValue yields a header's value: the source's own header, X-Forwarded-Host (in lower
 // case) or X-Forwarded-Method (else the forward-auth request's method); of a request with a
-// Target, its own Host (in lower case) and method.
+// Target, its own Host (in lower case) and method. The forward-auth request's own method is
+// held to v1alpha1.MaxGatewayHeaderBytes like a header, as an ext_authz check's :method is.
 func (s *keySource) appendValue(dst []byte, r *ForwardedRequest) ([]byte, bool, error) {
 	var (
 		v   string
@@ -223,10 +224,10 @@ func (s *keySource) appendValue(dst []byte, r *ForwardedRequest) ([]byte, bool, 
 	case c == nil && r.Target != "" && s.typ == v1alpha1.KeySourceHost:
 		v, err = bounded(r.Host, "Host")
 	case c == nil && r.Target != "" && s.typ == v1alpha1.KeySourceMethod:
-		v = r.Method
+		v, err = bounded(r.Method, "method")
 	case c == nil:
 		if v, err = single(r.Header, s.header); v == "" && err == nil && s.typ == v1alpha1.KeySourceMethod {
-			v = r.Method
+			v, err = bounded(r.Method, "method")
 		}
 	case s.typ == v1alpha1.KeySourceHost:
 		v, err = bounded(c.Host, ":authority")

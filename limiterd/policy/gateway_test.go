@@ -313,14 +313,30 @@ func TestCheckedKeyExtractionAllocatesNothing(t *testing.T) {
 	}
 }
 
-// FuzzCheckedMatchesForwarded holds the two forms of a request to one answer: every key
+// targetForm is the forward-auth request Envoy's HTTP ext_authz sends for the request of
+// checkedPair: its own method and Host are the original's, and its path holds the original
+// target after the policy's name (the server gives Target, which always begins with '/').
+// The X-Forwarded-* fields other than X-Forwarded-For are forged: a client sent them, and no
+// source may read them.
+func targetForm(apiKey, xff, host, method, target string) *policy.ForwardedRequest {
+	return &policy.ForwardedRequest{Header: http.Header{
+		"X-Api-Key": {apiKey}, "X-Forwarded-For": {xff}, "X-Forwarded-Host": {"forged.example"},
+		"X-Forwarded-Method": {"FORGED"}, "X-Forwarded-Uri": {"/forged"}, "X-Original-Uri": {"/forged"},
+	}, Peer: netip.MustParseAddr("10.0.0.1"), Method: method, Host: host, Target: target}
+}
+
+// FuzzCheckedMatchesForwarded holds the three forms of a request to one answer: every key
 // source derives the same key (or the same error) from an ext_authz check as from the
-// forward-auth request that carries its host, method and path in X-Forwarded-* fields.
+// forward-auth request that carries its host, method and path in X-Forwarded-* fields, and as
+// from the forward-auth request of Envoy's HTTP ext_authz, which carries them as its own
+// method, Host and path suffix (Target).
 func FuzzCheckedMatchesForwarded(f *testing.F) {
 	f.Add("k1", "203.0.113.9, 192.0.2.1", "Shop.Example", "GET", "/api/v1/users?x", uint8(1), uint8(2))
 	f.Add("", "[2001:db8::1]:443,,", "", "", "", uint8(0), uint8(0))
 	f.Add(strings.Repeat("k", 5000), " , ::ffff:1.2.3.4 ", "h", "M", "/a#b", uint8(3), uint8(1))
 	f.Add(token(`{"sub":"a"}`, "AA"), "", "", "", "", uint8(0), uint8(0))
+	f.Add("k", "192.0.2.1", "h.example", "POST", "/a/%2F/../b?deny=403", uint8(1), uint8(3))
+	f.Add("k", "", strings.Repeat("h", 5000), strings.Repeat("M", 5000), "/"+strings.Repeat("p", 5000), uint8(0), uint8(0))
 	f.Fuzz(func(t *testing.T, apiKey, xff, host, method, path string, h, segs uint8) {
 		n := int32(h % (v1alpha1.MaxTrustedHops + 1))
 		for _, s := range []v1alpha1.KeySource{
@@ -337,6 +353,18 @@ func FuzzCheckedMatchesForwarded(f *testing.F) {
 			ck, cok, cerr := x.AppendKey(nil, checked)
 			if string(fk) != string(ck) || fok != cok || errors.Is(ferr, policy.ErrHeaderTooLarge) != errors.Is(cerr, policy.ErrHeaderTooLarge) || (ferr == nil) != (cerr == nil) {
 				t.Fatalf("%s: forward-auth %q %v %v, ext_authz %q %v %v", s.Type, fk, fok, ferr, ck, cok, cerr)
+			}
+			// The target form's path always begins with '/' (the server cuts it from its own
+			// path, at the '/' after the name), so the check it matches has that path.
+			target := path
+			if !strings.HasPrefix(target, "/") {
+				target = "/" + target
+			}
+			_, checked = checkedPair(apiKey, xff, host, method, target)
+			tk, tok, terr := x.AppendKey(nil, targetForm(apiKey, xff, host, method, target))
+			ck, cok, cerr = x.AppendKey(nil, checked)
+			if string(tk) != string(ck) || tok != cok || errors.Is(terr, policy.ErrHeaderTooLarge) != errors.Is(cerr, policy.ErrHeaderTooLarge) || (terr == nil) != (cerr == nil) {
+				t.Fatalf("%s: forward-auth with target %q: %q %v %v, ext_authz %q %v %v", s.Type, target, tk, tok, terr, ck, cok, cerr)
 			}
 		}
 	})
@@ -368,5 +396,27 @@ func BenchmarkCheckedKeyExtraction(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestForwardAuthMethodIsBounded: the forward-auth request's own method, which the Method
+// source reads from Envoy's HTTP ext_authz (Target set) and without X-Forwarded-Method, is held
+// to the bound of a header, as an ext_authz check's :method is: not a key of any length.
+func TestForwardAuthMethodIsBounded(t *testing.T) {
+	x := gatewayPolicy(t, &v1alpha1.Gateway{KeySources: []v1alpha1.KeySource{{Type: v1alpha1.KeySourceMethod}}}).Gateway
+	long := strings.Repeat("M", v1alpha1.MaxGatewayHeaderBytes+1)
+	for name, r := range map[string]*policy.ForwardedRequest{
+		"target":                {Header: http.Header{}, Method: long, Host: "h", Target: "/a"},
+		"no X-Forwarded-Method": {Header: http.Header{}, Method: long},
+		"ext_authz":             {Checked: &policy.CheckedRequest{Method: long, Path: "/a"}},
+	} {
+		key, ok, err := x.AppendKey(nil, r)
+		if !errors.Is(err, policy.ErrHeaderTooLarge) || ok || len(key) != 0 {
+			t.Errorf("%s: %d-byte key, %v, %v; want ErrHeaderTooLarge", name, len(key), ok, err)
+		}
+	}
+	r := &policy.ForwardedRequest{Header: http.Header{}, Method: long[:v1alpha1.MaxGatewayHeaderBytes], Host: "h", Target: "/a"}
+	if key, ok, err := x.AppendKey(nil, r); err != nil || !ok || string(key) != "method:"+r.Method {
+		t.Errorf("method of %d bytes: %d-byte key, %v, %v", len(r.Method), len(key), ok, err)
 	}
 }
