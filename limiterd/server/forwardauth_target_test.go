@@ -145,3 +145,19 @@ func FuzzForwardAuthTarget(f *testing.F) {
 		}
 	})
 }
+
+// TestForwardAuthMethodOverBound: a Method source reads the request's own method in Envoy's form
+// (and without X-Forwarded-Method in the other), held to the bound of a header: one over it is
+// refused with 431 and charges nothing, not keyed as a client of its own.
+func TestForwardAuthMethodOverBound(t *testing.T) {
+	h := NewDecisions(newEngine(t, testsupport.NewClock(),
+		gatewayPolicy("bymethod", keyedBy(v1alpha1.KeySource{Type: v1alpha1.KeySourceMethod})),
+	), nil)
+	long := strings.Repeat("M", v1alpha1.MaxGatewayHeaderBytes+1)
+	for _, target := range []string{"/v1/forward-auth/default/bymethod/a", "/v1/forward-auth/default/bymethod"} {
+		a := forward(t, h, long, target, nil)
+		if a.status != http.StatusRequestHeaderFieldsTooLarge || !strings.Contains(a.body, `"method: header too large"`) {
+			t.Errorf("%s: %d %s, want 431 naming the method", target, a.status, a.body)
+		}
+	}
+}
