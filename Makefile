@@ -164,16 +164,10 @@ $(TRAEFIK):
 
 ##@ Test
 
-# How many packages make test's -race run builds and tests at once. Most of its tests wait (a
-# control plane, Redis, processes, timeouts) rather than compute: at go test's default (-p = the
-# 2 cores here) a fresh clone's CI used 11 min of CPU in 9 min of wall time, so 4 lets the
-# packages that wait overlap (as UNIT_TEST_PACKAGES_AT_ONCE does for test-unit).
-TEST_PACKAGES_AT_ONCE ?= 4
-
 .PHONY: test
 test: test-tools verify-generated build node-deps ## CI: install the tools, check generated files, build the binaries and images, run every test with -race, then the chart on a real node (test-cluster).
 	$(GO) vet -tags soak ./test/soak/ # make soak is not part of make test: check it still builds
-	$(TEST_ENV) $(GO) test $(TEST_FLAGS) -p $(TEST_PACKAGES_AT_ONCE) -count=1 -timeout 30m ./...
+	$(TEST_ENV) $(GO) test $(TEST_FLAGS) -count=1 -timeout 30m ./...
 	$(ENVOY_GATEWAY_TEST)
 	$(BENCH_TEST)
 	$(MEMORY_TEST)
