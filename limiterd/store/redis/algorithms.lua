@@ -34,6 +34,10 @@ local nows, nown
 -- way for a decision on one token bucket (decide.lua), the most common call, which makes no other
 -- function and no table but its reply. They take and return numbers, not a bucket's table.
 
+-- tbState matches a token bucket's state, "<fingerprint> <s> <n> <f>" (tbSet writes it), into its
+-- four fields: read by the entry script's own way (decide.lua) and by tbLoad.
+local tbState = '^(%S+) (%-?%d+) (%d+) (%d+)$'
+
 -- tbDebt reports whether the bucket whose block of arguments follows ARGV[o], at the TAT (ts, tn,
 -- tf; ts false: fresh), admits the cost of its block, and returns the debt it would leave: the
 -- debt owed (how far the TAT lies ahead of now, 0 if it does not) plus the cost. TokenBucket.debt
@@ -110,7 +114,7 @@ local function tbLoad(k, o)
     b.other = true
     b.raw, b.used = logOfOther(k)
   elseif v then
-    local vfp, s, m, f = string.match(v, '^(%S+) (%-?%d+) (%d+) (%d+)$')
+    local vfp, s, m, f = string.match(v, tbState)
     if vfp == b.fp then
       b.ts, b.tn, b.tf = tonumber(s), tonumber(m), tonumber(f)
     else

@@ -65,7 +65,7 @@ if n == 1 and mode == MODE_DECIDE and ARGV[ARGS + L_ALGORITHM] == ALGORITHM_TOKE
   local v, ts, tn, tf = redis.pcall('GET', k), false, 0, 0
   local own = not v -- fresh
   if type(v) == 'string' then
-    local vfp, s, m, f = string.match(v, '^(%S+) (%-?%d+) (%d+) (%d+)$')
+    local vfp, s, m, f = string.match(v, tbState)
     own = vfp == fp
     if own then ts, tn, tf = tonumber(s), tonumber(m), tonumber(f) end
   end
