@@ -253,9 +253,10 @@ func TestRejectCacheConcurrent(t *testing.T) {
 // rebase threshold so that the log is rewritten several times, and compares every answer, and
 // the retry search over the long log, with limiter.Memory. It reports the memory a client takes.
 func TestSlidingWindowLongLog(t *testing.T) {
-	defer func(old string) { rebaseThreshold = old }(rebaseThreshold)
-	rebaseThreshold = "5000000000" // instants 5s after the epoch: a rewrite every few seconds
-	c := newClient(t, testOptions(shared(t).Addr()))
+	t.Parallel()
+	opts := testOptions(shared(t).Addr())
+	opts.rebaseThreshold = frequentRebases
+	c := newClient(t, opts)
 	s := c.Store(t.Name())
 	mem := limiter.NewMemory(nil)
 	rl := slidingWindow(t, 100_000, 3*time.Second)

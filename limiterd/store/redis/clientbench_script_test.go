@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -19,7 +20,7 @@ var clientbenchScript = filepath.Join("clientbench", "testdata", "tokenbucket.js
 // decision of one token bucket (of 100 tokens refilled at 100/s, cost 1, on the server's clock,
 // no expiry slack). LIMITERD_UPDATE_CLIENTBENCH=1 writes it.
 func TestClientbenchScriptCurrent(t *testing.T) {
-	s := &Store{c: &Client{slackMS: "0"}}
+	s := &Store{c: &Client{slackMS: "0", rebase: strconv.FormatInt(defaultRebaseThreshold, 10)}}
 	c := s.newCall("", limitertest.One(tokenBucket(t, 100, 100, time.Second)), time.Time{}, 1, modeDecide)
 	want, err := json.MarshalIndent(struct {
 		Script string   `json:"script"`

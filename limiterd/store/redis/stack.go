@@ -179,7 +179,7 @@ func (s *Store) callArgs(c *call) []string {
 	}
 	a := make([]string, args, size)
 	a[argMode], a[argNowS], a[argNowN] = string(c.mode), c.nowS, c.nowN
-	a[argCost], a[argSlackMS], a[argRebase] = strconv.FormatInt(c.cost, 10), s.c.slackMS, rebaseThreshold
+	a[argCost], a[argSlackMS], a[argRebase] = strconv.FormatInt(c.cost, 10), s.c.slackMS, s.c.rebase
 	for i := range n {
 		rl := c.st.Limiter(i)
 		p := s.c.prepare(rl)

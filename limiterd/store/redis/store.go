@@ -102,6 +102,11 @@ type Options struct {
 	BreakerBackoff time.Duration
 	// Logger receives connection events (nil: slog.Default()).
 	Logger *slog.Logger
+
+	// rebaseThreshold is where a sliding window's instants or totals are rewritten relative to
+	// its oldest entry (0: defaultRebaseThreshold). Tests lower it, each on a Client of its own,
+	// so that they exercise rewrites without changing what any other test's Client does.
+	rebaseThreshold int64
 }
 
 // SentinelOptions say how to reach the master of a Redis Sentinel deployment. Username,
@@ -144,9 +149,9 @@ var (
 // converted state, and the calls again with a quota's period at the server's instant.
 const maxConversionAttempts = 8
 
-// rebaseThreshold is where a sliding window's instants or totals are rewritten relative to its
-// oldest entry, well below 2^53. Tests lower it.
-var rebaseThreshold = strconv.FormatInt(1<<52, 10)
+// defaultRebaseThreshold is where a sliding window's instants or totals are rewritten relative
+// to its oldest entry, well below 2^53 (Options.rebaseThreshold).
+const defaultRebaseThreshold = 1 << 52
 
 // Client is a connection to Redis shared by the stores of every policy. It is safe for
 // concurrent use; concurrent calls are pipelined on few connections.
@@ -154,6 +159,7 @@ type Client struct {
 	opts     Options
 	log      *slog.Logger
 	slackMS  string
+	rebase   string // Options.rebaseThreshold, an argument of every decision
 	conn     atomic.Pointer[conn]
 	prepared sync.Map // strategy ID (uint64) -> *prepared, while the strategy is in use
 	stop     context.CancelFunc
@@ -217,11 +223,15 @@ func New(opts Options) (*Client, error) {
 	if opts.BreakerBackoff == 0 {
 		opts.BreakerBackoff = DefaultBreakerBackoff
 	}
+	if opts.rebaseThreshold <= 0 {
+		opts.rebaseThreshold = defaultRebaseThreshold
+	}
 	ctx, stop := context.WithCancel(context.Background())
 	c := &Client{
 		opts:    opts,
 		log:     opts.Logger,
 		slackMS: strconv.FormatInt(ceilMS(opts.ExpirySlack), 10),
+		rebase:  strconv.FormatInt(opts.rebaseThreshold, 10),
 		stop:    stop,
 		done:    make(chan struct{}),
 		waits:   newDeadlines(opts.Timeout),

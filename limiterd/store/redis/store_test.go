@@ -34,6 +34,10 @@ func testOptions(addrs ...string) Options {
 		MaxFlushDelay: DefaultMaxFlushDelay}
 }
 
+// frequentRebases is a sliding-window rebase threshold (Options.rebaseThreshold) for tests that
+// exercise rewrites: instants 5s after the epoch, a rewrite every few seconds.
+const frequentRebases = 5_000_000_000
+
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	c := newClient(t, testOptions(shared(t).Addr()))
@@ -63,6 +67,7 @@ func init() {
 // random costs and random clock steps (backwards too), on a few clients, against Redis and
 // against limiter.Memory: every answer must be the same.
 func TestMatchesMemory(t *testing.T) {
+	t.Parallel()
 	forEachRebaseAndSeed(t, func(t *testing.T, s *Store, seed uint64) {
 		compareWithMemory(t, s, rand.New(rand.NewPCG(seed, 7)), 2000)
 	})
@@ -73,15 +78,16 @@ func TestMatchesMemory(t *testing.T) {
 func forEachRebaseAndSeed(t *testing.T, compare func(t *testing.T, s *Store, seed uint64)) {
 	for _, tc := range []struct {
 		name   string
-		rebase string
+		rebase int64
 	}{
-		{"default", rebaseThreshold},
-		{"frequent sliding window rebases", "5000000000"},
+		{"default", 0},
+		{"frequent sliding window rebases", frequentRebases},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			defer func(old string) { rebaseThreshold = old }(rebaseThreshold)
-			rebaseThreshold = tc.rebase
-			c := newClient(t, testOptions(shared(t).Addr()))
+			t.Parallel()
+			opts := testOptions(shared(t).Addr())
+			opts.rebaseThreshold = tc.rebase
+			c := newClient(t, opts)
 			base := testseed.Seed(t)
 			for seed := base; seed < base+seeds; seed++ {
 				t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
@@ -304,6 +310,7 @@ func randomStack(r *rand.Rand) *limiter.Stack {
 // (backwards too), on a few clients, against Redis and against limiter.Memory: every limit's
 // answer must be the same.
 func TestStackMatchesMemory(t *testing.T) {
+	t.Parallel()
 	forEachRebaseAndSeed(t, func(t *testing.T, s *Store, seed uint64) {
 		compareStackWithMemory(t, s, rand.New(rand.NewPCG(seed, 11)), 1000)
 	})
