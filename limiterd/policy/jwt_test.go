@@ -231,30 +231,11 @@ func TestJWTClaimAndClaimPathAreOneClaim(t *testing.T) {
 // read without allocating, and a token over the bound is refused before it is decoded. The
 // path's own bounds (4 names of 128 characters) are the API's (TestValidateClaimPath).
 func TestJWTClaimPathCostIsBounded(t *testing.T) {
-	names := make([]string, v1alpha1.MaxClaimDepth)
-	for i := range names {
-		names[i] = strings.Repeat(string(rune('a'+i)), v1alpha1.MaxClaimLength-1) + ":"
-	}
-	x := gatewayPolicy(t, &v1alpha1.Gateway{KeySources: []v1alpha1.KeySource{{Type: v1alpha1.KeySourceJWTClaim, ClaimPath: names}}}).Gateway
-	claim := `"` + names[0] + `":{"` + names[1] + `":{"` + names[2] + `":{"` + names[3] + `":"x"}}}`
-	fits := func(payload string) bool {
-		return len(bearer(payload)["Authorization"][0]) <= v1alpha1.MaxGatewayHeaderBytes
-	}
-	// Decoys: names of the path's length that differ from it in their last character, holding
-	// the path's next name. Then an array nested as deep as the rest of the bound allows.
-	decoy := `"` + names[0][:len(names[0])-1] + `!":{"` + names[1] + `":0},`
-	decoys := strings.Repeat(decoy, 6)
-	nested := func(depth int) string {
-		return `{` + decoys + `"d":` + strings.Repeat("[", depth) + strings.Repeat("]", depth) + `,` + claim + `}`
-	}
-	depth := 0
-	for fits(nested(depth + 1)) {
-		depth++
-	}
-	payload := nested(depth)
-	if depth < 100 || !fits(payload) {
+	names, payload, depth := worstClaimPath()
+	if depth < 100 || len(bearer(payload)["Authorization"][0]) > v1alpha1.MaxGatewayHeaderBytes {
 		t.Fatalf("payload of %d bytes nested %d deep: too small a worst case, or too large", len(payload), depth)
 	}
+	x := gatewayPolicy(t, &v1alpha1.Gateway{KeySources: []v1alpha1.KeySource{{Type: v1alpha1.KeySourceJWTClaim, ClaimPath: names}}}).Gateway
 	r := &policy.ForwardedRequest{Header: bearer(payload)}
 	buf := make([]byte, 0, 1024)
 	key, ok, err := x.AppendKey(buf[:0], r)
@@ -273,6 +254,26 @@ func TestJWTClaimPathCostIsBounded(t *testing.T) {
 	}
 }
 
+// worstClaimPath returns the longest claimPath the API admits, and the payload of the largest
+// token the header's bound admits that costs it the most to read: members whose names differ from
+// the path's 128-character names in their last character only, an array nested as deep as the
+// rest of the bound allows (depth), the claim last.
+func worstClaimPath() (names []string, payload string, depth int) {
+	names = make([]string, v1alpha1.MaxClaimDepth)
+	for i := range names {
+		names[i] = strings.Repeat(string(rune('a'+i)), v1alpha1.MaxClaimLength-1) + ":"
+	}
+	claim := `"` + names[0] + `":{"` + names[1] + `":{"` + names[2] + `":{"` + names[3] + `":"x"}}}`
+	decoys := strings.Repeat(`"`+names[0][:len(names[0])-1]+`!":{"`+names[1]+`":0},`, 6)
+	nested := func(depth int) string {
+		return `{` + decoys + `"d":` + strings.Repeat("[", depth) + strings.Repeat("]", depth) + `,` + claim + `}`
+	}
+	for len(bearer(nested(depth + 1))["Authorization"][0]) <= v1alpha1.MaxGatewayHeaderBytes {
+		depth++
+	}
+	return names, nested(depth), depth
+}
+
 func TestJWTKeyExtractionAllocatesNothing(t *testing.T) {
 	buf := make([]byte, 0, 256)
 	for _, src := range []v1alpha1.KeySource{
@@ -280,7 +281,7 @@ func TestJWTKeyExtractionAllocatesNothing(t *testing.T) {
 		{Type: v1alpha1.KeySourceJWTClaim, ClaimPath: []string{"https://example.com/tenant"}},
 	} {
 		x := gatewayPolicy(t, &v1alpha1.Gateway{KeySources: []v1alpha1.KeySource{src}}).Gateway
-		for _, payload := range []string{benchJWTPayload, `{"sub":"\u00e9l\u00e8ve","https:\/\/example.com\/tenant":"acme"}`} {
+		for _, payload := range []string{benchJWTPayload, benchJWTPayloadURIClaim, `{"sub":"\u00e9l\u00e8ve","https:\/\/example.com\/tenant":"acme"}`} {
 			r := &policy.ForwardedRequest{Header: bearer(payload)}
 			if n := testing.AllocsPerRun(100, func() { _, _, _ = x.AppendKey(buf[:0], r) }); n != 0 {
 				t.Errorf("%+v, %s: %v allocations, want 0", src, payload, n)
@@ -292,23 +293,29 @@ func TestJWTKeyExtractionAllocatesNothing(t *testing.T) {
 // benchJWTPayload is the payload of a typical access token of an identity provider.
 const benchJWTPayload = `{"iss":"https://id.example.com/realms/main","sub":"f3b1c2d4-5e6f-4a7b-8c9d-0e1f2a3b4c5d",` +
 	`"aud":["api","account"],"exp":1767225600,"iat":1767222000,"jti":"0f9e8d7c-6b5a-4938-2716-a5b4c3d2e1f0",` +
-	`"azp":"web","scope":"openid profile email","email_verified":true,"org":{"id":"acme","roles":["admin","dev"]},` +
-	`"https://example.com/tenant":"acme"}`
+	`"azp":"web","scope":"openid profile email","email_verified":true,"org":{"id":"acme","roles":["admin","dev"]}}`
+
+// benchJWTPayloadURIClaim is benchJWTPayload with a claim named by a URI, as some identity
+// providers namespace their custom claims.
+var benchJWTPayloadURIClaim = benchJWTPayload[:len(benchJWTPayload)-1] + `,"https://example.com/tenant":"acme"}`
 
 func BenchmarkJWTKeyExtraction(b *testing.B) {
+	worstNames, worstPayload, _ := worstClaimPath()
+	rs256 := strings.Repeat("Q", 342) // an RS256 signature is 342 characters
 	for _, bc := range []struct {
-		name   string
-		source v1alpha1.KeySource
+		name, payload, sig string
+		source             v1alpha1.KeySource
 	}{
-		{"Sub", v1alpha1.KeySource{Claim: "sub"}},
-		{"NestedOrgID", v1alpha1.KeySource{Claim: "org.id"}},
-		{"ClaimPathURI", v1alpha1.KeySource{ClaimPath: []string{"https://example.com/tenant"}}},
+		{"Sub", benchJWTPayload, rs256, v1alpha1.KeySource{Claim: "sub"}},
+		{"NestedOrgID", benchJWTPayload, rs256, v1alpha1.KeySource{Claim: "org.id"}},
+		{"ClaimPathURI", benchJWTPayloadURIClaim, rs256, v1alpha1.KeySource{ClaimPath: []string{"https://example.com/tenant"}}},
+		// The largest token the header admits, of the signature worstClaimPath sized it with.
+		{"ClaimPathWorstCase", worstPayload, "c2lnbmF0dXJl", v1alpha1.KeySource{ClaimPath: worstNames}},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			bc.source.Type = v1alpha1.KeySourceJWTClaim
 			x := gatewayPolicy(b, &v1alpha1.Gateway{KeySources: []v1alpha1.KeySource{bc.source}}).Gateway
-			// An RS256 signature is 342 characters.
-			h := http.Header{"Authorization": {"Bearer " + token(benchJWTPayload, strings.Repeat("Q", 342))}, "User-Agent": {"curl/8"}}
+			h := http.Header{"Authorization": {"Bearer " + token(bc.payload, bc.sig)}, "User-Agent": {"curl/8"}}
 			r := &policy.ForwardedRequest{Header: h, Method: http.MethodGet}
 			buf := make([]byte, 0, 256)
 			b.ReportAllocs()
