@@ -68,9 +68,11 @@ const (
 	MaxTrustedHops = 16
 	// MaxPathSegments bounds a Path key source's pathSegments.
 	MaxPathSegments = 16
-	// MaxClaimLength is the longest claim of a JWTClaim key source.
+	// MaxClaimLength is the longest claim of a JWTClaim key source, and the longest name of its
+	// claimPath.
 	MaxClaimLength = 128
-	// MaxClaimDepth is the most names of a JWTClaim key source's claim path ("a.b.c.d").
+	// MaxClaimDepth is the most names of a JWTClaim key source's claim path: of its claim
+	// ("a.b.c.d"), or of its claimPath.
 	MaxClaimDepth = 4
 	// MaxGatewayHeaderBytes is the longest value of a header that a forward-auth request is
 	// decided from (a Header or JWTClaim key source's header, X-Forwarded-For, -Host, -Method, -Uri,

@@ -435,7 +435,9 @@ const (
 	// first pathSegments segments: the key "path:<path>".
 	KeySourcePath KeySourceType = "Path"
 	// KeySourceJWTClaim takes a claim of the JSON Web Token in a header (Authorization by
-	// default, as "Bearer <token>"): the key "jwt:<header in lower case>:<claim>:<value>".
+	// default, as "Bearer <token>"): the key "jwt:<header in lower case>:<claim>:<value>", the
+	// claim's path as claim writes it ("org.id"), or as claimPath's names joined by '.' with
+	// '%', '.' and ':' escaped (see claimPath).
 	// limiterd reads the token's payload and never checks its signature: the gateway must
 	// verify the token, and refuse or replace a client's own, before it asks limiterd.
 	KeySourceJWTClaim KeySourceType = "JWTClaim"
@@ -485,8 +487,10 @@ type Gateway struct {
 // KeySource is one place a forwarded request's client key may come from.
 // +kubebuilder:validation:XValidation:rule="self.type != 'Header' || has(self.header)",message="header is required when type is Header",fieldPath=".header"
 // +kubebuilder:validation:XValidation:rule="self.type == 'Header' || self.type == 'JWTClaim' || !has(self.header)",message="header must be set only when type is Header or JWTClaim",fieldPath=".header"
-// +kubebuilder:validation:XValidation:rule="self.type != 'JWTClaim' || has(self.claim)",message="claim is required when type is JWTClaim",fieldPath=".claim"
+// +kubebuilder:validation:XValidation:rule="self.type != 'JWTClaim' || has(self.claim) || has(self.claimPath)",message="claim or claimPath is required when type is JWTClaim",fieldPath=".claim"
 // +kubebuilder:validation:XValidation:rule="self.type == 'JWTClaim' || !has(self.claim)",message="claim must be set only when type is JWTClaim",fieldPath=".claim"
+// +kubebuilder:validation:XValidation:rule="self.type == 'JWTClaim' || !has(self.claimPath)",message="claimPath must be set only when type is JWTClaim",fieldPath=".claimPath"
+// +kubebuilder:validation:XValidation:rule="!has(self.claim) || !has(self.claimPath)",message="claim and claimPath are mutually exclusive: set one of them",fieldPath=".claimPath"
 // +kubebuilder:validation:XValidation:rule="self.type == 'ClientAddress' || !has(self.trustedHops)",message="trustedHops must be set only when type is ClientAddress",fieldPath=".trustedHops"
 // +kubebuilder:validation:XValidation:rule="self.type == 'Path' || self.?pathSegments.orValue(0) == 0",message="pathSegments must be set only when type is Path",fieldPath=".pathSegments"
 type KeySource struct {
@@ -534,7 +538,9 @@ type KeySource struct {
 
 	// claim is, for type JWTClaim, the claim of the token whose value is the key: a name
 	// ("sub", "client_id") or a dotted path of at most 4 names into nested objects
-	// ("org.id"), each of letters, digits, '_' and '-'; at most 128 characters. With header
+	// ("org.id"), each of letters, digits, '_' and '-'; at most 128 characters. A claim whose
+	// name holds other characters ("https://example.com/tenant", "cognito:username") is named
+	// by claimPath instead: set exactly one of claim and claimPath. With header
 	// Authorization the token is read from "Bearer <token>" (another scheme: no key from this
 	// source); with another header its whole value is the token. A string claim, or an integer
 	// one (digits, no fraction or exponent), is the key "jwt:<header in lower case>:<claim>:<value>";
@@ -551,6 +557,25 @@ type KeySource struct {
 	// +kubebuilder:validation:MaxLength=128
 	// +kubebuilder:validation:Pattern=`^[-_0-9A-Za-z]+(\.[-_0-9A-Za-z]+){0,3}$`
 	Claim string `json:"claim,omitempty"`
+
+	// claimPath is, for type JWTClaim, the claim of the token whose value is the key, as the
+	// exact names of its path: ["https://example.com/tenant"] names a top-level claim of that
+	// name, ["org", "id"] the member "id" of the object "org" (as claim "org.id" does), and
+	// ["realm_access", "urn:acme:org"] a member with ':' in its name. 1 to 4 names, each of 1
+	// to 128 letters, digits and -._~:/; a '.' in a name is part of the name, never a step
+	// into an object. Set exactly one of claim and claimPath. The key is
+	// "jwt:<header in lower case>:<names>:<value>", the names joined by '.', with '%', '.' and
+	// ':' in a name written %25, %2E and %3A, so that no two paths share a key:
+	// "jwt:authorization:https%3A//example%2Ecom/tenant:acme", and
+	// "jwt:authorization:org.id:acme" as with claim "org.id". Otherwise it is read as claim is.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=4
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=128
+	// +kubebuilder:validation:items:Pattern=`^[-._~:/0-9A-Za-z]+$`
+	ClaimPath []string `json:"claimPath,omitempty"`
 }
 
 // Envoy maps the descriptors of Envoy rate-limit requests to client keys.

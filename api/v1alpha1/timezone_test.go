@@ -166,6 +166,28 @@ func TestCRDTimeZoneRulesMatchLoadTimeZone(t *testing.T) {
 // (a timeZone).
 func timeZoneValidator(t *testing.T, n schemaNode) *schemacel.Validator {
 	t.Helper()
+	v := schemacel.NewValidator(structuralSchema(t, n), false, celconfig.PerCallLimit)
+	if v == nil {
+		t.Fatal("the CRD's timeZone has no CEL rule")
+	}
+	return v
+}
+
+// structuralSchema returns a CRD schema node in the API server's own form, from which its
+// validators are built.
+func structuralSchema(t *testing.T, n schemaNode) *structuralschema.Structural {
+	t.Helper()
+	internal := internalSchema(t, n)
+	s, err := structuralschema.NewStructural(internal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// internalSchema returns a CRD schema node as the API server's internal JSONSchemaProps.
+func internalSchema(t *testing.T, n schemaNode) *apiextensions.JSONSchemaProps {
+	t.Helper()
 	j, err := json.Marshal(n)
 	if err != nil {
 		t.Fatal(err)
@@ -178,13 +200,5 @@ func timeZoneValidator(t *testing.T, n schemaNode) *schemacel.Validator {
 	if err := apiextensionsv1.Convert_v1_JSONSchemaProps_To_apiextensions_JSONSchemaProps(&props, &internal, nil); err != nil {
 		t.Fatal(err)
 	}
-	s, err := structuralschema.NewStructural(&internal)
-	if err != nil {
-		t.Fatal(err)
-	}
-	v := schemacel.NewValidator(s, false, celconfig.PerCallLimit)
-	if v == nil {
-		t.Fatal("the CRD's timeZone has no CEL rule")
-	}
-	return v
+	return &internal
 }

@@ -179,17 +179,7 @@ func validateKeySource(k *KeySource, path *field.Path) field.ErrorList {
 	case k.Header != "" && !isToken(k.Header):
 		errs = append(errs, field.Invalid(headerPath, k.Header, "must be an HTTP field name: letters, digits and !#$%&'*+-.^_`|~"))
 	}
-	claimPath := path.Child("claim")
-	switch {
-	case k.Type == KeySourceJWTClaim && k.Claim == "":
-		errs = append(errs, field.Required(claimPath, "claim is required when type is JWTClaim"))
-	case k.Type != KeySourceJWTClaim && k.Claim != "":
-		errs = append(errs, field.Forbidden(claimPath, "claim must be set only when type is JWTClaim"))
-	case len(k.Claim) > MaxClaimLength:
-		errs = append(errs, field.TooLong(claimPath, k.Claim, MaxClaimLength))
-	case k.Claim != "" && !isClaimPath(k.Claim):
-		errs = append(errs, field.Invalid(claimPath, k.Claim, fmt.Sprintf("must be a claim name, or a dotted path of at most %d names, each of letters, digits, '_' and '-'", MaxClaimDepth)))
-	}
+	errs = append(errs, validateClaim(k, path)...)
 	if k.TrustedHops != nil {
 		p := path.Child("trustedHops")
 		if k.Type != KeySourceClientAddress {
@@ -211,24 +201,46 @@ func validateKeySource(k *KeySource, path *field.Path) field.ErrorList {
 	return errs
 }
 
-// isClaimPath reports whether s is the claim of a JWTClaim key source: 1 to MaxClaimDepth
-// non-empty names of letters, digits, '_' and '-', separated by '.'.
-func isClaimPath(s string) bool {
-	names, n := 1, 0
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c == '.':
-			if n == 0 {
-				return false
-			}
-			names, n = names+1, 0
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '_', c == '-':
-			n++
-		default:
-			return false
+// validateClaim checks a key source's claim and claimPath: for type JWTClaim exactly one of
+// them, and for another type neither.
+func validateClaim(k *KeySource, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	claimField, pathField := path.Child("claim"), path.Child("claimPath")
+	jwt := k.Type == KeySourceJWTClaim
+	switch {
+	case jwt && k.Claim == "" && k.ClaimPath == nil:
+		errs = append(errs, field.Required(claimField, "claim or claimPath is required when type is JWTClaim"))
+	case k.Claim != "" && k.ClaimPath != nil:
+		errs = append(errs, field.Forbidden(pathField, "claim and claimPath are mutually exclusive: set one of them"))
+	}
+	if !jwt && k.Claim != "" {
+		errs = append(errs, field.Forbidden(claimField, "claim must be set only when type is JWTClaim"))
+	}
+	if !jwt && k.ClaimPath != nil {
+		errs = append(errs, field.Forbidden(pathField, "claimPath must be set only when type is JWTClaim"))
+	}
+	switch {
+	case len(k.Claim) > MaxClaimLength:
+		errs = append(errs, field.TooLong(claimField, k.Claim, MaxClaimLength))
+	case k.Claim != "" && !isClaimPath(k.Claim):
+		errs = append(errs, field.Invalid(claimField, k.Claim, fmt.Sprintf("must be a claim name, or a dotted path of at most %d names, each of letters, digits, '_' and '-' (use claimPath for a name of other characters)", MaxClaimDepth)))
+	}
+	switch n := len(k.ClaimPath); {
+	case k.ClaimPath == nil:
+	case n == 0:
+		errs = append(errs, field.Invalid(pathField, n, fmt.Sprintf("must have 1 to %d names", MaxClaimDepth)))
+	case n > MaxClaimDepth:
+		errs = append(errs, field.TooMany(pathField, n, MaxClaimDepth))
+	}
+	for i, name := range k.ClaimPath {
+		switch p := pathField.Index(i); {
+		case len(name) > MaxClaimLength:
+			errs = append(errs, field.TooLong(p, name, MaxClaimLength))
+		case !isClaimName(name):
+			errs = append(errs, field.Invalid(p, name, "must be a claim's name: 1 or more letters, digits and -._~:/"))
 		}
 	}
-	return n > 0 && names <= MaxClaimDepth
+	return errs
 }
 
 // isToken reports whether s is an HTTP token (RFC 9110, section 5.6.2): a field name.

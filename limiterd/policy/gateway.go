@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/textproto"
+	"slices"
 	"strings"
 
 	"github.com/limiterd/limiterd/api/v1alpha1"
@@ -136,8 +137,8 @@ func compileGateway(g *v1alpha1.Gateway) *KeyExtractor {
 				ks.header = textproto.CanonicalMIMEHeaderKey(s.Header)
 			}
 			ks.bearer = ks.header == headerAuthorization
-			ks.prefix = "jwt:" + strings.ToLower(ks.header) + ":" + s.Claim + ":"
-			ks.claim = strings.Split(s.Claim, ".")
+			ks.claim = slices.Clone(s.JWTClaimPath()) // the extractor is immutable: not the spec's slice
+			ks.prefix = "jwt:" + strings.ToLower(ks.header) + ":" + claimKeyName(ks.claim) + ":"
 		}
 		ks.lower = strings.ToLower(ks.header)
 		x.sources[i] = ks

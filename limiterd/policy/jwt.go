@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"strings"
 	"unicode/utf8"
 
 	"github.com/limiterd/limiterd/api/v1alpha1"
@@ -72,6 +73,34 @@ func equalFoldASCII(s, lower string) bool {
 		}
 	}
 	return true
+}
+
+// claimKeyName returns how the claim of path is written in a key: its names joined by '.',
+// with '%', '.' and ':' in a name written %25, %2E and %3A. A name of a claim ("org.id") holds
+// none of them, so its key is as it was before claimPath; and since no name so written holds
+// '.' or ':', two paths are written alike only when they are equal, and the ':' after the
+// claim in the key ends it ("urn" with the value "acme:x" and "urn:acme" with "x" are
+// "urn:acme:x" and "urn%3Aacme:x").
+func claimKeyName(path []string) string {
+	var b strings.Builder
+	for i, name := range path {
+		if i > 0 {
+			b.WriteByte('.')
+		}
+		for j := 0; j < len(name); j++ {
+			switch c := name[j]; c {
+			case '%':
+				b.WriteString("%25")
+			case '.':
+				b.WriteString("%2E")
+			case ':':
+				b.WriteString("%3A")
+			default:
+				b.WriteByte(c)
+			}
+		}
+	}
+	return b.String()
 }
 
 // appendJWTClaim appends the claim path of token's payload to dst, after prefix, and reports
