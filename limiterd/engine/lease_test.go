@@ -319,3 +319,24 @@ func TestUnknownLease(t *testing.T) {
 		t.Fatalf("the tier lost its concurrency limit: %v, want ErrUnknownLease", err)
 	}
 }
+
+// TestLeaseAfterReset: a reset drops the client's leases; their tokens answer ErrLeaseExpired
+// (their places are free) and free nothing of the leases taken after it.
+func TestLeaseAfterReset(t *testing.T) {
+	e, clock := leaseEngine(t, 1)
+	tok := acquire(t, e, "alice")
+	clock.Advance(time.Second)
+	if err := e.Reset(ctx, "team/a", "alice"); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Second)
+	if acquire(t, e, "alice") == "" {
+		t.Fatal("the reset left the place held")
+	}
+	if _, err := e.Release(ctx, tok, false); !errors.Is(err, engine.ErrLeaseExpired) {
+		t.Fatalf("a lease of before the reset: %v, want ErrLeaseExpired", err)
+	}
+	if got := held(t, e, "alice", 1); got != 1 {
+		t.Fatalf("a lease of before the reset freed a place: %d held, want 1", got)
+	}
+}
