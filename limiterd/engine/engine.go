@@ -123,6 +123,16 @@ type Result struct {
 	// (not a dry-run tier's rejection) and the store decided it (no StoreError), unless every
 	// unit refills within a nanosecond (nothing could ever be refunded); "" otherwise.
 	Reservation string
+	// LeaseToken is the token of the lease that an admitted decision took on a tier with a
+	// concurrency limit (limiter.Concurrency), to end with Release, and LeaseExpiry when the
+	// lease expires unless released or extended first: set when the store decided the
+	// decision (no StoreError) and admitted it (a dry-run tier's too, which takes its places);
+	// "" and the zero time otherwise. Release with extend answers the extended lease's.
+	LeaseToken  string
+	LeaseExpiry time.Time
+	// Released and Extended are set on Release's answer only: the places the lease gave up
+	// (a release) or kept under the extended lease (an extension).
+	Released, Extended int64
 	// Refunded is set on Refund's answer only (nil otherwise): what the refund gave back to
 	// each limit of the tier, in its order (one for a tier of one limit), as the store counted
 	// it in the refund's atomic step (limiter.Request.Refunded): how many more units the
@@ -209,7 +219,8 @@ type bound struct {
 	// before and after it, whose refund records it does not have; 0 for a shared store, whose
 	// state and records outlive the policy's removal and re-creation.
 	epoch uint64
-	// tierTags stand for the tiers in reservations, by Tier.Index: see tierTag.
+	// tierTags stand for the tiers in reservations and leases, by Tier.Index: see tierTag (the
+	// zero Tag for a tier that no token names: without refunds, and no concurrency limit).
 	tierTags []reservation.Tag
 	// top records the policy's heaviest clients (nil: Options.NoTopClients). It outlives
 	// swaps as the store does.
@@ -289,8 +300,10 @@ func (e *Engine) Swap(set *policy.Set) {
 		}
 		for _, t := range p.Tiers {
 			b.tiers = append(b.tiers, e.opts.Observer.Tier(p.ID, t.Name))
-			if p.Refunds {
+			if p.Refunds || (t.Stack != nil && t.Stack.HasLeases()) {
 				b.tierTags = append(b.tierTags, e.tierTag(p.ID, t, b.epoch))
+			} else {
+				b.tierTags = append(b.tierTags, reservation.Tag{}) // no token names the tier
 			}
 		}
 		next.byID[p.ID] = b
@@ -412,6 +425,7 @@ func (e *Engine) decide(ctx context.Context, b *bound, key string, cost int64) R
 	r.bind()
 	r.Outcome = outcome(&r)
 	e.reserve(b, &r, key, start, cost)
+	e.lease(b, &r, key, start, cost)
 	if cost > 0 {
 		b.record(r.Outcome, key, start)
 		b.tiers[tier.Index].Observe(r.Outcome, e.opts.Clock().Sub(start))
@@ -567,6 +581,7 @@ func (e *Engine) DecideBatch(ctx context.Context, items []BatchItem, out []Batch
 			r.bind()
 			r.Outcome = outcome(&r.Result)
 			e.reserve(g.b, &r.Result, key(i), start, items[i].Cost)
+			e.lease(g.b, &r.Result, key(i), start, items[i].Cost)
 			if items[i].Cost > 0 {
 				g.b.record(r.Outcome, key(i), start)
 				decided++
@@ -780,6 +795,9 @@ func (e *Engine) Refund(ctx context.Context, token string, amount int64) (Result
 // while the policy has one. nil: the client is no longer in that tier, or the tag is of another
 // incarnation of the policy's process-local store (bound.epoch).
 func (b *bound) chargedTier(storedKey string, tag reservation.Tag) *policy.Tier {
+	if tag == (reservation.Tag{}) {
+		return nil // stands for no tier (bound.tierTags)
+	}
 	if !digested(storedKey) {
 		if t := b.policy.Resolve(storedKey); b.tierTags[t.Index] == tag {
 			return t
@@ -811,9 +829,14 @@ func (e *Engine) tierTag(policyID v1alpha1.PolicyID, t *policy.Tier, epoch uint6
 		}
 		l := t.Limit(i)
 		fmt.Fprintf(&b, "\x00%s\x00%s", name, l.Algorithm())
-		if tb, ok := l.(*limiter.TokenBucket); ok {
-			capacity, rate, period := tb.Params()
+		switch l := l.(type) {
+		case *limiter.TokenBucket:
+			capacity, rate, period := l.Params()
 			fmt.Fprintf(&b, "\x00%d\x00%d\x00%d", capacity, rate, period)
+		case *limiter.Concurrency:
+			// A lease's entry is found by its expiry, its issue plus the lease timeout: under
+			// another timeout it would not be found. The limit may change: a lease is its own.
+			fmt.Fprintf(&b, "\x00%d", l.LeaseTimeout())
 		}
 	}
 	return e.signer.Tag(b.String())

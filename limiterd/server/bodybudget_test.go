@@ -148,6 +148,7 @@ func TestBodyBudgetComesBackAfterErrors(t *testing.T) {
 		{"/v1/allow:batch", `{"items":[{"key":"a"},{"policy":"default/none","key":"b"}]}`},
 		{"/v1/allow:batch", `[`},
 		{"/v1/refund", `{"reservation":"forged"}`},
+		{"/v1/release", `{"lease":"forged"}`},
 	} {
 		serve(t, h, http.MethodPost, tc.path, tc.body)
 		if got := h.bodies.free.Load(); got != 1000 {

@@ -57,6 +57,7 @@ var browserBodies = map[string]string{
 	"/v1/allow":       `{"key":"alice","cost":1}`,
 	"/v1/allow:batch": `{"items":[{"key":"alice","cost":1}]}`,
 	"/v1/refund":      `{"key":"alice","amount":1}`,
+	"/v1/release":     `{"lease":"x"}`,
 }
 
 // TestDecisionsRefuseBrowserPosts: every POST of the decisions API refuses the content types a
@@ -146,6 +147,7 @@ func TestDecisionsRefuseCrossSite(t *testing.T) {
 			{http.MethodPost, "/v1/allow", browserBodies["/v1/allow"]},
 			{http.MethodPost, "/v1/allow:batch", browserBodies["/v1/allow:batch"]},
 			{http.MethodPost, "/v1/refund", browserBodies["/v1/refund"]},
+			{http.MethodPost, "/v1/release", browserBodies["/v1/release"]},
 			{http.MethodGet, "/v1/allow:batch", ""},
 			{http.MethodGet, "/v1/refund", ""},
 			{http.MethodDelete, allow, ""},

@@ -89,6 +89,28 @@
 // for an expired reservation. A 503 means the store failed and the refund may or may not have
 // been made: a retry of the same reservation is safe (it answers 200 or 409).
 //
+// # Leases
+//
+//	POST /v1/release  {"lease": "<lease>", "extend": false}
+//
+// ends the lease that an admitted decision of a tier with a concurrency limit took: such an
+// answer has a "lease" field (batch items too), the header field Limiterd-Lease with the same
+// token, "leaseExpiresAt" (RFC 3339, UTC) and "leaseTimeoutMs" (the tier's lease timeout, which
+// the policy sets: a caller cannot choose it). The lease holds its places until it is released
+// or its timeout passes. A release frees its places at once and answers 200 with the body of a
+// peek after it plus "released": the places freed. With "extend": true the places stay held,
+// until a lease timeout from now, under a new lease: the answer carries the new "lease" and
+// its expiry, plus "extended": the places kept; the old token is spent. A lease releases or
+// extends once, only while it has not expired, and only the policy, client and tier it names
+// (see engine.Release). Errors change nothing: 400 for a malformed request or lease (a refund's
+// reservation is none), or a field that would choose a timeout; 403 for a lease not signed by
+// this service's key, or altered (another policy, client or expiry written in); 404 for a
+// policy no longer loaded; 409 for a lease released or extended before, or that the policies
+// served do not hold (its client changed tier, the tier's lease timeout changed, or the policy
+// was re-created or the replica restarted since); 410 for an expired lease (or one whose client
+// was reset since: its places are free). A 503 means the store failed: a release may be retried
+// (409 once made).
+//
 // Errors answer {"error": "..."} and consume nothing: 400 for a malformed request (see
 // DecodeAllowRequest and DecodeAllowQuery: unknown fields and parameters are rejected so that a
 // typo never goes unnoticed) and for an omitted policy while several are loaded, 404 for an
@@ -141,7 +163,7 @@
 //     are served. Browsers that send neither on a GET are not detected, and their cross-site
 //     GETs are decided: Sec-Fetch-Site came with Chrome 76, Edge 79, Firefox 90 and Safari 16.4
 //     (2019 to 2023), and browsers send no Origin on a plain GET.
-//   - A POST (allow, batch, refund) must send Content-Type application/json (parameters
+//   - A POST (allow, batch, refund, release) must send Content-Type application/json (parameters
 //     allowed) or none: the types a page may send to any site without asking first
 //     (text/plain, application/x-www-form-urlencoded, multipart/form-data), and every other,
 //     answer 415. curl -d sends a form type: use --json, or -H 'Content-Type: application/json'.
@@ -206,6 +228,7 @@ const (
 	headerRateLimit       = ratelimitheaders.RateLimit
 	headerRetryAfter      = ratelimitheaders.RetryAfter
 	headerDryRun          = "Limiterd-Dry-Run"
+	headerLease           = "Limiterd-Lease"
 )
 
 // Decisions serves the decisions API for an engine.
@@ -339,6 +362,8 @@ func (h *Decisions) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		serve = (*Decisions).allow
 	case "/v1/refund":
 		serve = (*Decisions).refund
+	case "/v1/release":
+		serve = (*Decisions).release
 	case "/v1/allow:batch":
 		serve = (*Decisions).batch
 	default:
@@ -571,15 +596,16 @@ func engineErrorStatus(err error, log *slog.Logger) int {
 	case errors.Is(err, engine.ErrUnknownPolicy):
 		return http.StatusNotFound
 	case errors.Is(err, engine.ErrPolicyRequired), errors.Is(err, engine.ErrInvalidCost), errors.Is(err, engine.ErrInvalidAmount),
-		errors.Is(err, engine.ErrInvalidReservation):
+		errors.Is(err, engine.ErrInvalidReservation), errors.Is(err, engine.ErrInvalidLease):
 		return http.StatusBadRequest
-	case errors.Is(err, engine.ErrForgedReservation), errors.Is(err, engine.ErrRefundsDisabled):
+	case errors.Is(err, engine.ErrForgedReservation), errors.Is(err, engine.ErrRefundsDisabled), errors.Is(err, engine.ErrForgedLease):
 		return http.StatusForbidden
-	case errors.Is(err, engine.ErrRefunded), errors.Is(err, engine.ErrReservationStale):
+	case errors.Is(err, engine.ErrRefunded), errors.Is(err, engine.ErrReservationStale), errors.Is(err, engine.ErrLeaseReleased),
+		errors.Is(err, engine.ErrUnknownLease):
 		return http.StatusConflict
-	case errors.Is(err, engine.ErrReservationExpired):
+	case errors.Is(err, engine.ErrReservationExpired), errors.Is(err, engine.ErrLeaseExpired):
 		return http.StatusGone
-	case errors.Is(err, engine.ErrRefundUncertain), errors.Is(err, engine.ErrTooManyRefunds):
+	case errors.Is(err, engine.ErrRefundUncertain), errors.Is(err, engine.ErrTooManyRefunds), errors.Is(err, engine.ErrReleaseUncertain):
 		return http.StatusServiceUnavailable
 	}
 	log.Error("request failed", "error", err)
@@ -647,6 +673,9 @@ func writeAnswer(w http.ResponseWriter, res *engine.Result, status int) {
 		} else {
 			h[headerDryRun] = dryRunWouldAllow
 		}
+	}
+	if res.LeaseToken != "" {
+		h[headerLease] = []string{res.LeaseToken}
 	}
 	b = appendDecision(b, res, retry)
 	b = append(b, '\n')
@@ -740,7 +769,30 @@ func appendDecision(b []byte, res *engine.Result, retry bool) []byte {
 		b = append(b, res.Reservation...) // base64url: nothing to escape
 		b = append(b, '"')
 	}
+	switch { // a release's answer: what it did
+	case res.Released > 0:
+		b = append(b, `,"released":`...)
+		b = strconv.AppendInt(b, res.Released, 10)
+	case res.Extended > 0:
+		b = append(b, `,"extended":`...)
+		b = strconv.AppendInt(b, res.Extended, 10)
+	}
+	if res.LeaseToken != "" {
+		b = append(b, `,"lease":"`...)
+		b = append(b, res.LeaseToken...) // base64url: nothing to escape
+		b = append(b, `","leaseExpiresAt":"`...)
+		b = res.LeaseExpiry.UTC().AppendFormat(b, time.RFC3339Nano)
+		b = append(b, `","leaseTimeoutMs":`...)
+		b = strconv.AppendInt(b, milliseconds(leaseTimeout(res)), 10)
+	}
 	return append(b, '}')
+}
+
+// leaseTimeout returns how long the lease of an answer holds its places from its issue: the
+// tier's lease timeout (the shortest of its concurrency limits'), which the policy sets.
+func leaseTimeout(res *engine.Result) time.Duration {
+	var zero time.Time
+	return res.Tier.Stack.LeaseExpiry(zero).Sub(zero)
 }
 
 // milliseconds returns d in whole milliseconds rounded up (0 for d <= 0), so that waiting that

@@ -53,6 +53,7 @@ func TestDecisionsAllowedHosts(t *testing.T) {
 			{http.MethodPost, "/v1/allow", `{"policy":"default/api","key":"alice"}`},
 			{http.MethodPost, "/v1/allow:batch", `{"items":[{"policy":"default/api","key":"alice"}]}`},
 			{http.MethodPost, "/v1/refund", `{"reservation":"x"}`},
+			{http.MethodPost, "/v1/release", `{"lease":"x"}`},
 			{http.MethodGet, "/nope", ""},
 		} {
 			a := call(h, c.method, c.target, host, c.body)

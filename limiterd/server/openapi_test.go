@@ -309,6 +309,50 @@ func TestHandlersMatchOpenAPI(t *testing.T) {
 	late.Swap(testsupport.PolicySet(t, other))
 	s.check(t, specCase{name: "refund of a policy unloaded", h: lateAPI, method: "POST", target: "/v1/refund", body: refundOf(unloaded), status: 404})
 
+	// Releases: leases of decisions on a tier with a concurrency limit, on an engine of their own.
+	leaseClock := testsupport.NewClock()
+	leases := leaseEngine(t, leaseClock, 100, 2, "inflight")
+	lh := NewDecisions(leases, nil)
+	take := func(key string) string {
+		t.Helper()
+		a := s.check(t, specCase{name: "lease", h: lh, method: "POST", target: "/v1/allow", body: `{"key":"` + key + `"}`, status: 200})
+		l := leaseOf(t, a).Lease
+		if l == "" {
+			t.Fatalf("no lease in %s", a.body)
+		}
+		return l
+	}
+	hal, ivy := take("hal"), take("ivy")
+	raw, err = base64.RawURLEncoding.DecodeString(ivy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw[len(raw)/2] ^= 1
+	leaseForged := base64.RawURLEncoding.EncodeToString(raw)
+	for _, c := range []specCase{
+		{name: "release", h: lh, method: "POST", target: "/v1/release", body: releaseOf(hal, false), status: 200},
+		{name: "release again", h: lh, method: "POST", target: "/v1/release", body: releaseOf(hal, false), status: 409},
+		{name: "extension", h: lh, method: "POST", target: "/v1/release", body: releaseOf(ivy, true), status: 200},
+		{name: "release forged", h: lh, method: "POST", target: "/v1/release", body: releaseOf(leaseForged, false), status: 403},
+		{name: "release of no lease", h: lh, method: "POST", target: "/v1/release", body: releaseOf("!", false), status: 400},
+		{name: "release with a timeout", h: lh, method: "POST", target: "/v1/release", body: `{"lease":"` + ivy + `","ttl":60}`, status: 400, invalid: true},
+		{name: "release too large", h: lh, method: "POST", target: "/v1/release", body: `{"lease":"` + strings.Repeat("A", MaxBodyBytes) + `"}`, status: 413, invalid: true},
+		{name: "release cross-site", h: lh, method: "POST", target: "/v1/release", body: releaseOf(ivy, false), header: crossSite, status: 403},
+		{name: "release form", h: lh, method: "POST", target: "/v1/release", body: releaseOf(ivy, false), header: text, status: 415, invalid: true},
+		{name: "release misdirected", h: NewDecisions(leases, nil, WithAllowedHosts(nil)), method: "POST", target: "/v1/release", body: releaseOf(ivy, false), status: 421},
+		{name: "release of another service's key", h: notReady, method: "POST", target: "/v1/release", body: releaseOf(ivy, false), status: 403},
+		{name: "release bodies over budget", h: NewDecisions(leases, nil, WithBodyBudget(1)), method: "POST", target: "/v1/release", body: releaseOf(ivy, false), status: 503},
+		{name: "release by GET", h: lh, method: "GET", target: "/v1/release", status: 405},
+	} {
+		s.check(t, c)
+	}
+	expiring := take("jay")
+	leaseClock.Advance(leaseTimeoutForTests)
+	s.check(t, specCase{name: "release expired", h: lh, method: "POST", target: "/v1/release", body: releaseOf(expiring, false), status: 410})
+	unloaded = take("kim")
+	leases.Swap(testsupport.PolicySet(t, other))
+	s.check(t, specCase{name: "release of a policy unloaded", h: lh, method: "POST", target: "/v1/release", body: releaseOf(unloaded, false), status: 404})
+
 	// The admin API: open, by token with rights (alice) or none (bob), failing reviews,
 	// loopback only, and before any policy.
 	metrics := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
