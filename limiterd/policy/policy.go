@@ -166,6 +166,7 @@ type params struct {
 	tokenBucket   *v1alpha1.TokenBucket
 	slidingWindow *v1alpha1.SlidingWindow
 	quota         *v1alpha1.Quota
+	concurrency   *v1alpha1.Concurrency
 }
 
 // strategy builds the strategy of a limit. Validate has already checked the parameters; the
@@ -189,6 +190,8 @@ func strategy(a v1alpha1.Algorithm, p params) (limiter.RateLimiter, error) {
 			return nil, fmt.Errorf("quota.timeZone %q: %w", q.TimeZone, err)
 		}
 		return limiter.NewQuota(q.Limit, calendarPeriod(q.Period), loc)
+	case v1alpha1.AlgorithmConcurrency:
+		return limiter.NewConcurrency(p.concurrency.Limit, p.concurrency.LeaseTimeout.Duration)
 	case v1alpha1.AlgorithmUnlimited: // no strategy: see stack
 	}
 	return nil, fmt.Errorf("algorithm %q has no strategy", a)
@@ -217,7 +220,7 @@ func stack(t *v1alpha1.Tier) (*limiter.Stack, error) {
 		if t.Algorithm == v1alpha1.AlgorithmUnlimited {
 			return nil, nil
 		}
-		rl, err := strategy(t.Algorithm, params{t.TokenBucket, t.SlidingWindow, t.Quota})
+		rl, err := strategy(t.Algorithm, params{t.TokenBucket, t.SlidingWindow, t.Quota, t.Concurrency})
 		if err != nil {
 			return nil, err
 		}
@@ -227,7 +230,7 @@ func stack(t *v1alpha1.Tier) (*limiter.Stack, error) {
 	limits := make([]limiter.RateLimiter, len(t.Limits))
 	for j := range t.Limits {
 		l := &t.Limits[j]
-		rl, err := strategy(l.Algorithm, params{l.TokenBucket, l.SlidingWindow, l.Quota})
+		rl, err := strategy(l.Algorithm, params{l.TokenBucket, l.SlidingWindow, l.Quota, l.Concurrency})
 		if err != nil {
 			return nil, fmt.Errorf("limits[%d]: %w", j, err)
 		}
