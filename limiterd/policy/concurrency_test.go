@@ -40,9 +40,9 @@ func TestCompileConcurrency(t *testing.T) {
 		timeout time.Duration
 		header  string
 	}{
-		{3, 30 * time.Second, `"reports";q=3;w=30`},
-		{1, time.Millisecond, `"narrowest";q=1;w=1`},
-		{10_000, 24 * time.Hour, `"widest";q=10000;w=86400`},
+		{3, 30 * time.Second, `"reports";q=3;w=30;qu="concurrent-requests"`},
+		{1, time.Millisecond, `"narrowest";q=1;w=1;qu="concurrent-requests"`},
+		{10_000, 24 * time.Hour, `"widest";q=10000;w=86400;qu="concurrent-requests"`},
 	} {
 		tier := p.Tiers[i]
 		c, ok := tier.Limit(0).(*limiter.Concurrency)
@@ -64,7 +64,7 @@ func TestCompileConcurrency(t *testing.T) {
 	if llm.Limit(1) != p.Tiers[0].Limit(0) {
 		t.Errorf("equal concurrency limits are not one interned strategy")
 	}
-	if got, want := string(llm.AppendRateLimitPolicy(nil)), `"llm/rate";q=10;w=1, "llm/in-flight";q=3;w=30`; got != want {
+	if got, want := string(llm.AppendRateLimitPolicy(nil)), `"llm/rate";q=10;w=1, "llm/in-flight";q=3;w=30;qu="concurrent-requests"`; got != want {
 		t.Errorf("llm's RateLimit-Policy: %s, want %s", got, want)
 	}
 	if got := p.Resolve("sub:llm:alice"); got != llm {

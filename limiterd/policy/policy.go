@@ -61,7 +61,10 @@ func (t *Tier) HeaderName(i int) string { return t.headerNames[i] }
 // window, and for a calendar quota the longest its period lasts (86400 s for a day, 604800 for
 // a week, 2678400 for a month, 31622400 for a year), a constant, as the draft wants the field
 // to stay the same from one answer to the next; when the current period ends is the RateLimit
-// field's t. An unlimited tier has none.
+// field's t. A concurrency limit's quota is its places and its window its leaseTimeout, the
+// longest a place is held without a release; its item carries the draft's quota unit
+// qu="concurrent-requests", since it admits q at once rather than q per w. An unlimited tier
+// has none.
 func (t *Tier) AppendRateLimitPolicy(b []byte) []byte {
 	for i := range t.NumLimits() {
 		if i > 0 {
@@ -69,6 +72,12 @@ func (t *Tier) AppendRateLimitPolicy(b []byte) []byte {
 		}
 		rl := t.Limit(i)
 		b = ratelimitheaders.AppendPolicy(b, t.HeaderName(i), rl.Limit(), rl.Window())
+		switch rl.Algorithm() {
+		case limiter.AlgorithmConcurrency:
+			b = ratelimitheaders.AppendQuotaUnit(b, ratelimitheaders.UnitConcurrentRequests)
+		case limiter.AlgorithmTokenBucket, limiter.AlgorithmSlidingWindow, limiter.AlgorithmQuota, limiter.AlgorithmUnlimited:
+			// requests, the draft's default unit: no qu
+		}
 	}
 	return b
 }
