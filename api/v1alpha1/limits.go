@@ -22,9 +22,11 @@ const (
 	MaxWindowLimit = limiter.MaxWindowLimit
 	// MaxQuotaLimit bounds a quota's limit (at least 1).
 	MaxQuotaLimit = limiter.MaxQuotaLimit
-	// MinPeriod is the shortest refillPeriod or window.
+	// MaxConcurrencyLimit bounds a concurrency limit's limit, its places (at least 1).
+	MaxConcurrencyLimit = limiter.MaxConcurrencyLimit
+	// MinPeriod is the shortest refillPeriod, window or leaseTimeout.
 	MinPeriod = limiter.MinPeriod
-	// MaxPeriod is the longest refillPeriod or window.
+	// MaxPeriod is the longest refillPeriod, window or leaseTimeout.
 	MaxPeriod = limiter.MaxPeriod
 	// MaxRefillWindow bounds a token bucket's full refill, capacity*refillPeriod/refillRate
 	// (rounded down to whole nanoseconds).

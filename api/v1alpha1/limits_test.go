@@ -23,6 +23,7 @@ func TestLimitValues(t *testing.T) {
 		{"MaxCapacity", MaxCapacity, 1_000_000_000},
 		{"MaxWindowLimit", MaxWindowLimit, 100_000},
 		{"MaxQuotaLimit", MaxQuotaLimit, 1_000_000_000},
+		{"MaxConcurrencyLimit", MaxConcurrencyLimit, 10_000},
 		{"MaxTimeZoneLength", MaxTimeZoneLength, 64},
 		{"MinPeriod", int64(MinPeriod), int64(time.Millisecond)},
 		{"MaxPeriod", int64(MaxPeriod), int64(24 * time.Hour)},
@@ -163,6 +164,12 @@ func TestCRDMatchesLimits(t *testing.T) {
 		{"client prefix minLength", override.prop("clientPrefixes", "[]").num("minLength"), 1},
 		{"refillPeriod maxLength", tier.prop("tokenBucket", "refillPeriod").num("maxLength"), MaxDurationLength},
 		{"window maxLength", tier.prop("slidingWindow", "window").num("maxLength"), MaxDurationLength},
+		{"concurrency limit minimum", tier.prop("concurrency", "limit").num("minimum"), 1},
+		{"concurrency limit maximum", tier.prop("concurrency", "limit").num("maximum"), MaxConcurrencyLimit},
+		{"limit concurrency limit minimum", limit.prop("concurrency", "limit").num("minimum"), 1},
+		{"limit concurrency limit maximum", limit.prop("concurrency", "limit").num("maximum"), MaxConcurrencyLimit},
+		{"leaseTimeout maxLength", tier.prop("concurrency", "leaseTimeout").num("maxLength"), MaxDurationLength},
+		{"limit leaseTimeout maxLength", limit.prop("concurrency", "leaseTimeout").num("maxLength"), MaxDurationLength},
 	} {
 		if c.got != c.want {
 			t.Errorf("CRD %s = %d, want %d", c.what, c.got, c.want)
@@ -205,8 +212,9 @@ func TestCRDMatchesLimits(t *testing.T) {
 	}
 
 	durationRule := regexp.MustCompile(`^duration\(self\) >= duration\('([^']+)'\) && duration\(self\) <= duration\('([^']+)'\)$`)
-	for _, path := range [][]string{{"tokenBucket", "refillPeriod"}, {"slidingWindow", "window"},
-		{"limits", "[]", "tokenBucket", "refillPeriod"}, {"limits", "[]", "slidingWindow", "window"}} {
+	for _, path := range [][]string{{"tokenBucket", "refillPeriod"}, {"slidingWindow", "window"}, {"concurrency", "leaseTimeout"},
+		{"limits", "[]", "tokenBucket", "refillPeriod"}, {"limits", "[]", "slidingWindow", "window"},
+		{"limits", "[]", "concurrency", "leaseTimeout"}} {
 		rules := tier.prop(path...).rules()
 		if len(rules) != 1 || !durationRule.MatchString(rules[0]) {
 			t.Errorf("CRD %v: rules %q, want one bounding the duration", path, rules)

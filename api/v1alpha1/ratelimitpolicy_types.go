@@ -21,7 +21,7 @@ import (
 //     the total is exceeded.
 
 // Algorithm names how a tier decides. It is configuration: changing it needs no code change.
-// +kubebuilder:validation:Enum=TokenBucket;SlidingWindow;Quota;Unlimited
+// +kubebuilder:validation:Enum=TokenBucket;SlidingWindow;Quota;Concurrency;Unlimited
 type Algorithm string
 
 const (
@@ -32,6 +32,9 @@ const (
 	// AlgorithmQuota admits at most a limit of requests per calendar day, week, month or year
 	// of a time zone, and gives the whole allowance back when the next one starts.
 	AlgorithmQuota Algorithm = "Quota"
+	// AlgorithmConcurrency admits at most a limit of requests of a client in flight at once:
+	// each admitted request holds its places until it is released or its lease times out.
+	AlgorithmConcurrency Algorithm = "Concurrency"
 	// AlgorithmUnlimited admits every request and keeps no state.
 	AlgorithmUnlimited Algorithm = "Unlimited"
 )
@@ -185,15 +188,52 @@ type Quota struct {
 	TimeZone string `json:"timeZone,omitempty"`
 }
 
+// Concurrency configures a concurrency limit: at most limit places of a client are held at
+// once, a request admitted at cost n taking n places (one, at the default cost). A rate says
+// how often, a concurrency limit how many at a time: it protects a slow backend (a model
+// server, a report generator, a database) from one client. Each admitted request holds its
+// places by a lease, which ends when the caller releases it or, if it does not, leaseTimeout
+// after the lease was issued (or last extended by its holder), so that a caller that crashed
+// holds no place for ever. The policy sets leaseTimeout; a caller cannot choose it. A refund gives back rate units, never places: a concurrency limit's places
+// come back by a release or a lease's expiry only.
+//
+// In the answers, a concurrency limit reports its places as the quota (RateLimit-Policy's q),
+// its lease timeout as the window (w), the places free after the decision as RateLimit's r,
+// and as RateLimit's t the time until the latest lease held expires (all of its places free
+// without a release); a rejection's Retry-After is the time until enough leases expire, when
+// nothing is released first.
+type Concurrency struct {
+	// limit is the most places of a client held at once; between 1 and 10000. A client's state
+	// holds one entry per lease (24 bytes), so limit bounds its memory.
+	// +required
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=10000
+	Limit int64 `json:"limit"`
+
+	// leaseTimeout is how long a lease holds its places when it is neither released nor
+	// extended, as a Go duration ("30s", "5m", "1h"); between 1ms and 24h. Set it above the
+	// longest a request of the protected backend takes: a lease that expires while its request
+	// still runs frees its places to another request, and a crashed caller's places come back
+	// leaseTimeout after its last lease was issued or extended.
+	// +required
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[-+]?(0|(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1ms') && duration(self) <= duration('24h')",message="must be between 1ms and 24h"
+	LeaseTimeout metav1.Duration `json:"leaseTimeout"`
+}
+
 // Limit is one limit of a stacked tier (Tier.limits): a name, an algorithm and its parameters,
 // shaped like the single-limit fields of a tier.
-// +kubebuilder:validation:XValidation:rule="self.algorithm != 'Unlimited'",message="a limit of a stack is TokenBucket, SlidingWindow or Quota: Unlimited would never reject",fieldPath=".algorithm"
+// +kubebuilder:validation:XValidation:rule="self.algorithm != 'Unlimited'",message="a limit of a stack is TokenBucket, SlidingWindow, Quota or Concurrency: Unlimited would never reject",fieldPath=".algorithm"
 // +kubebuilder:validation:XValidation:rule="self.algorithm != 'TokenBucket' || has(self.tokenBucket)",message="tokenBucket is required when algorithm is TokenBucket",fieldPath=".tokenBucket"
 // +kubebuilder:validation:XValidation:rule="self.algorithm == 'TokenBucket' || !has(self.tokenBucket)",message="tokenBucket must be set only when algorithm is TokenBucket",fieldPath=".tokenBucket"
 // +kubebuilder:validation:XValidation:rule="self.algorithm != 'SlidingWindow' || has(self.slidingWindow)",message="slidingWindow is required when algorithm is SlidingWindow",fieldPath=".slidingWindow"
 // +kubebuilder:validation:XValidation:rule="self.algorithm == 'SlidingWindow' || !has(self.slidingWindow)",message="slidingWindow must be set only when algorithm is SlidingWindow",fieldPath=".slidingWindow"
 // +kubebuilder:validation:XValidation:rule="self.algorithm != 'Quota' || has(self.quota)",message="quota is required when algorithm is Quota",fieldPath=".quota"
 // +kubebuilder:validation:XValidation:rule="self.algorithm == 'Quota' || !has(self.quota)",message="quota must be set only when algorithm is Quota",fieldPath=".quota"
+// +kubebuilder:validation:XValidation:rule="self.algorithm != 'Concurrency' || has(self.concurrency)",message="concurrency is required when algorithm is Concurrency",fieldPath=".concurrency"
+// +kubebuilder:validation:XValidation:rule="self.algorithm == 'Concurrency' || !has(self.concurrency)",message="concurrency must be set only when algorithm is Concurrency",fieldPath=".concurrency"
 type Limit struct {
 	// name identifies the limit within its tier: a DNS label (lower-case letters, digits and
 	// '-', at most 63 characters), unique among the tier's limits. A client's usage is kept per
@@ -208,8 +248,9 @@ type Limit struct {
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	Name string `json:"name"`
 
-	// algorithm is how the limit decides: TokenBucket, SlidingWindow or Quota. Exactly the block
-	// matching it must be set (tokenBucket, slidingWindow or quota).
+	// algorithm is how the limit decides: TokenBucket, SlidingWindow, Quota or Concurrency.
+	// Exactly the block matching it must be set (tokenBucket, slidingWindow, quota or
+	// concurrency).
 	// +required
 	Algorithm Algorithm `json:"algorithm"`
 
@@ -227,6 +268,13 @@ type Limit struct {
 	// limit, until the earlier of the old and the new period's ends.
 	// +optional
 	Quota *Quota `json:"quota,omitempty"`
+
+	// concurrency holds the parameters of a Concurrency limit: at most limit requests of a
+	// client in flight at once, each holding its places until it is released or leaseTimeout
+	// passes. Stacked with rate limits, the decision is all or nothing: a request a rate limit
+	// rejects takes no place, and one the concurrency limit rejects charges no rate.
+	// +optional
+	Concurrency *Concurrency `json:"concurrency,omitempty"`
 }
 
 // Tier is a named way of deciding, shared by every client resolved to it: one limit (algorithm
@@ -239,6 +287,8 @@ type Limit struct {
 // +kubebuilder:validation:XValidation:rule="(has(self.algorithm) && self.algorithm == 'SlidingWindow') || !has(self.slidingWindow)",message="slidingWindow must be set only when algorithm is SlidingWindow",fieldPath=".slidingWindow"
 // +kubebuilder:validation:XValidation:rule="!has(self.algorithm) || self.algorithm != 'Quota' || has(self.quota)",message="quota is required when algorithm is Quota",fieldPath=".quota"
 // +kubebuilder:validation:XValidation:rule="(has(self.algorithm) && self.algorithm == 'Quota') || !has(self.quota)",message="quota must be set only when algorithm is Quota",fieldPath=".quota"
+// +kubebuilder:validation:XValidation:rule="!has(self.algorithm) || self.algorithm != 'Concurrency' || has(self.concurrency)",message="concurrency is required when algorithm is Concurrency",fieldPath=".concurrency"
+// +kubebuilder:validation:XValidation:rule="(has(self.algorithm) && self.algorithm == 'Concurrency') || !has(self.concurrency)",message="concurrency must be set only when algorithm is Concurrency",fieldPath=".concurrency"
 type Tier struct {
 	// name identifies the tier within the policy: a DNS label (lower-case letters, digits and
 	// '-', at most 63 characters), unique among the tiers.
@@ -248,9 +298,10 @@ type Tier struct {
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	Name string `json:"name"`
 
-	// algorithm is how a tier of one limit decides: TokenBucket, SlidingWindow, Quota or
-	// Unlimited. Exactly the block matching it must be set (tokenBucket, slidingWindow or quota;
-	// none for Unlimited). A tier sets either algorithm or limits.
+	// algorithm is how a tier of one limit decides: TokenBucket, SlidingWindow, Quota,
+	// Concurrency or Unlimited. Exactly the block matching it must be set (tokenBucket,
+	// slidingWindow, quota or concurrency; none for Unlimited). A tier sets either algorithm or
+	// limits.
 	// +optional
 	Algorithm Algorithm `json:"algorithm,omitempty"`
 
@@ -269,9 +320,15 @@ type Tier struct {
 	// +optional
 	Quota *Quota `json:"quota,omitempty"`
 
+	// concurrency holds the parameters of a Concurrency tier: at most limit requests of a
+	// client in flight at once, each holding its places until it is released or leaseTimeout
+	// passes.
+	// +optional
+	Concurrency *Concurrency `json:"concurrency,omitempty"`
+
 	// limits stacks 1 to 4 limits, each with its own name, algorithm and parameters, instead of
-	// algorithm: for example a token bucket for bursts and a quota of 100000 a month. A
-	// request is admitted only if every limit admits it, and then consumes its cost from each;
+	// algorithm: for example a token bucket for bursts and a quota of 100000 a month, or 10
+	// requests a second and 3 in flight (a Concurrency limit). A request is admitted only if every limit admits it, and then consumes its cost from each;
 	// a request that any limit rejects consumes nothing from any. The answer's RateLimit field
 	// reports the limit closest to exhaustion, RateLimit-Policy lists every limit, and the wait
 	// a rejection names is until every limit admits the cost. A tier sets either algorithm or
@@ -343,6 +400,7 @@ type Override struct {
 // +kubebuilder:validation:XValidation:rule="!has(self.overrides) || self.overrides.map(o, o.?clients.orValue([])).flatten().size() > 512 || self.overrides.map(o, o.?clients.orValue([])).flatten().distinct().size() == self.overrides.map(o, o.?clients.orValue([])).flatten().size()",message="a client appears in more than one override",fieldPath=".overrides"
 // +kubebuilder:validation:XValidation:rule="self.?refunds.orValue('Disabled') != 'Enabled' || !self.tiers.exists(t, has(t.slidingWindow) || (has(t.limits) && t.limits.exists(l, has(l.slidingWindow))))",message="refunds cannot be Enabled with a SlidingWindow tier or limit: a refund could not remove the charge from the window's log, which would free its units twice",fieldPath=".refunds"
 // +kubebuilder:validation:XValidation:rule="self.?refunds.orValue('Disabled') != 'Enabled' || !self.tiers.exists(t, has(t.quota) || (has(t.limits) && t.limits.exists(l, has(l.quota))))",message="refunds cannot be Enabled with a Quota tier or limit: refunds of a quota's charges are not supported yet",fieldPath=".refunds"
+// +kubebuilder:validation:XValidation:rule="self.?refunds.orValue('Disabled') != 'Enabled' || !self.tiers.exists(t, has(t.concurrency) || (has(t.limits) && t.limits.exists(l, has(l.concurrency))))",message="refunds cannot be Enabled with a Concurrency tier or limit: a refund is not a release, and a concurrency limit's places come back only when a lease is released or times out",fieldPath=".refunds"
 // +kubebuilder:validation:XValidation:rule="!has(self.overrides) || self.overrides.map(o, o.?clientPrefixes.orValue([])).flatten().size() > 512 || self.overrides.map(o, o.?clientPrefixes.orValue([])).flatten().distinct().size() == self.overrides.map(o, o.?clientPrefixes.orValue([])).flatten().size()",message="a client prefix appears in more than one override",fieldPath=".overrides"
 type RateLimitPolicySpec struct {
 	// tiers are the ways of deciding that this policy offers; 1 to 64, with unique names.
@@ -390,8 +448,9 @@ type RateLimitPolicySpec struct {
 	// never lets a client exceed a limit; for a stack the fewest over its limits), until they
 	// all have: cost*refillPeriod/refillRate after the request, for a stack the shortest over
 	// its limits. Enabled is refused for a policy with a SlidingWindow tier or limit (a refund
-	// could not remove the charge from the window's log) or a Quota tier or limit (not supported
-	// yet). Default Disabled.
+	// could not remove the charge from the window's log), a Quota tier or limit (not supported
+	// yet) or a Concurrency tier or limit (a refund is not a release: a concurrency limit's
+	// places come back when the request's lease is released or times out). Default Disabled.
 	// +optional
 	// +kubebuilder:default=Disabled
 	Refunds Refunds `json:"refunds,omitempty"`

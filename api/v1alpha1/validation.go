@@ -13,8 +13,8 @@ import (
 )
 
 var (
-	supportedAlgorithms   = []Algorithm{AlgorithmTokenBucket, AlgorithmSlidingWindow, AlgorithmQuota, AlgorithmUnlimited}
-	stackedAlgorithms     = []Algorithm{AlgorithmTokenBucket, AlgorithmSlidingWindow, AlgorithmQuota} // a limit of a stack
+	supportedAlgorithms   = []Algorithm{AlgorithmTokenBucket, AlgorithmSlidingWindow, AlgorithmQuota, AlgorithmConcurrency, AlgorithmUnlimited}
+	stackedAlgorithms     = []Algorithm{AlgorithmTokenBucket, AlgorithmSlidingWindow, AlgorithmQuota, AlgorithmConcurrency} // a limit of a stack
 	supportedPeriods      = []CalendarPeriod{CalendarPeriodDay, CalendarPeriodWeek, CalendarPeriodMonth, CalendarPeriodYear}
 	supportedFailureModes = []FailureMode{FailureModeOpen, FailureModeClosed, FailureModeLocal}
 	supportedTierNames    = []TierNames{TierNamesShown, TierNamesHidden}
@@ -132,6 +132,10 @@ func validateSpec(s *RateLimitPolicySpec, path *field.Path) field.ErrorList {
 	if s.Refunds == RefundsEnabled && usesAlgorithm(s.Tiers, AlgorithmQuota) {
 		errs = append(errs, field.Invalid(path.Child("refunds"), s.Refunds,
 			"refunds cannot be Enabled with a Quota tier or limit: refunds of a quota's charges are not supported yet"))
+	}
+	if s.Refunds == RefundsEnabled && usesAlgorithm(s.Tiers, AlgorithmConcurrency) {
+		errs = append(errs, field.Invalid(path.Child("refunds"), s.Refunds,
+			"refunds cannot be Enabled with a Concurrency tier or limit: a refund is not a release, and a concurrency limit's places come back only when a lease is released or times out"))
 	}
 	if s.Envoy != nil {
 		errs = append(errs, validateEnvoy(s.Envoy, path.Child("envoy"))...)
@@ -360,7 +364,7 @@ func validateTier(t *Tier, path *field.Path) field.ErrorList {
 	if t.Algorithm == "" {
 		errs = append(errs, field.Required(path.Child("algorithm"), "a tier needs algorithm (one limit) or limits (a stack)"))
 	}
-	return append(errs, validateAlgorithm(t.Algorithm, blocks{t.TokenBucket, t.SlidingWindow, t.Quota}, supportedAlgorithms, path)...)
+	return append(errs, validateAlgorithm(t.Algorithm, blocks{t.TokenBucket, t.SlidingWindow, t.Quota, t.Concurrency}, supportedAlgorithms, path)...)
 }
 
 // validateName checks a tier's or a limit's name: a DNS label.
@@ -391,6 +395,9 @@ func validateStack(t *Tier, path *field.Path) field.ErrorList {
 	if t.Quota != nil {
 		errs = append(errs, field.Forbidden(path.Child("quota"), "quota must be set only when algorithm is Quota"))
 	}
+	if t.Concurrency != nil {
+		errs = append(errs, field.Forbidden(path.Child("concurrency"), "concurrency must be set only when algorithm is Concurrency"))
+	}
 	switch {
 	case len(t.Limits) == 0:
 		errs = append(errs, field.Required(limitsPath, fmt.Sprintf("a stack has 1 to %d limits", MaxLimits)))
@@ -407,9 +414,9 @@ func validateStack(t *Tier, path *field.Path) field.ErrorList {
 		}
 		names[l.Name] = true
 		if l.Algorithm == "" {
-			errs = append(errs, field.Required(p.Child("algorithm"), "one of TokenBucket, SlidingWindow, Quota"))
+			errs = append(errs, field.Required(p.Child("algorithm"), "one of TokenBucket, SlidingWindow, Quota, Concurrency"))
 		}
-		errs = append(errs, validateAlgorithm(l.Algorithm, blocks{l.TokenBucket, l.SlidingWindow, l.Quota}, stackedAlgorithms, p)...)
+		errs = append(errs, validateAlgorithm(l.Algorithm, blocks{l.TokenBucket, l.SlidingWindow, l.Quota, l.Concurrency}, stackedAlgorithms, p)...)
 	}
 	return errs
 }
@@ -419,6 +426,7 @@ type blocks struct {
 	tokenBucket   *TokenBucket
 	slidingWindow *SlidingWindow
 	quota         *Quota
+	concurrency   *Concurrency
 }
 
 // validateAlgorithm checks an algorithm against supported, and the parameter blocks beside it
@@ -426,7 +434,7 @@ type blocks struct {
 // report; the blocks are then only checked for their own bounds.
 func validateAlgorithm(a Algorithm, b blocks, supported []Algorithm, path *field.Path) field.ErrorList {
 	var errs field.ErrorList
-	tbPath, swPath, qPath := path.Child("tokenBucket"), path.Child("slidingWindow"), path.Child("quota")
+	tbPath, swPath, qPath, cPath := path.Child("tokenBucket"), path.Child("slidingWindow"), path.Child("quota"), path.Child("concurrency")
 	switch {
 	case a == "":
 	case !oneOf(a, supported):
@@ -443,6 +451,10 @@ func validateAlgorithm(a Algorithm, b blocks, supported []Algorithm, path *field
 		if b.quota == nil {
 			errs = append(errs, field.Required(qPath, "quota is required when algorithm is Quota"))
 		}
+	case a == AlgorithmConcurrency:
+		if b.concurrency == nil {
+			errs = append(errs, field.Required(cPath, "concurrency is required when algorithm is Concurrency"))
+		}
 	case a == AlgorithmUnlimited:
 	}
 	if b.tokenBucket != nil && a != AlgorithmTokenBucket && a != "" {
@@ -454,6 +466,9 @@ func validateAlgorithm(a Algorithm, b blocks, supported []Algorithm, path *field
 	if b.quota != nil && a != AlgorithmQuota && a != "" {
 		errs = append(errs, field.Forbidden(qPath, "quota must be set only when algorithm is Quota"))
 	}
+	if b.concurrency != nil && a != AlgorithmConcurrency && a != "" {
+		errs = append(errs, field.Forbidden(cPath, "concurrency must be set only when algorithm is Concurrency"))
+	}
 	if b.tokenBucket != nil {
 		errs = append(errs, validateTokenBucket(b.tokenBucket, tbPath)...)
 	}
@@ -462,6 +477,9 @@ func validateAlgorithm(a Algorithm, b blocks, supported []Algorithm, path *field
 	}
 	if b.quota != nil {
 		errs = append(errs, validateQuota(b.quota, qPath)...)
+	}
+	if b.concurrency != nil {
+		errs = append(errs, validateConcurrency(b.concurrency, cPath)...)
 	}
 	return errs
 }
@@ -509,6 +527,13 @@ func fullRefill(capacity, refillRate int64, period time.Duration) (time.Duration
 func validateSlidingWindow(sw *SlidingWindow, path *field.Path) field.ErrorList {
 	errs := validateRange(sw.Limit, MaxWindowLimit, path.Child("limit"))
 	return append(errs, validatePeriod(sw.Window.Duration, path.Child("window"))...)
+}
+
+// validateConcurrency checks a concurrency limit's places and its lease timeout, within the
+// bounds of limiter.NewConcurrency.
+func validateConcurrency(c *Concurrency, path *field.Path) field.ErrorList {
+	errs := validateRange(c.Limit, MaxConcurrencyLimit, path.Child("limit"))
+	return append(errs, validatePeriod(c.LeaseTimeout.Duration, path.Child("leaseTimeout"))...)
 }
 
 // validateQuota checks a quota's limit, its period and its time zone, which it looks up in the

@@ -126,6 +126,82 @@ func TestValidateCases(t *testing.T) {
 			p.Spec.Tiers[0].Algorithm, p.Spec.Tiers[0].TokenBucket = AlgorithmSlidingWindow, nil
 			p.Spec.Tiers[0].SlidingWindow = &SlidingWindow{Limit: 10, Window: metav1.Duration{Duration: time.Hour}}
 		}, nil},
+		// Concurrency: the bounds of limiter.NewConcurrency at their edges, in a tier and in a
+		// stack; its block only with its algorithm, and no other block with it.
+		{"concurrency at its bounds", func(p *RateLimitPolicy) {
+			p.Spec.Tiers[0] = concurrencyTier("free", 1, MinPeriod)
+			p.Spec.Tiers[1] = concurrencyTier("pro", MaxConcurrencyLimit, MaxPeriod)
+		}, nil},
+		{"concurrency limit 0", func(p *RateLimitPolicy) { p.Spec.Tiers[1] = concurrencyTier("pro", 0, time.Minute) },
+			[]string{"spec.tiers[1].concurrency.limit"}},
+		{"concurrency limit -1", func(p *RateLimitPolicy) { p.Spec.Tiers[1] = concurrencyTier("pro", -1, time.Minute) },
+			[]string{"spec.tiers[1].concurrency.limit"}},
+		{"concurrency limit one over", func(p *RateLimitPolicy) {
+			p.Spec.Tiers[1] = concurrencyTier("pro", MaxConcurrencyLimit+1, time.Minute)
+		}, []string{"spec.tiers[1].concurrency.limit"}},
+		{"concurrency leaseTimeout 1ns short", func(p *RateLimitPolicy) {
+			p.Spec.Tiers[1] = concurrencyTier("pro", 3, MinPeriod-1)
+		}, []string{"spec.tiers[1].concurrency.leaseTimeout"}},
+		{"concurrency leaseTimeout 1ns long", func(p *RateLimitPolicy) {
+			p.Spec.Tiers[1] = concurrencyTier("pro", 3, MaxPeriod+1)
+		}, []string{"spec.tiers[1].concurrency.leaseTimeout"}},
+		{"concurrency leaseTimeout unset", func(p *RateLimitPolicy) { p.Spec.Tiers[1] = concurrencyTier("pro", 3, 0) },
+			[]string{"spec.tiers[1].concurrency.leaseTimeout"}},
+		{"concurrency leaseTimeout negative", func(p *RateLimitPolicy) {
+			p.Spec.Tiers[1] = concurrencyTier("pro", 3, -time.Minute)
+		}, []string{"spec.tiers[1].concurrency.leaseTimeout"}},
+		{"concurrency limit and leaseTimeout both out", func(p *RateLimitPolicy) {
+			p.Spec.Tiers[1] = concurrencyTier("pro", 1<<62, 1<<62)
+		}, []string{"spec.tiers[1].concurrency.limit", "spec.tiers[1].concurrency.leaseTimeout"}},
+		{"concurrency without its block", func(p *RateLimitPolicy) {
+			p.Spec.Tiers[1] = Tier{Name: "pro", Algorithm: AlgorithmConcurrency}
+		}, []string{"spec.tiers[1].concurrency"}},
+		{"concurrency block on a token bucket", func(p *RateLimitPolicy) {
+			p.Spec.Tiers[0].Concurrency = &Concurrency{Limit: 3, LeaseTimeout: metav1.Duration{Duration: time.Minute}}
+		}, []string{"spec.tiers[0].concurrency"}},
+		{"sliding window block on a concurrency tier", func(p *RateLimitPolicy) {
+			sw := p.Spec.Tiers[1].SlidingWindow
+			p.Spec.Tiers[1] = concurrencyTier("pro", 3, time.Minute)
+			p.Spec.Tiers[1].SlidingWindow = sw
+		}, []string{"spec.tiers[1].slidingWindow"}},
+		{"concurrency block on an unlimited tier", func(p *RateLimitPolicy) {
+			p.Spec.Tiers[1] = concurrencyTier("pro", 3, time.Minute)
+			p.Spec.Tiers[1].Algorithm = AlgorithmUnlimited
+		}, []string{"spec.tiers[1].concurrency"}},
+		{"concurrency limits of a stack at their bounds", func(p *RateLimitPolicy) {
+			p.Spec.Tiers[1] = stackedTier()
+			p.Spec.Tiers[1].Limits = append(p.Spec.Tiers[1].Limits,
+				concurrencyLimit("narrow", 1, MinPeriod), concurrencyLimit("wide", MaxConcurrencyLimit, MaxPeriod))
+		}, nil},
+		{"concurrency limits of a stack out of bounds", func(p *RateLimitPolicy) {
+			p.Spec.Tiers[1] = stackedTier()
+			p.Spec.Tiers[1].Limits = append(p.Spec.Tiers[1].Limits,
+				concurrencyLimit("narrow", 0, MinPeriod-1), concurrencyLimit("wide", MaxConcurrencyLimit+1, MaxPeriod+1))
+		}, []string{"spec.tiers[1].limits[2].concurrency.limit", "spec.tiers[1].limits[2].concurrency.leaseTimeout",
+			"spec.tiers[1].limits[3].concurrency.limit", "spec.tiers[1].limits[3].concurrency.leaseTimeout"}},
+		{"concurrency limit of a stack without its block", func(p *RateLimitPolicy) {
+			p.Spec.Tiers[1] = stackedTier()
+			p.Spec.Tiers[1].Limits = append(p.Spec.Tiers[1].Limits, Limit{Name: "in-flight", Algorithm: AlgorithmConcurrency})
+		}, []string{"spec.tiers[1].limits[2].concurrency"}},
+		{"concurrency block on a stack's sliding window", func(p *RateLimitPolicy) {
+			p.Spec.Tiers[1] = stackedTier()
+			p.Spec.Tiers[1].Limits[1].Concurrency = &Concurrency{Limit: 3, LeaseTimeout: metav1.Duration{Duration: time.Minute}}
+		}, []string{"spec.tiers[1].limits[1].concurrency"}},
+		{"concurrency block on a stacked tier", func(p *RateLimitPolicy) {
+			p.Spec.Tiers[1] = stackedTier()
+			p.Spec.Tiers[1].Concurrency = &Concurrency{Limit: 3, LeaseTimeout: metav1.Duration{Duration: time.Minute}}
+		}, []string{"spec.tiers[1].concurrency"}},
+		{"refunds with a concurrency tier", func(p *RateLimitPolicy) {
+			p.Spec.Refunds = RefundsEnabled
+			p.Spec.Tiers[1] = concurrencyTier("pro", 3, time.Minute)
+		}, []string{"spec.refunds"}},
+		{"refunds with a concurrency limit of a stack", func(p *RateLimitPolicy) {
+			p.Spec.Refunds = RefundsEnabled
+			p.Spec.Tiers[1] = Tier{Name: "pro", Limits: []Limit{
+				{Name: "burst", Algorithm: AlgorithmTokenBucket, TokenBucket: &TokenBucket{Capacity: 10, RefillRate: 10}},
+				concurrencyLimit("in-flight", 3, time.Minute),
+			}}
+		}, []string{"spec.refunds"}},
 		{"unset failureMode, refunds and refillPeriod are their defaults", func(p *RateLimitPolicy) {
 			p.Spec.FailureMode = ""
 			p.Spec.Refunds = ""
@@ -296,6 +372,18 @@ func TestValidateCases(t *testing.T) {
 func quotaTier() Tier {
 	return Tier{Name: "pro", Algorithm: AlgorithmQuota,
 		Quota: &Quota{Limit: 1000, Period: CalendarPeriodDay, TimeZone: "Europe/Berlin"}}
+}
+
+// concurrencyTier returns a Concurrency tier of the given name and parameters.
+func concurrencyTier(name string, limit int64, leaseTimeout time.Duration) Tier {
+	return Tier{Name: name, Algorithm: AlgorithmConcurrency,
+		Concurrency: &Concurrency{Limit: limit, LeaseTimeout: metav1.Duration{Duration: leaseTimeout}}}
+}
+
+// concurrencyLimit returns a Concurrency limit of a stack of the given name and parameters.
+func concurrencyLimit(name string, limit int64, leaseTimeout time.Duration) Limit {
+	return Limit{Name: name, Algorithm: AlgorithmConcurrency,
+		Concurrency: &Concurrency{Limit: limit, LeaseTimeout: metav1.Duration{Duration: leaseTimeout}}}
 }
 
 // stackedTier returns a valid stacked tier named pro: a token bucket and a sliding window.

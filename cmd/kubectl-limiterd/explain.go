@@ -217,6 +217,7 @@ type Limit struct {
 	TokenBucket   *v1alpha1.TokenBucket   `json:"tokenBucket,omitempty"`
 	SlidingWindow *v1alpha1.SlidingWindow `json:"slidingWindow,omitempty"`
 	Quota         *v1alpha1.Quota         `json:"quota,omitempty"`
+	Concurrency   *v1alpha1.Concurrency   `json:"concurrency,omitempty"`
 }
 
 // Decision is the decision of a new client's first request, as limiterd's decisions API
@@ -341,11 +342,11 @@ func limits(t *v1alpha1.Tier) []Limit {
 		if t.Algorithm == v1alpha1.AlgorithmUnlimited {
 			return []Limit{}
 		}
-		return []Limit{{Name: "default", Algorithm: t.Algorithm, TokenBucket: t.TokenBucket, SlidingWindow: t.SlidingWindow, Quota: t.Quota}}
+		return []Limit{{Name: "default", Algorithm: t.Algorithm, TokenBucket: t.TokenBucket, SlidingWindow: t.SlidingWindow, Quota: t.Quota, Concurrency: t.Concurrency}}
 	}
 	out := make([]Limit, len(t.Limits))
 	for i, l := range t.Limits {
-		out[i] = Limit{Name: l.Name, Algorithm: l.Algorithm, TokenBucket: l.TokenBucket, SlidingWindow: l.SlidingWindow, Quota: l.Quota}
+		out[i] = Limit{Name: l.Name, Algorithm: l.Algorithm, TokenBucket: l.TokenBucket, SlidingWindow: l.SlidingWindow, Quota: l.Quota, Concurrency: l.Concurrency}
 	}
 	return out
 }
@@ -368,6 +369,8 @@ func parameters(l *Limit) string {
 			zone = "UTC"
 		}
 		return fmt.Sprintf("%d per calendar %s (%s)", l.Quota.Limit, strings.ToLower(string(l.Quota.Period)), zone)
+	case l.Concurrency != nil:
+		return fmt.Sprintf("%d in flight, lease timeout %s", l.Concurrency.Limit, l.Concurrency.LeaseTimeout.Duration)
 	}
 	return "-"
 }

@@ -130,6 +130,19 @@ func TestExplainLimitsAndDecision(t *testing.T) {
 				{Name: "monthly", Allowed: true, Limit: 5000, Remaining: 5000},
 			}})
 	})
+	t.Run("concurrency", func(t *testing.T) {
+		x := explainJSON(t, "-f", testPolicy, "report:1", "--cost", "2")
+		if len(x.Limits) != 1 || x.Limits[0].Algorithm != "Concurrency" || x.Limits[0].Concurrency == nil ||
+			x.Limits[0].Concurrency.Limit != 3 || x.Limits[0].Concurrency.LeaseTimeout.Duration != 30*time.Second {
+			t.Fatalf("limits %+v", x.Limits)
+		}
+		// Two places held until the lease times out.
+		checkDecision(t, x.Decision, Decision{Cost: 2, Allowed: true, Outcome: "Allowed", Limit: ptr(3), Remaining: ptr(1), ResetAfterSeconds: 30})
+		_, stdout, _ := runTest(t, "explain", "-f", testPolicy, "report:1")
+		if !strings.Contains(stdout, "3 in flight, lease timeout 30s") {
+			t.Errorf("concurrency tier's table:\n%s", stdout)
+		}
+	})
 	t.Run("dry run", func(t *testing.T) {
 		x := explainJSON(t, "-f", testPolicy, "svc:beta-1", "--cost", "6")
 		if !x.DryRun {

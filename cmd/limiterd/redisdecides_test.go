@@ -13,8 +13,9 @@ import (
 
 // TestRedisRefusesConcurrencyPolicies: on --store redis, the pipeline's check (redisDecides)
 // refuses a compiled policy with a Concurrency limit, a tier's own or a stacked one, naming
-// where it is, and accepts the algorithms the Redis scripts decide. (The API does not compile
-// Concurrency yet: the tiers are built here as policy.Compile will build them.)
+// where it is, and accepts the algorithms the Redis scripts decide. (The tiers are built here
+// as policy.Compile builds them; TestPolicyFileWithConcurrencyRefusedOnRedis goes through a
+// policy file.)
 func TestRedisRefusesConcurrencyPolicies(t *testing.T) {
 	cc, err := limiter.NewConcurrency(3, time.Minute)
 	if err != nil {

@@ -61,7 +61,10 @@ func (t *Tier) HeaderName(i int) string { return t.headerNames[i] }
 // window, and for a calendar quota the longest its period lasts (86400 s for a day, 604800 for
 // a week, 2678400 for a month, 31622400 for a year), a constant, as the draft wants the field
 // to stay the same from one answer to the next; when the current period ends is the RateLimit
-// field's t. An unlimited tier has none.
+// field's t. A concurrency limit's quota is its places and its window its leaseTimeout, the
+// longest a place is held without a release; its item carries the draft's quota unit
+// qu="concurrent-requests", since it admits q at once rather than q per w. An unlimited tier
+// has none.
 func (t *Tier) AppendRateLimitPolicy(b []byte) []byte {
 	for i := range t.NumLimits() {
 		if i > 0 {
@@ -69,6 +72,12 @@ func (t *Tier) AppendRateLimitPolicy(b []byte) []byte {
 		}
 		rl := t.Limit(i)
 		b = ratelimitheaders.AppendPolicy(b, t.HeaderName(i), rl.Limit(), rl.Window())
+		switch rl.Algorithm() {
+		case limiter.AlgorithmConcurrency:
+			b = ratelimitheaders.AppendQuotaUnit(b, ratelimitheaders.UnitConcurrentRequests)
+		case limiter.AlgorithmTokenBucket, limiter.AlgorithmSlidingWindow, limiter.AlgorithmQuota, limiter.AlgorithmUnlimited:
+			// requests, the draft's default unit: no qu
+		}
 	}
 	return b
 }
@@ -166,6 +175,7 @@ type params struct {
 	tokenBucket   *v1alpha1.TokenBucket
 	slidingWindow *v1alpha1.SlidingWindow
 	quota         *v1alpha1.Quota
+	concurrency   *v1alpha1.Concurrency
 }
 
 // strategy builds the strategy of a limit. Validate has already checked the parameters; the
@@ -189,6 +199,8 @@ func strategy(a v1alpha1.Algorithm, p params) (limiter.RateLimiter, error) {
 			return nil, fmt.Errorf("quota.timeZone %q: %w", q.TimeZone, err)
 		}
 		return limiter.NewQuota(q.Limit, calendarPeriod(q.Period), loc)
+	case v1alpha1.AlgorithmConcurrency:
+		return limiter.NewConcurrency(p.concurrency.Limit, p.concurrency.LeaseTimeout.Duration)
 	case v1alpha1.AlgorithmUnlimited: // no strategy: see stack
 	}
 	return nil, fmt.Errorf("algorithm %q has no strategy", a)
@@ -217,7 +229,7 @@ func stack(t *v1alpha1.Tier) (*limiter.Stack, error) {
 		if t.Algorithm == v1alpha1.AlgorithmUnlimited {
 			return nil, nil
 		}
-		rl, err := strategy(t.Algorithm, params{t.TokenBucket, t.SlidingWindow, t.Quota})
+		rl, err := strategy(t.Algorithm, params{t.TokenBucket, t.SlidingWindow, t.Quota, t.Concurrency})
 		if err != nil {
 			return nil, err
 		}
@@ -227,7 +239,7 @@ func stack(t *v1alpha1.Tier) (*limiter.Stack, error) {
 	limits := make([]limiter.RateLimiter, len(t.Limits))
 	for j := range t.Limits {
 		l := &t.Limits[j]
-		rl, err := strategy(l.Algorithm, params{l.TokenBucket, l.SlidingWindow, l.Quota})
+		rl, err := strategy(l.Algorithm, params{l.TokenBucket, l.SlidingWindow, l.Quota, l.Concurrency})
 		if err != nil {
 			return nil, fmt.Errorf("limits[%d]: %w", j, err)
 		}

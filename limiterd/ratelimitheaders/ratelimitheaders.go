@@ -1,7 +1,7 @@
 // Package ratelimitheaders formats the header fields by which limiterd tells a client its quota:
 // RateLimit-Policy and RateLimit of draft-ietf-httpapi-ratelimit-headers-10, and Retry-After.
 //
-//	RateLimit-Policy: "<policy>";q=<quota>;w=<window seconds>
+//	RateLimit-Policy: "<policy>";q=<quota>;w=<window seconds>[;qu="concurrent-requests"]
 //	RateLimit: "<policy>";r=<remaining>;t=<seconds until reset>
 //	Retry-After: <seconds>
 //
@@ -31,6 +31,19 @@ func AppendPolicy(b []byte, name string, quota int64, window time.Duration) []by
 	b = strconv.AppendInt(b, quota, 10)
 	b = append(b, ";w="...)
 	return strconv.AppendInt(b, max(1, Seconds(window)), 10)
+}
+
+// UnitConcurrentRequests is the quota unit (the draft's qu parameter) of a limit on the
+// requests in flight at once, a concurrency limit: its q places are held at once, each until its
+// request is released or w passes, rather than q requests per w. Without qu, the unit is
+// "request", the draft's default, which every other limit counts.
+const UnitConcurrentRequests = "concurrent-requests"
+
+// AppendQuotaUnit appends the qu parameter (a structured-field String) to the RateLimit-Policy
+// item AppendPolicy appended last.
+func AppendQuotaUnit(b []byte, unit string) []byte {
+	b = append(b, ";qu="...)
+	return appendString(b, unit)
 }
 
 // AppendLimit appends a RateLimit item: the policy name, the remaining quota (0 when negative)

@@ -27,6 +27,18 @@ func TestAppendPolicy(t *testing.T) {
 	}
 }
 
+// TestAppendQuotaUnit: the qu parameter follows the item AppendPolicy wrote, as a structured
+// field String, and a second item after it is a separate list member.
+func TestAppendQuotaUnit(t *testing.T) {
+	b := AppendPolicy(nil, "slow", 3, 30*time.Second)
+	b = AppendQuotaUnit(b, UnitConcurrentRequests)
+	b = append(b, ", "...)
+	b = AppendPolicy(b, "rate", 10, time.Second)
+	if got, want := string(b), `"slow";q=3;w=30;qu="concurrent-requests", "rate";q=10;w=1`; got != want {
+		t.Errorf("got %s, want %s", got, want)
+	}
+}
+
 func TestAppendLimit(t *testing.T) {
 	for _, c := range []struct {
 		remaining int64
@@ -63,6 +75,7 @@ func TestAppendDoesNotAllocate(t *testing.T) {
 	buf := make([]byte, 0, 256)
 	if n := testing.AllocsPerRun(100, func() {
 		b := AppendPolicy(buf[:0], "free", 100, time.Minute)
+		b = AppendQuotaUnit(b, UnitConcurrentRequests)
 		b = AppendLimit(b, "free", 42, 3*time.Second)
 		_ = AppendRetryAfter(b, time.Second)
 	}); n != 0 {

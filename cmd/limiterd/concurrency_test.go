@@ -1,0 +1,86 @@
+package main
+
+import (
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+
+	redisstore "github.com/limiterd/limiterd/limiterd/store/redis"
+)
+
+// concurrencyPolicy has a tier of 2 requests in flight (the default) and a stack of a rate and
+// a concurrency limit, with leases long enough that none expires during a test.
+const concurrencyPolicy = `apiVersion: limiterd.dev/v1alpha1
+kind: RateLimitPolicy
+metadata:
+  name: api
+spec:
+  defaultTier: slow
+  tiers:
+  - name: slow
+    algorithm: Concurrency
+    concurrency: {limit: 2, leaseTimeout: 1h}
+  - name: llm
+    limits:
+    - name: rate
+      algorithm: TokenBucket
+      tokenBucket: {capacity: 10, refillRate: 1, refillPeriod: 1h}
+    - name: in-flight
+      algorithm: Concurrency
+      concurrency: {limit: 3, leaseTimeout: 1h}
+  overrides:
+  - tier: llm
+    clientPrefixes: ["llm:"]
+`
+
+// TestPolicyFileWithConcurrencyOnMemory: a policy file with a Concurrency tier and a stack
+// holding a concurrency limit loads on the memory store, and its clients are held to their
+// places in flight (no lease is released here: the leases outlast the test), with the
+// RateLimit-Policy field naming the quota unit.
+func TestPolicyFileWithConcurrencyOnMemory(t *testing.T) {
+	t.Parallel()
+	d := start(t, hooks{}, "--policy-file", policyFile(t, t.TempDir(), concurrencyPolicy))
+	for _, c := range []struct {
+		key    string
+		places int
+		policy string
+	}{
+		{"alice", 2, `"slow";q=2;w=3600;qu="concurrent-requests"`},
+		{"llm:bob", 3, `"llm/rate";q=10;w=36000, "llm/in-flight";q=3;w=3600;qu="concurrent-requests"`},
+	} {
+		for i := range c.places + 1 {
+			want := http.StatusOK
+			if i == c.places {
+				want = http.StatusTooManyRequests
+			}
+			got := decide(t, d.decisions, c.key)
+			if got.status != want {
+				t.Fatalf("%s, request %d in flight: status %d, want %d (%v)", c.key, i+1, got.status, want, got.body)
+			}
+			if got.policy != c.policy {
+				t.Errorf("%s: RateLimit-Policy %s, want %s", c.key, got.policy, c.policy)
+			}
+		}
+	}
+}
+
+// TestPolicyFileWithConcurrencyRefusedOnRedis: on --store redis, whose scripts do not decide
+// concurrency limits yet, limiterd refuses to start (newDaemon) with a policy file holding one, naming the
+// tier and the reason, rather than serve it under the failure mode. (Redis need not be
+// reachable: the policy is refused before any decision.)
+func TestPolicyFileWithConcurrencyRefusedOnRedis(t *testing.T) {
+	t.Parallel()
+	file := policyFile(t, t.TempDir(), concurrencyPolicy)
+	cfg, err := parseFlags([]string{"--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--policy-file", file,
+		"--store", "redis", "--redis-addr", "127.0.0.1:1", "--store-timeout", "100ms"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = newDaemon(cfg, slog.New(slog.DiscardHandler))
+	if !errors.Is(err, redisstore.ErrConcurrencyUnsupported) || !strings.Contains(err.Error(), "policy default/api: tier slow:") {
+		t.Fatalf("limiterd --store redis with a Concurrency tier: %v, want ErrConcurrencyUnsupported naming policy default/api, tier slow", err)
+	}
+}
