@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -82,5 +84,62 @@ func TestPolicyFileWithConcurrencyRefusedOnRedis(t *testing.T) {
 	_, err = newDaemon(cfg, slog.New(slog.DiscardHandler))
 	if !errors.Is(err, redisstore.ErrConcurrencyUnsupported) || !strings.Contains(err.Error(), "policy default/api: tier slow:") {
 		t.Fatalf("limiterd --store redis with a Concurrency tier: %v, want ErrConcurrencyUnsupported naming policy default/api, tier slow", err)
+	}
+}
+
+// release posts a lease to /v1/release and returns the status and the answer.
+func release(t *testing.T, base, lease string) (int, map[string]any) {
+	t.Helper()
+	body, err := json.Marshal(map[string]any{"lease": lease})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Post(base+"/v1/release", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var answer map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&answer); err != nil {
+		t.Fatalf("decode the release's answer: %v", err)
+	}
+	return resp.StatusCode, answer
+}
+
+// TestPolicyFileConcurrencyReleases: through the daemon, a policy file's concurrency tier and
+// stacked concurrency limit hand out leases that POST /v1/release gives back, one place each:
+// a client at its limit is admitted again after a release, and a second release of one lease
+// is refused and frees nothing.
+func TestPolicyFileConcurrencyReleases(t *testing.T) {
+	t.Parallel()
+	d := start(t, hooks{}, "--policy-file", policyFile(t, t.TempDir(), concurrencyPolicy))
+	for _, c := range []struct {
+		key    string
+		places int
+	}{{"alice", 2}, {"llm:bob", 3}} {
+		var leases []string
+		for i := range c.places {
+			got := decide(t, d.decisions, c.key)
+			lease, _ := got.body["lease"].(string)
+			if got.status != http.StatusOK || lease == "" {
+				t.Fatalf("%s, request %d: status %d, lease %q, want 200 with a lease (%v)", c.key, i+1, got.status, lease, got.body)
+			}
+			leases = append(leases, lease)
+		}
+		if got := decide(t, d.decisions, c.key); got.status != http.StatusTooManyRequests || got.body["lease"] != nil {
+			t.Fatalf("%s over its places: status %d, %v, want 429 without a lease", c.key, got.status, got.body)
+		}
+		if status, answer := release(t, d.decisions, leases[0]); status != http.StatusOK {
+			t.Fatalf("%s: release: %d %v, want 200", c.key, status, answer)
+		}
+		if status, answer := release(t, d.decisions, leases[0]); status != http.StatusConflict {
+			t.Fatalf("%s: second release of one lease: %d %v, want 409", c.key, status, answer)
+		}
+		if got := decide(t, d.decisions, c.key); got.status != http.StatusOK {
+			t.Fatalf("%s after a release: status %d, want 200 (%v)", c.key, got.status, got.body)
+		}
+		if got := decide(t, d.decisions, c.key); got.status != http.StatusTooManyRequests {
+			t.Fatalf("%s: the second release freed a place: status %d, want 429 (%v)", c.key, got.status, got.body)
+		}
 	}
 }
