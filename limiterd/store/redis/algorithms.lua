@@ -209,13 +209,37 @@ local function tbRefund(b)
   tbSet(b.k, b.fp, rs, rn, rf)
 end
 
--- Sliding windows. The state at the key is the list [fingerprint, epoch, base, at_1, cum_1,
--- ..., at_n, cum_n], oldest first: epoch is Unix seconds, at_i an admitted instant in ns since
--- the epoch, cum_i the running total of units admitted up to it, base the total just before
--- at_1. Absent: fresh; a string there is a token bucket's state, raw until Go charges its used
--- units (swConvert). Every duration is at most a window (24h < 2^47 ns).
+-- Sliding windows. The state at the key is the list [head, epoch, base, at_1, cum_1, ...,
+-- at_n, cum_n], oldest first: epoch is Unix seconds, at_i an admitted instant in ns since the
+-- epoch, cum_i the running total of units admitted up to it, base the total just before at_1.
+-- Absent: fresh; a string there is a token bucket's state, raw until Go charges its used units
+-- (swConvert). Every duration is at most a window (24h < 2^47 ns).
+--
+-- The head is the fingerprint "sw:<limit>:<window>", or the fingerprint carrying the newest
+-- entry, "sw:<at_n><cum_n><limit>:<window>" with at_n and cum_n in 16 digits each (swNewest): a
+-- decision then reads the newest entry with the head, and drops the entries that left the
+-- window with its rewrite, in one command fewer (swLoad, swAdmit). A head that carries the
+-- newest entry carries it as it is: every write that changes the newest entry rewrites such a
+-- head (swHeadOf). It is still "sw:<digits>:<window>", so the previous release's script, which
+-- knew the plain fingerprint only, decides exactly on it during a rolling upgrade: it reads its
+-- window (a conversion from the same window keeps every entry that is still in it), and every
+-- write of its rewrites the head with the plain fingerprint (see TestReleasesMixMatchesMemory).
 
 local function int(x) return string.format('%d', x) end
+
+-- swNewest matches a head that carries the newest entry: its instant, its running total, and
+-- the fingerprint after "sw:". A plain fingerprint's limit has at most 6 digits.
+local swNewest = '^sw:(%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d)(%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d)(%d+:%d+)$'
+
+-- swHeadOf returns the head to write for the log as w now holds it: carrying the newest entry
+-- when the log holds 6 entries or more (n false: maybe), which a decision reads with the head
+-- rather than from the tail; else the fingerprint, since the decision reads the whole log.
+local function swHeadOf(w)
+  if (not w.n or w.n >= 6) and w.lastAt >= 0 and w.lastAt < 1e16 and w.lastCum >= 0 and w.lastCum < 1e16 then
+    return string.format('sw:%016d%016d%s', w.lastAt, w.lastCum, string.sub(w.fp, 4))
+  end
+  return w.fp
+end
 
 -- search returns the first i in [lo, hi) where past(i) is false, else hi (past must be true
 -- then false along [lo, hi)). It gallops from lo (lo, lo + 2, lo + 6, ...) before it bisects:
@@ -247,17 +271,18 @@ local function swCum(w, i) return tonumber(redis.call('LINDEX', w.k, 4 + 2 * i))
 -- convert (swConvert); until then, as any other value, the window is fresh.
 --
 -- Each Redis command a script calls costs more than the elements it answers, so a decision reads
--- the log in two: its header with its 6 oldest entries (one LRANGE), then its newest entry (one
--- LRANGE, none when the first held the whole log). The first live entry is among the oldest
--- ones but after an idle spell: an admission leaves up to 2 expired entries in place (swAdmit),
--- as a peek does. Only when it is not does the decision read the log's length (LLEN) and search
--- the rest. n, the log's entries, is false until read (swLen); first is false when every entry
--- left the window and n is unread.
+-- the log in one or two: its header with its 6 oldest entries (one LRANGE), then its newest
+-- entry (one LRANGE), unless the first held the whole log or a head that carries the newest
+-- entry (carried). The first live entry is among the oldest ones but after an idle spell: an
+-- admission leaves up to 2 expired entries in place (swAdmit), as a peek does. Only when it is
+-- not does the decision read the log's length (LLEN) and search the rest. n, the log's
+-- entries, is false until read (swLen); first is false when every entry left the window and n
+-- is unread.
 local function swLoad(k, o)
   local w = {k = k, fp = ARGV[o + L_FINGERPRINT], limit = tonumber(ARGV[o + SW_LIMIT]),
     window = tonumber(ARGV[o + SW_WINDOW]), epoch = nows, base = 0, n = 0, convert = false,
     other = false, raw = false, charged = false, list = false, now = 0, t = 0, lastAt = 0, lastCum = 0,
-    first = 0, live = 0, used = 0}
+    first = 0, live = 0, used = 0, carried = false}
   local h = redis.pcall('LRANGE', k, 0, 14)
   w.other = h.err ~= nil
   if w.other then
@@ -271,7 +296,12 @@ local function swLoad(k, o)
     m = (#h - 3) / 2
     w.n = m
     if #h == 15 then w.n = false end -- maybe more
-    w.convert = h[1] ~= w.fp
+    local fp = h[1]
+    if fp ~= w.fp then
+      local at, cum, params = string.match(fp, swNewest)
+      if at then fp, w.carried, w.lastAt, w.lastCum = 'sw:' .. params, true, tonumber(at), tonumber(cum) end
+    end
+    w.convert = fp ~= w.fp
   end
   -- now relative to the epoch. It is exact within 104 days of the epoch; further away every
   -- entry is far outside any window, and comparisons with the inexact value still say so.
@@ -280,7 +310,7 @@ local function swLoad(k, o)
   if m > 0 then
     if w.n then
       w.lastAt, w.lastCum = tonumber(h[#h - 1]), tonumber(h[#h])
-    else
+    elseif not w.carried then
       local tail = redis.call('LRANGE', k, -2, -1)
       w.lastAt, w.lastCum = tonumber(tail[1]), tonumber(tail[2])
     end
@@ -327,18 +357,23 @@ end
 local function swAdmits(w, c) return c <= w.limit and w.used + c <= w.limit end
 
 -- swHead rewrites the log's header: the entries that left the window dropped, a conversion's
--- fingerprint and base. The entries left are renumbered from 0, as the reply's search reads
--- them after a refund.
+-- fingerprint and base, the head of the log as w holds it (swHeadOf: w's newest entry is the one
+-- the log holds once the caller's write is done). The entries left are renumbered from 0, as the
+-- reply's search reads them after a refund.
 local function swHead(w)
   redis.call('LPOP', w.k, 3 + 2 * w.first)
-  redis.call('LPUSH', w.k, int(w.base), int(w.epoch), w.fp)
   if w.n then w.n = w.n - w.first end
   w.first = 0
+  redis.call('LPUSH', w.k, int(w.base), int(w.epoch), swHeadOf(w))
 end
 
 -- swAdmit appends the cost c to the log. It drops the entries that left the window only once 3
 -- have (or the header changes anyway): fewer stay in place, read with the header (swLoad), which
--- saves a decision the two commands that rewrite the header.
+-- saves a decision the two commands that rewrite the header. Those two write the newest entry
+-- into the head as well, which a decision on a head that carries it rewrites anyway (one
+-- command, instead of reading the newest entry). On a log of 6 entries or more whose head does
+-- not carry the newest entry (the tail read), the decision writes such a head instead of
+-- dropping 3 to 5 entries: the next decision drops them, without reading the tail.
 local function swAdmit(w, c)
   if w.live == 0 then
     if w.list then redis.call('DEL', w.k) end
@@ -348,15 +383,19 @@ local function swAdmit(w, c)
   else
     if w.charged then -- the log of another algorithm's usage (swConvert), written now
       redis.call('RPUSH', w.k, w.fp, int(w.epoch), int(w.base), int(w.lastAt), int(w.lastCum))
-    elseif w.first >= 3 or w.convert then
-      swHead(w)
     end
-    w.lastCum = w.lastCum + c
-    if w.lastAt == w.t then
-      redis.call('LSET', w.k, -1, int(w.lastCum))
-    else
+    local append = w.lastAt ~= w.t -- else the newest entry's total grows
+    w.lastAt, w.lastCum = w.t, w.lastCum + c
+    if append and w.n then w.n = w.n + 1 end
+    if w.first >= 3 and (w.carried or w.n) or w.convert then
+      swHead(w)
+    elseif w.carried or w.first >= 3 then
+      redis.call('LSET', w.k, 0, swHeadOf(w))
+    end
+    if append then
       redis.call('RPUSH', w.k, int(w.t), int(w.lastCum))
-      w.lastAt = w.t
+    else
+      redis.call('LSET', w.k, -1, int(w.lastCum))
     end
     -- The rebase threshold (2^52 but in tests) is parsed here, where it is compared: a decision
     -- on a token bucket or a quota never pays for parsing its 16 digits.
@@ -369,12 +408,13 @@ local function swAdmit(w, c)
         all[j] = int(tonumber(all[j]) - shift * 1e9)
         all[j + 1] = int(tonumber(all[j + 1]) - w.base)
       end
+      w.epoch, w.now, w.lastAt, w.lastCum = w.epoch + shift, w.now - shift * 1e9, w.lastAt - shift * 1e9, w.lastCum - w.base
+      w.base, w.n, w.first = 0, #all / 2, 0
       redis.call('DEL', w.k)
-      redis.call('RPUSH', w.k, w.fp, int(w.epoch + shift), 0)
+      redis.call('RPUSH', w.k, swHeadOf(w), int(w.epoch), 0)
       for j = 1, #all, 4000 do
         redis.call('RPUSH', w.k, unpack(all, j, math.min(j + 3999, #all)))
       end
-      w.epoch, w.base, w.now, w.lastAt = w.epoch + shift, 0, w.now - shift * 1e9, w.lastAt - shift * 1e9
     end
   end
   -- The key lives until the window is empty again, on the clock of now (not the clamped t).
@@ -430,13 +470,16 @@ local function swConvert(w, from, s, m, u)
   end
 end
 
--- swKeep writes what reading the log changed: the entries that left the window dropped (the
--- whole log once none is left), a conversion.
+-- swKeep writes, after a refund, what reading the log changed: the entries that left the window
+-- dropped (the whole log once none is left), a conversion; and a head that carried the newest
+-- entry, which the refund changed.
 local function swKeep(w)
   if w.live == 0 then
     if w.list then redis.call('DEL', w.k) end
   elseif w.first > 0 or w.convert then
     swHead(w)
+  elseif w.carried then
+    redis.call('LSET', w.k, 0, swHeadOf(w))
   end
 end
 

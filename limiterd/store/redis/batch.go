@@ -225,7 +225,7 @@ func (p *batchPiece) send(ctx context.Context, which []int) (again []int) {
 	cmds := make(rueidis.Commands, 0, len(which))
 	for _, j := range which {
 		c := p.calls[j]
-		cmds = append(cmds, p.cn.B().Evalsha().Sha1(decideScripts.of(c).sha).Numkeys(int64(len(c.keys))).Key(c.keys...).Arg(p.s.callArgs(c)...).Build())
+		cmds = append(cmds, p.cn.B().Evalsha().Sha1(p.s.lib.decide.of(c).sha).Numkeys(int64(len(c.keys))).Key(c.keys...).Arg(p.s.callArgs(c)...).Build())
 	}
 	p.missing = p.missing[:0]
 	for k, res := range p.cn.DoMulti(ctx, cmds...) {
@@ -234,7 +234,7 @@ func (p *batchPiece) send(ctx context.Context, which []int) (again []int) {
 		arr, err := res.ToArray()
 		if err != nil {
 			if rerr, ok := rueidis.IsRedisErr(err); ok && rerr.IsNoScript() {
-				sc := decideScripts.of(p.calls[j])
+				sc := p.s.lib.decide.of(p.calls[j])
 				if slices.Contains(p.loaded, sc) { // lost again since the piece loaded it
 					p.out[i] = limiter.Answer{Err: fmt.Errorf("decision script: lost again after SCRIPT LOAD: %w", err)}
 					continue

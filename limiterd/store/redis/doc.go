@@ -101,9 +101,11 @@
 //
 //   - Token bucket: a string "<fingerprint> <s> <ns> <frac>", about 100 bytes a client with
 //     Redis's key overhead.
-//   - Sliding window: a list [fingerprint, epoch, base, at_1, cum_1, ..., at_n, cum_n], one
+//   - Sliding window: a list [head, epoch, base, at_1, cum_1, ..., at_n, cum_n], one
 //     pair of integers for each distinct admitted instant still in the window (at most limit
-//     of them, and after an admission up to 2 that left it: it drops them once 3 have): about 14 bytes an entry in Redis's packed lists, plus about 150 bytes a client;
+//     of them, and after an admission up to 2 that left it: it drops them once 3 have); the
+//     head is the fingerprint, which from 6 entries on carries the newest entry too, so that a
+//     decision reads the log in one command and drops entries in two more (see Versions): about 14 bytes an entry in Redis's packed lists, plus about 150 bytes a client (32 more for a head that carries the newest entry);
 //     at most about 1.4 MB for a client at the maximum limit of 100000 with each unit admitted
 //     at a distinct nanosecond.
 //   - Quota: a string "<fingerprint> <end> <used>", the end of the counted period in Unix
@@ -124,6 +126,18 @@
 // reset refund, each at most its cost, as if there had been no reset). Under noeviction a full Redis refuses
 // every decision's write and the failure modes decide for everyone; TestEvictionKeepsDeciding
 // runs limiterd on a full Redis under volatile-ttl.
+//
+// # Versions
+//
+// Replicas of two releases decide on one Redis during a rolling upgrade, so a release reads
+// every state the previous one writes, and writes only states the previous one decides on
+// exactly. The previous release's scripts are kept as testdata, and TestReleasesMixMatchesMemory
+// runs the random comparisons with memory with each call made by either release. A sliding
+// window's head that carries the newest entry ("sw:<at_n><cum_n><limit>:<window>", the two in 16
+// digits) reads, to the release before it, as the fingerprint of other parameters of the same
+// window: it keeps every entry still in the window, as for its own fingerprint, and each of its
+// writes puts its own fingerprint back in the head; it reads the window from the head when it
+// converts the log for a token bucket or a quota.
 //
 // # Failures
 //

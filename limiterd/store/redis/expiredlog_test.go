@@ -20,8 +20,16 @@ func writeExpiredLog(t testing.TB, c *Client, key string, sw *limiter.SlidingWin
 }
 
 // writeLog writes a sliding window's log of n entries, one unit a millisecond from the instant
-// from, as the script would have written it for sw, at key (which must not exist).
+// from, as the script would have written it for sw, at key (which must not exist), with the
+// plain fingerprint for head (the previous release's layout, which this one reads too).
 func writeLog(t testing.TB, c *Client, key string, sw *limiter.SlidingWindow, from time.Time, n int) {
+	t.Helper()
+	writeEntries(t, c, key, sw, from, n, func(i int) time.Duration { return time.Duration(i) * time.Millisecond })
+}
+
+// writeEntries writes as writeLog does a log of n entries of one unit, entry i at from + at(i)
+// (at must not decrease).
+func writeEntries(t testing.TB, c *Client, key string, sw *limiter.SlidingWindow, from time.Time, n int, at func(i int) time.Duration) {
 	t.Helper()
 	cn, err := c.get()
 	if err != nil {
@@ -35,7 +43,7 @@ func writeLog(t testing.TB, c *Client, key string, sw *limiter.SlidingWindow, fr
 		args = args[:0]
 	}
 	for i := range n {
-		args = append(args, strconv.Itoa(from.Nanosecond()+i*int(time.Millisecond)), strconv.Itoa(i+1))
+		args = append(args, strconv.FormatInt(int64(from.Nanosecond())+int64(at(i)), 10), strconv.Itoa(i+1))
 		if len(args) >= 2000 {
 			flush()
 		}
@@ -197,13 +205,20 @@ func scriptCommands(t testing.TB, srv *redistest.Server) map[string]int {
 
 // TestSlidingWindowDecisionCommands decides on a sliding window whose log holds 3,000 entries
 // and counts the commands the script calls (Redis counts a script's calls in INFO
-// commandstats): issue 36 allows 6 a decision. Each answer is limiter.Memory's on the same log.
+// commandstats): issue 36 allows 6 a decision, on the server's clock (TIME) as on the caller's.
+// Each answer is limiter.Memory's on the same log.
 //   - None to two of the oldest entries out of the window (the common case): at most 4 on the
-//     caller's clock, 5 on the server's (its TIME more). Before, 7 with none expired, 12 to 14
-//     with one to three.
+//     caller's clock, 5 on the server's (its TIME more), on a log whose head is the plain
+//     fingerprint (the previous release's layout: the tail read) and on one whose head carries
+//     the newest entry (the head rewritten instead). Before, 7 with none expired, 12 to 14 with
+//     one to three.
 //   - A stream of decisions, one a millisecond, each one entry more out of the window: an
-//     admission drops the expired entries once there are 3 (2 commands more), at most 5 a
-//     decision on average on the caller's clock, so 6 on the server's.
+//     admission drops the expired entries once there are 3, with the rewrite of the head that
+//     carries the newest entry (not read from the tail then): at most 5 each on the caller's
+//     clock. The previous release's took 6 to drop, 7 on the server's clock.
+//   - On the server's clock, a log with 4 entries out of the window: the first decision makes
+//     the head carry the newest entry (6 with TIME), the second drops them (6).
+//   - A short log, whose first read holds it whole: at most 3, as before.
 func TestSlidingWindowDecisionCommands(t *testing.T) {
 	const n, limit = 3000, 100_000
 	count := func(calls map[string]int) (total int) {
@@ -236,7 +251,8 @@ func TestSlidingWindowDecisionCommands(t *testing.T) {
 		}
 
 		// The stream: decision i at T0 + 1 min + i ms, when entries 0 to i left the window.
-		writeExpiredLog(t, c, Key(t.Name(), "stream"), sw, n)
+		key := Key(t.Name(), "stream")
+		writeExpiredLog(t, c, key, sw, n)
 		const decisions = 30
 		mem := limiter.NewMemory(nil)
 		for i := range n { // the log writeExpiredLog wrote
@@ -244,22 +260,41 @@ func TestSlidingWindowDecisionCommands(t *testing.T) {
 				t.Fatalf("memory: %+v, %v", d, err)
 			}
 		}
-		srv.Do(t, "CONFIG", "RESETSTAT")
-		for i := range decisions {
-			now := limitertest.T0.Add(time.Minute + time.Duration(i)*time.Millisecond)
+		for i := range decisions + 2 { // the last 3 at one instant
+			now := limitertest.T0.Add(time.Minute + time.Duration(min(i, decisions-1))*time.Millisecond)
+			srv.Do(t, "CONFIG", "RESETSTAT")
 			want, _ := mem.Decide(t.Context(), "stream", limitertest.One(sw), now, 1, nil)
 			d, err := s.Decide(t.Context(), "stream", limitertest.One(sw), now, 1, nil)
 			if err != nil || d != want {
 				t.Fatalf("stream decision %d: %+v, %v; want %+v", i, d, err, want)
 			}
-		}
-		if calls := scriptCommands(t, srv); count(calls) > 5*decisions {
-			t.Errorf("%d decisions on a log of %d entries, one more expired each, called %d commands %v, want at most %d", decisions, n, count(calls), calls, 5*decisions)
+			calls := scriptCommands(t, srv)
+			bound := 5
+			if i >= decisions { // on its own instant's entry, none expired since
+				bound = 4
+			}
+			if count(calls) > bound {
+				t.Errorf("stream decision %d on a log of %d entries, one more expired each, called %d commands %v, want at most %d", i, n, count(calls), calls, bound)
+			}
 		}
 		// n entries live (decisions entries more, as many expired), at most 2 expired kept.
-		l, _ := strconv.Atoi(do(t, c, "LLEN", Key(t.Name(), "stream")))
+		l, _ := strconv.Atoi(do(t, c, "LLEN", key))
 		if expired := (l-3)/2 - n; expired < 0 || expired > 2 {
 			t.Errorf("after the stream the log holds %d elements, want %d entries live and at most 2 expired", l, n)
+		}
+		if head := do(t, c, "LINDEX", key, "0"); !carriedHead.MatchString(head) {
+			t.Errorf("after the stream the log's head is %q, want one that carries the newest entry", head)
+		}
+
+		// A short log: fresh, then up to 6 entries, each decision at an instant of its own.
+		for i := range 6 {
+			srv.Do(t, "CONFIG", "RESETSTAT")
+			if d, err := s.Decide(t.Context(), "short", limitertest.One(sw), limitertest.T0.Add(time.Duration(i)*time.Millisecond), 1, nil); err != nil || !d.Allowed {
+				t.Fatalf("short log, decision %d: %+v, %v", i, d, err)
+			}
+			if calls := scriptCommands(t, srv); count(calls) > 3 {
+				t.Errorf("decision %d on a short log called %d commands %v, want at most 3", i, count(calls), calls)
+			}
 		}
 	})
 	t.Run("ServerClock", func(t *testing.T) {
@@ -278,6 +313,31 @@ func TestSlidingWindowDecisionCommands(t *testing.T) {
 			if calls := scriptCommands(t, srv); count(calls) > 5 || calls["time"] != 1 {
 				t.Errorf("decision %d on a log of %d entries called %d commands %v, want at most 5, TIME once", i, n, count(calls), calls)
 			}
+		}
+
+		// 4 entries two hours ago, then n-4 over the 3 s before a second ago: 4 expired.
+		const expired = 4
+		key := Key(t.Name(), "drops")
+		from := time.Now().Add(-2 * time.Hour)
+		writeEntries(t, c, key, sw, from, n, func(i int) time.Duration {
+			if i < expired {
+				return time.Duration(i) * time.Millisecond
+			}
+			return 2*time.Hour - 4*time.Second + time.Duration(i)*time.Millisecond
+		})
+		for i := range 4 {
+			srv.Do(t, "CONFIG", "RESETSTAT")
+			d, err := s.Decide(t.Context(), "drops", limitertest.One(sw), time.Time{}, 1, nil)
+			if want := limit - (n - expired) - 1 - int64(i); err != nil || !d.Allowed || d.Remaining != want {
+				t.Fatalf("decision %d: %+v, %v; want admitted with %d remaining", i, d, err, want)
+			}
+			if calls := scriptCommands(t, srv); count(calls) > 6 || calls["time"] != 1 {
+				t.Errorf("decision %d on a log of %d entries, %d expired, called %d commands %v, want at most 6, TIME once", i, n, expired, count(calls), calls)
+			}
+		}
+		// The expired entries dropped: n-4 live entries and 4 more.
+		if l := do(t, c, "LLEN", key); l != strconv.Itoa(3+2*(n-expired+4)) {
+			t.Errorf("after the decisions the log holds %s elements, want %d", l, 3+2*(n-expired+4))
 		}
 	})
 }

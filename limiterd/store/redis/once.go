@@ -21,10 +21,15 @@ import (
 // nothing; else a reset mark at or after the charge's instant answers resetStatus and changes
 // nothing (the reset deleted the charge); a refund made (outcome outcomeRefunded, not a
 // conversion request) writes the record in the same script call.
-var onceScripts = joinScripts(entry{rest: onceEntry})
+var onceScripts = joinScripts(algorithmsSource, entry{rest: onceEntry})
 
 // onceEntry is the entry script of onceScripts: decide.lua's, within the record's check and write.
-var onceEntry = `-- Refund: decide.lua with the record of a refund and the check of the client's resets.
+var onceEntry = onceEntryOf(decideEntry)
+
+// onceEntryOf returns the entry script of the refunds that apply at most once around the
+// decision entry script decide.
+func onceEntryOf(decide string) string {
+	return `-- Refund: decide.lua with the record of a refund and the check of the client's resets.
 local RESET_KEY, ISSUED_N, ISSUED_S = table.remove(KEYS), tonumber(table.remove(ARGV)), tonumber(table.remove(ARGV))
 local ONCE_KEY, ONCE_TTL_MS = table.remove(KEYS), table.remove(ARGV)
 if redis.call('EXISTS', ONCE_KEY) == 1 then return redis.status_reply('` + refundedStatus + `') end
@@ -37,13 +42,14 @@ if reset then
   end
 end
 local reply = (function()
-` + decideEntry + `
+` + decide + `
 end)()
 if type(reply) == 'table' and reply[REPLY_OUTCOME] == OUTCOME_REFUNDED then
   redis.call('SET', ONCE_KEY, '1', 'PX', ONCE_TTL_MS)
 end
 return reply
 `
+}
 
 // refundedStatus is onceScripts' answer when the refund's record exists; resetStatus when the
 // client was reset at or after the charge refunded.
@@ -116,7 +122,7 @@ func (s *Store) Refund(ctx context.Context, req limiter.Request, now time.Time, 
 		k := s.key(req.Key)
 		record, mark := k+refundSuffix(once.ID), k+resetSuffix
 		d, err := c.converge(out, func() ([]rueidis.RedisMessage, error) {
-			msg, err := onceScripts.of(c).lua.Exec(ctx, cn, append(c.keys[:len(c.keys):len(c.keys)], record, mark),
+			msg, err := s.lib.once.of(c).lua.Exec(ctx, cn, append(c.keys[:len(c.keys):len(c.keys)], record, mark),
 				append(s.callArgs(c), ttl, issuedS, issuedN)).ToMessage()
 			if err != nil {
 				return nil, fmt.Errorf("refund record: %w", err)

@@ -38,10 +38,18 @@ var (
 	//go:embed resetscan.lua
 	resetScanSource string
 
-	decideScripts   = joinScripts(entryHead(decideEntry))
+	decideScripts   = joinScripts(algorithmsSource, entryHead(decideEntry))
 	resetScript     = newScript(resetSource)
 	resetScanScript = newScript(resetScanSource)
 )
+
+// library is a release's decision scripts: those of Decide and DecideBatch, and those of Refund
+// (onceScripts). A Store runs this release's, currentLibrary; the tests run the previous
+// release's beside it on one Redis, as the replicas of both run during a rolling upgrade, on
+// states that either wrote.
+type library struct{ decide, once *scripts }
+
+var currentLibrary = library{decide: decideScripts, once: onceScripts}
 
 // algorithms is the set of algorithms whose section of the library a script holds.
 type algorithms uint8
@@ -110,12 +118,12 @@ func entryHead(source string) entry {
 	return entry{head + entrySplit, rest}
 }
 
-// joinScripts returns the scripts whose entry is e: for each set of algorithms, lean and full,
-// the library's first sections, e's head, the other sections, then e's rest, each protocol name
-// replaced by its value.
-func joinScripts(e entry) *scripts {
+// joinScripts returns the scripts of the library source lib (algorithms.lua's) whose entry is
+// e: for each set of algorithms, lean and full, the library's first sections, e's head, the
+// other sections, then e's rest, each protocol name replaced by its value.
+func joinScripts(lib string, e entry) *scripts {
 	var parts [len(sections) + 1]string // what every algorithm uses, then each section
-	rest := algorithmsSource
+	rest := lib
 	for i, sec := range sections {
 		before, after, ok := strings.Cut(rest, sec.start)
 		if !ok {

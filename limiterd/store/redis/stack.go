@@ -82,7 +82,7 @@ func (s *Store) guarded(ctx context.Context, key string, st *limiter.Stack, now 
 // run runs a call until its answer needs no conversion.
 func (s *Store) run(ctx context.Context, cn *conn, c *call, out []limiter.Decision) (limiter.Decision, error) {
 	return c.converge(out, func() ([]rueidis.RedisMessage, error) {
-		return decideScripts.of(c).lua.Exec(ctx, cn, c.keys, s.callArgs(c)).ToArray()
+		return s.lib.decide.of(c).lua.Exec(ctx, cn, c.keys, s.callArgs(c)).ToArray()
 	})
 }
 

@@ -492,7 +492,7 @@ func (c *Client) healthCheck(key string) error {
 
 // Store returns the store of one policy's clients.
 func (c *Client) Store(policyID string) *Store {
-	s := &Store{c: c, policy: policyID, prefix: keyPrefix(policyID)}
+	s := &Store{c: c, policy: policyID, prefix: keyPrefix(policyID), lib: &currentLibrary}
 	if c.opts.RejectCache > 0 {
 		s.cache = c.rejectCacheOf(policyID)
 	}
@@ -628,6 +628,7 @@ type Store struct {
 	policy string
 	prefix string       // of the policy's keys
 	cache  *rejectCache // nil: none
+	lib    *library     // the scripts it runs: currentLibrary
 }
 
 var _ limiter.Store = (*Store)(nil)

@@ -320,7 +320,7 @@ func TestStackMatchesMemory(t *testing.T) {
 // more than limiter.RefundRecordGrace behind the newest instant. limiter.Memory refuses it
 // (ErrRefundTooLate, which its contract allows, and Redis's does not), so the comparisons make
 // such a refund on neither store.
-func compareStackWithMemory(t *testing.T, store *Store, r *rand.Rand, steps int) {
+func compareStackWithMemory(t *testing.T, store limiter.Store, r *rand.Rand, steps int) {
 	t.Helper()
 	ctx := t.Context()
 	mem := limiter.NewMemory(nil)
