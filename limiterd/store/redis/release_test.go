@@ -75,8 +75,12 @@ var carriedHead = regexp.MustCompile(`^sw:[0-9]{32}[0-9]+:[0-9]+$`)
 // each release decides exactly on the states the other wrote (a sliding window's head that
 // carries its newest entry, which the previous release read as the fingerprint of the same
 // window, and the plain head it writes back).
+//
+// It runs a quarter of TestMatchesMemory's seeds (-seeds): each seed decides as many steps as
+// both comparisons, and the seeds are new in every run (testseed).
 func TestReleasesMixMatchesMemory(t *testing.T) {
-	forEachRebaseAndSeed(t, func(t *testing.T, s *Store, seed uint64) {
+	t.Parallel()
+	forEachRebaseAndSeed(t, max(1, seeds/4), func(t *testing.T, s *Store, seed uint64) {
 		mix := &releases{Store: s, previous: previousStore(s.c, s.policy), r: rand.New(rand.NewPCG(seed, 13))}
 		compareWithMemory(t, mix, rand.New(rand.NewPCG(seed, 7)), 2000)
 		stacks := s.policy + "#stacks" // keys of their own: each comparison starts with a fresh memory
@@ -93,9 +97,10 @@ func TestReleasesMixMatchesMemory(t *testing.T) {
 // previous layout; the previous release then decides on heads that carry the newest entry
 // (counted: the test fails if it never did).
 func TestReleasesMixOnLongLog(t *testing.T) {
-	defer func(old string) { rebaseThreshold = old }(rebaseThreshold)
-	rebaseThreshold = "5000000000" // instants 5s after the epoch: a rewrite every few seconds
-	c := newClient(t, testOptions(shared(t).Addr()))
+	t.Parallel()
+	opts := testOptions(shared(t).Addr())
+	opts.rebaseThreshold = frequentRebases
+	c := newClient(t, opts)
 	replicas := [2]*Store{previousStore(c, t.Name()), c.Store(t.Name())}
 	mem := limiter.NewMemory(nil)
 	rl := slidingWindow(t, 100_000, 3*time.Second)

@@ -68,14 +68,14 @@ func init() {
 // against limiter.Memory: every answer must be the same.
 func TestMatchesMemory(t *testing.T) {
 	t.Parallel()
-	forEachRebaseAndSeed(t, func(t *testing.T, s *Store, seed uint64) {
+	forEachRebaseAndSeed(t, seeds, func(t *testing.T, s *Store, seed uint64) {
 		compareWithMemory(t, s, rand.New(rand.NewPCG(seed, 7)), 2000)
 	})
 }
 
-// forEachRebaseAndSeed runs compare for every seed, with the default sliding-window rebase
+// forEachRebaseAndSeed runs compare for n seeds, with the default sliding-window rebase
 // threshold and with frequent rebases, each time on a store of its own.
-func forEachRebaseAndSeed(t *testing.T, compare func(t *testing.T, s *Store, seed uint64)) {
+func forEachRebaseAndSeed(t *testing.T, n uint64, compare func(t *testing.T, s *Store, seed uint64)) {
 	for _, tc := range []struct {
 		name   string
 		rebase int64
@@ -89,7 +89,7 @@ func forEachRebaseAndSeed(t *testing.T, compare func(t *testing.T, s *Store, see
 			opts.rebaseThreshold = tc.rebase
 			c := newClient(t, opts)
 			base := testseed.Seed(t)
-			for seed := base; seed < base+seeds; seed++ {
+			for seed := base; seed < base+n; seed++ {
 				t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
 					compare(t, c.Store(t.Name()), seed)
 				})
@@ -311,7 +311,7 @@ func randomStack(r *rand.Rand) *limiter.Stack {
 // answer must be the same.
 func TestStackMatchesMemory(t *testing.T) {
 	t.Parallel()
-	forEachRebaseAndSeed(t, func(t *testing.T, s *Store, seed uint64) {
+	forEachRebaseAndSeed(t, seeds, func(t *testing.T, s *Store, seed uint64) {
 		compareStackWithMemory(t, s, rand.New(rand.NewPCG(seed, 11)), 1000)
 	})
 }
