@@ -557,6 +557,10 @@ func (c *Client) prepare(rl limiter.RateLimiter) *prepared {
 	case *limiter.Quota:
 		p.limit = strconv.FormatInt(rl.Limit(), 10)
 		runtime.AddCleanup(rl, c.forgetPrepared, id)
+	case *limiter.Concurrency:
+		limit, timeout := rl.Params()
+		p.limit, p.window = strconv.FormatInt(limit, 10), strconv.FormatInt(int64(timeout), 10)
+		runtime.AddCleanup(rl, c.forgetPrepared, id)
 	}
 	q, _ := c.prepared.LoadOrStore(id, p)
 	return q.(*prepared)
