@@ -87,7 +87,7 @@ func TestLeasesMatchMemory(t *testing.T) {
 	base := testseed.Seed(t)
 	for seed := base; seed < base+seeds; seed++ {
 		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
-			compareLeasesWithMemory(t, leaseStore(t, c), rand.New(rand.NewPCG(seed, 13)), 600, false)
+			compareLeasesWithMemory(t, leaseStore(t, c), rand.New(rand.NewPCG(seed, 13)), 600, true)
 		})
 	}
 }
@@ -105,10 +105,12 @@ func compareLeasesWithMemory(t *testing.T, store limiter.Store, r *rand.Rand, st
 	var (
 		leases    []heldLease
 		lastReset time.Time
+		swapped   bool
 	)
 	for i := range steps {
 		if swaps && r.IntN(40) == 0 {
 			st = leaseStack(r) // the leases held are named on the new stack's limits
+			swapped = true
 		}
 		switch r.IntN(10) {
 		case 0:
@@ -157,6 +159,12 @@ func compareLeasesWithMemory(t *testing.T, store limiter.Store, r *rand.Rand, st
 			wantD, wantErr = mem.Refund(ctx, limiter.Request{Key: key, Stack: st, Cost: lease.places, Limits: want, Refunded: wantFreed}, now, once)
 			once.Lease = lease.red
 			gotD, gotErr = store.Refund(ctx, limiter.Request{Key: key, Stack: st, Cost: lease.places, Limits: got, Refunded: gotFreed}, now, once)
+		case k == 9 && swapped:
+			// No refund once a limit may hold another algorithm's state: limiter.Memory's
+			// sliding window refunds the units it charged for a concurrency limit's leases
+			// (SlidingWindow.Refund converts in place), where every other conversion, and
+			// Redis, refund nothing on another algorithm's state.
+			continue
 		case k == 9:
 			// A refund of a charge made after every reset: the stores mark a reset for different
 			// spans (Redis while a key lives, its expiry slack included), so a charge made

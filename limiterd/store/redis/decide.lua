@@ -152,8 +152,9 @@ if n == 1 and mode == MODE_DECIDE then
   end
 end
 
--- Read every limit.
+-- Read every limit. A release or an extension answers the other limits as a peek, of one unit.
 cost = tonumber(ARGV[ARG_COST])
+if mode == MODE_RELEASE or mode == MODE_EXTEND then cost = 1 end
 local limits, o = {}, ARGS
 for i = 1, n do
   local algorithm = ARGV[o + L_ALGORITHM]
