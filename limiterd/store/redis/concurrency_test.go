@@ -179,6 +179,46 @@ func compareLeasesWithMemory(t *testing.T, store limiter.Store, r *rand.Rand, st
 				continue // see refundTooLateForMemory
 			}
 			gotD, gotErr = store.Refund(ctx, limiter.Request{Key: key, Stack: st, Cost: cost, Limits: got}, now, once)
+		case k == 11:
+			// A batch: the stack twice on key (its leases taken in order), once on the other key.
+			op = "batch"
+			other := keys[0]
+			if key == other {
+				other = keys[1]
+			}
+			reqs := []limiter.Request{
+				{Key: key, Stack: st, Cost: cost, Limits: got},
+				{Key: other, Stack: st, Cost: 1, Limits: make([]limiter.Decision, st.Len())},
+				{Key: key, Stack: st, Cost: 1, Limits: make([]limiter.Decision, st.Len())},
+			}
+			outs := make([]limiter.Answer, len(reqs))
+			store.DecideBatch(ctx, reqs, now, outs)
+			for j, rq := range reqs {
+				w := want
+				if j > 0 {
+					w = make([]limiter.Decision, st.Len())
+				}
+				d, err := mem.Decide(ctx, rq.Key, st, now, rq.Cost, w)
+				if j == 0 {
+					wantD, wantErr, gotD, gotErr = d, err, outs[0].Decision, outs[0].Err
+					continue
+				}
+				if err != nil || outs[j].Err != nil {
+					t.Fatalf("step %d: batch item %d: redis %v, memory %v", i, j, outs[j].Err, err)
+				}
+				if (d.Lease == 0) != (outs[j].Decision.Lease == 0) {
+					t.Fatalf("step %d: batch item %d: redis names lease %d, memory %d", i, j, outs[j].Decision.Lease, d.Lease)
+				}
+				if d.Lease != 0 {
+					leases = append(leases, heldLease{key: rq.Key, issued: now, mem: d.Lease, red: outs[j].Decision.Lease, places: 1})
+				}
+				for m := range w {
+					rq.Limits[m].Lease, w[m].Lease = 0, 0
+					if rq.Limits[m] != w[m] {
+						t.Fatalf("step %d: batch item %d, limit %q:\n redis  %+v\n memory %+v", i, j, st.Name(m), rq.Limits[m], w[m])
+					}
+				}
+			}
 		case k == 10 && r.IntN(3) == 0:
 			op = "reset"
 			wantErr, gotErr = mem.Reset(ctx, key, now), store.Reset(ctx, key, now)
@@ -208,7 +248,7 @@ func compareLeasesWithMemory(t *testing.T, store limiter.Store, r *rand.Rand, st
 		}
 		if wantD.Lease != 0 {
 			switch op {
-			case "acquire":
+			case "acquire", "batch":
 				leases = append(leases, heldLease{key: key, issued: now, mem: wantD.Lease, red: gotD.Lease, places: cost})
 			case "extend":
 				leases = append(leases, heldLease{key: key, issued: now, mem: wantD.Lease, red: gotD.Lease, places: lease.places})
