@@ -393,3 +393,57 @@ func TestRejectCacheKeepsNoLeaseRejection(t *testing.T) {
 		t.Fatalf("after the release on the other replica: %+v, want admitted", d)
 	}
 }
+
+// TestLeasesOnServerClock: on the server's clock a lease expires a lease timeout after the
+// server's instant, not after the caller's (the engine's Once.Issued), so a release or an
+// extension finds it by its seq alone: through replicas whose clocks are off by seconds, each
+// lease releases once, an extension names a new lease that releases once, and every place comes
+// back.
+func TestLeasesOnServerClock(t *testing.T) {
+	t.Parallel()
+	addr := shared(t).Addr()
+	policy := fmt.Sprintf("%s#%d", t.Name(), leaseRuns.Add(1))
+	opts := Options{Addrs: []string{addr}, Timeout: 10 * time.Second}
+	a, b := newClient(t, opts).Store(policy), newClient(t, opts).Store(policy)
+	cc, err := limiter.NewConcurrency(2, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := limitertest.One(cc)
+	ctx := t.Context()
+	behind := time.Now().Add(-3 * time.Second) // replica a's clock; b's is ahead
+	release := func(s *Store, op limiter.OnceOp, issued time.Time, lease uint64) (limiter.Decision, error) {
+		return s.Refund(ctx, limiter.Request{Key: "k", Stack: st, Cost: 1}, time.Now().Add(3*time.Second),
+			limiter.Once{Op: op, Issued: issued, Lease: lease})
+	}
+	var held []limiter.Decision
+	for range 2 {
+		d, err := a.Decide(ctx, "k", st, behind, 1, nil)
+		if err != nil || !d.Allowed || d.Lease == 0 {
+			t.Fatalf("acquisition: %+v, %v", d, err)
+		}
+		held = append(held, d)
+	}
+	if d, err := b.Decide(ctx, "k", st, time.Now(), 1, nil); err != nil || d.Allowed {
+		t.Fatalf("third acquisition: %+v, %v; want rejected", d, err)
+	}
+	if _, err := release(b, limiter.OpRelease, behind, held[0].Lease); err != nil {
+		t.Fatalf("release through the replica ahead: %v", err)
+	}
+	if _, err := release(b, limiter.OpRelease, behind, held[0].Lease); !errors.Is(err, limiter.ErrRefunded) {
+		t.Fatalf("second release: %v, want ErrRefunded", err)
+	}
+	ext, err := release(b, limiter.OpExtend, behind, held[1].Lease)
+	if err != nil || ext.Lease == 0 || ext.Lease == held[1].Lease {
+		t.Fatalf("extension: %+v, %v; want a new lease", ext, err)
+	}
+	if _, err := release(a, limiter.OpRelease, behind, held[1].Lease); !errors.Is(err, limiter.ErrRefunded) {
+		t.Fatalf("release of the extended lease: %v, want ErrRefunded", err)
+	}
+	if _, err := release(a, limiter.OpRelease, time.Now(), ext.Lease); err != nil {
+		t.Fatalf("release of the extension's lease: %v", err)
+	}
+	if d, err := a.Decide(ctx, "k", st, behind, 0, nil); err != nil || d.Remaining != 2 {
+		t.Fatalf("after every release: %+v, %v; want 2 places free", d, err)
+	}
+}
