@@ -131,9 +131,10 @@ func (st *Stack) Limiter(i int) RateLimiter { return st.limits[i] }
 //     once it admits it keeps admitting until something else consumes); 0 when a limit can
 //     never admit it (a cost above its limit).
 func Combine(ds []Decision) (Decision, int) {
-	allowed := true
+	allowed, lease := true, uint64(0)
 	for i := range ds {
 		allowed = allowed && ds[i].Allowed
+		lease = max(lease, ds[i].Lease) // the concurrency limits of a stack share their lease's seq
 	}
 	binding := 0
 	for i := 1; i < len(ds); i++ {
@@ -146,9 +147,7 @@ func Combine(ds []Decision) (Decision, int) {
 	if allowed {
 		d.RetryAfter = 0
 	}
-	for i := range ds { // the concurrency limits of a stack share their lease's seq
-		d.Lease = max(d.Lease, ds[i].Lease)
-	}
+	d.Lease = lease
 	return d, binding
 }
 
