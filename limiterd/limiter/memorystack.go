@@ -120,7 +120,7 @@ func (m *Memory) applyStack(key string, st *Stack, now time.Time, cost int64, o 
 	buf := scratch[:0]
 	sh.Lock()
 	defer sh.Unlock()
-	for i, rl := range st.limits { // reads only: a refund's gate is passed before any change
+	for i := range st.limits { // reads only: a refund's gate is passed before any change
 		l := &limits[i]
 		if name := st.names[i]; name == DefaultLimitName {
 			keys[i] = key
@@ -131,7 +131,7 @@ func (m *Memory) applyStack(key string, st *Stack, now time.Time, cost int64, o 
 			keys[i] = unsafe.String(&buf[start], len(buf)-start)
 		}
 		l.h = sh.buckets.hash(keys[i])
-		switch rl.Algorithm() {
+		switch st.algs[i] {
 		case AlgorithmTokenBucket, AlgorithmQuota: // compact states, in the bucket table
 			if j, ok := sh.buckets.find(keys[i], l.h); ok {
 				l.s, l.slot, l.tracked = sh.unpack(sh.buckets.slots[j].state), j, true
@@ -250,7 +250,7 @@ func (m *Memory) applyStack(key string, st *Stack, now time.Time, cost int64, o 
 	changed := false
 	for i, rl := range st.limits {
 		l := &limits[i]
-		switch rl.Algorithm() {
+		switch st.algs[i] {
 		case AlgorithmTokenBucket, AlgorithmQuota:
 			if l.tracked {
 				j := l.slot

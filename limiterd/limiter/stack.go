@@ -42,6 +42,9 @@ type Stack struct {
 	// the memory store decides without a stack's working space (Memory.applyOne); nil otherwise.
 	// Set once here, it spares each decision a name comparison and an interface call.
 	one RateLimiter
+	// algs are the limits' algorithms, in order: read once here, they spare the memory store's
+	// stacked decision an interface call a limit in each of its passes (Memory.applyStack).
+	algs [MaxStack]Algorithm
 	// leaseTimeout is the shortest lease timeout of the stack's concurrency limits, 0 for none:
 	// a lease of the stack expires when its first place does (Stack.LeaseExpiry).
 	leaseTimeout time.Duration
@@ -85,7 +88,8 @@ func NewStack(names []string, limits []RateLimiter) (*Stack, error) {
 	if len(limits) == 1 && names[0] == DefaultLimitName && compact(limits[0]) {
 		st.one = limits[0]
 	}
-	for _, rl := range limits {
+	for i, rl := range limits {
+		st.algs[i] = rl.Algorithm()
 		if c, ok := rl.(*Concurrency); ok && (st.leaseTimeout == 0 || c.LeaseTimeout() < st.leaseTimeout) {
 			st.leaseTimeout = c.LeaseTimeout()
 		}
