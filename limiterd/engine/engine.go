@@ -400,37 +400,50 @@ func (s *snapshot) find(policyID v1alpha1.PolicyID) (*bound, error) {
 // each; a rejected one charges none (limiter.Store.Decide). Result.Limits holds each limit's
 // decision. When the store fails, Closed rejects and Open admits by every limit, and Local
 // decides the stack on its fallback.
+//
+// Decide is DecideInto with the Result returned: a caller on a hot path, which can keep the
+// Result where it uses it, calls DecideInto and spares the Result's copy.
 func (e *Engine) Decide(ctx context.Context, policyID v1alpha1.PolicyID, key string, cost int64) (Result, error) {
+	var r Result
+	err := e.DecideInto(ctx, policyID, key, cost, &r)
+	return r, err
+}
+
+// DecideInto decides as Decide does and writes the Result to *r, built there in place: a
+// Result is some 160 bytes, and returning it by value copied it on every decision. It
+// overwrites all of *r, which may hold an earlier decision; on an error *r is the zero Result.
+func (e *Engine) DecideInto(ctx context.Context, policyID v1alpha1.PolicyID, key string, cost int64, r *Result) error {
 	if cost < 0 {
-		return Result{}, ErrInvalidCost
+		*r = Result{}
+		return ErrInvalidCost
 	}
 	b, err := e.find(policyID)
 	if err != nil {
-		return Result{}, err
+		*r = Result{}
+		return err
 	}
-	return e.decide(ctx, b, key, cost), nil
+	e.decide(ctx, b, key, cost, r)
+	return nil
 }
 
-// decide decides a request of b's policy, as Decide does.
-func (e *Engine) decide(ctx context.Context, b *bound, key string, cost int64) Result {
+// decide decides a request of b's policy, as Decide does, into *r (all of it overwritten).
+func (e *Engine) decide(ctx context.Context, b *bound, key string, cost int64, r *Result) {
 	start := e.opts.Clock()
 	tier := b.policy.Resolve(key)
 	key = ClientKey(key)
-	r := Result{Policy: b.policy, Tier: tier}
-	r.Limits = limitDecisions(tier)
+	*r = Result{Policy: b.policy, Tier: tier, Limits: limitDecisions(tier)}
 	r.Decision, r.StoreError = decideOn(ctx, b.store, key, tier, start, cost, r.Limits)
 	if r.StoreError != nil {
 		r.Decision = e.degraded(ctx, b, key, tier, start, cost, r.Limits)
 	}
 	r.bind()
-	r.Outcome = outcome(&r)
-	e.reserve(b, &r, key, start, cost)
-	e.lease(b, &r, key, start, cost)
+	r.Outcome = outcome(r)
+	e.reserve(b, r, key, start, cost)
+	e.lease(b, r, key, start, cost)
 	if cost > 0 {
 		b.record(r.Outcome, key, start)
 		b.tiers[tier.Index].Observe(r.Outcome, e.opts.Clock().Sub(start))
 	}
-	return r
 }
 
 // record counts a decision (no peek) of the client stored as key in the policy's heaviest

@@ -389,29 +389,32 @@ func (m *Memory) DecideBatch(ctx context.Context, reqs []Request, now time.Time,
 // applyStacked applies o to every limit of st for key, a stack that is not Decide's fast case
 // (Stack.one, decided by applyOne), writing each limit's decision to out unless nil, and returns
 // the stack's decision; added reports that the store's bytes grew (new clients, grown logs).
-// A stack of one limit (a sliding window, a concurrency limit, or a limit not named
-// DefaultLimitName) gets working space for one limit.
+//
+// The working space is zeroed on every decision (some 240 bytes a limit), so it is sized to the
+// stack: a stack of two limits, the common one, zeroes two, not MaxStack; and the decisions'
+// array is zeroed only when the caller passes none.
 func (m *Memory) applyStacked(key string, st *Stack, now time.Time, cost int64, o op, out []Decision) (d Decision, added bool) {
-	if st.Len() == 1 {
-		var (
-			limits [1]stackLimit
-			own    [1]Decision
-		)
-		if out == nil {
-			out = own[:]
-		}
+	n := st.Len()
+	if out == nil {
+		var own [MaxStack]Decision
+		out = own[:n]
+	}
+	switch n {
+	case 1: // a sliding window, a concurrency limit, or a limit not named DefaultLimitName
+		var limits [1]stackLimit
 		added = m.applyStack(key, st, now, cost, o, limits[:], out, nil)
 		return out[0], added
+	case 2:
+		var limits [2]stackLimit
+		added = m.applyStack(key, st, now, cost, o, limits[:], out, nil)
+	case 3:
+		var limits [3]stackLimit
+		added = m.applyStack(key, st, now, cost, o, limits[:], out, nil)
+	default:
+		var limits [MaxStack]stackLimit
+		added = m.applyStack(key, st, now, cost, o, limits[:], out, nil)
 	}
-	var (
-		limits [MaxStack]stackLimit
-		own    [MaxStack]Decision
-	)
-	if out == nil {
-		out = own[:]
-	}
-	added = m.applyStack(key, st, now, cost, o, limits[:], out, nil)
-	d, _ = Combine(out[:st.Len()])
+	d, _ = Combine(out[:n])
 	return d, added
 }
 

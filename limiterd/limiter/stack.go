@@ -42,6 +42,9 @@ type Stack struct {
 	// the memory store decides without a stack's working space (Memory.applyOne); nil otherwise.
 	// Set once here, it spares each decision a name comparison and an interface call.
 	one RateLimiter
+	// algs are the limits' algorithms, in order: read once here, they spare the memory store's
+	// stacked decision an interface call a limit in each of its passes (Memory.applyStack).
+	algs [MaxStack]Algorithm
 	// leaseTimeout is the shortest lease timeout of the stack's concurrency limits, 0 for none:
 	// a lease of the stack expires when its first place does (Stack.LeaseExpiry).
 	leaseTimeout time.Duration
@@ -85,7 +88,8 @@ func NewStack(names []string, limits []RateLimiter) (*Stack, error) {
 	if len(limits) == 1 && names[0] == DefaultLimitName && compact(limits[0]) {
 		st.one = limits[0]
 	}
-	for _, rl := range limits {
+	for i, rl := range limits {
+		st.algs[i] = rl.Algorithm()
 		if c, ok := rl.(*Concurrency); ok && (st.leaseTimeout == 0 || c.LeaseTimeout() < st.leaseTimeout) {
 			st.leaseTimeout = c.LeaseTimeout()
 		}
@@ -131,9 +135,10 @@ func (st *Stack) Limiter(i int) RateLimiter { return st.limits[i] }
 //     once it admits it keeps admitting until something else consumes); 0 when a limit can
 //     never admit it (a cost above its limit).
 func Combine(ds []Decision) (Decision, int) {
-	allowed := true
+	allowed, lease := true, uint64(0)
 	for i := range ds {
 		allowed = allowed && ds[i].Allowed
+		lease = max(lease, ds[i].Lease) // the concurrency limits of a stack share their lease's seq
 	}
 	binding := 0
 	for i := 1; i < len(ds); i++ {
@@ -146,9 +151,7 @@ func Combine(ds []Decision) (Decision, int) {
 	if allowed {
 		d.RetryAfter = 0
 	}
-	for i := range ds { // the concurrency limits of a stack share their lease's seq
-		d.Lease = max(d.Lease, ds[i].Lease)
-	}
+	d.Lease = lease
 	return d, binding
 }
 
