@@ -47,10 +47,26 @@
 // told to OnError and always answered 503 {"error":"rate limiter unavailable"}: what a request
 // carries must never make it pass unlimited. A request whose own context is done before limiterd
 // answered is dropped without an answer.
+//
+// # Concurrency limits
+//
+// On a tier with a concurrency limit (at most N of a client's requests in flight), an admitted
+// request holds its place by the decision's client.Lease while the handler runs. The middleware
+// releases it when the handler returns, also when it panics (the release is deferred, and the
+// panic goes on after it), and when the request's context was cancelled: the release is made
+// under a context of its own, which keeps the request's values but not its cancellation,
+// bounded by ReleaseTimeout. A release that fails (limiterd unavailable, the lease expired) is
+// told to the OnReleaseError hook and changes nothing of the response; its places come back at
+// the lease's expiry. The lease's token never reaches the response.
+//
+// The middleware does not extend leases: set the tier's leaseTimeout above the longest a
+// handler runs. A lease that expires while its handler still runs frees the place to another
+// request, and its release then fails (410).
 package middleware
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -74,10 +90,15 @@ type KeyFunc func(r *http.Request) (key string, ok bool)
 type Option func(*config)
 
 type config struct {
-	key      KeyFunc
-	failOpen bool
-	onError  func(r *http.Request, err error)
+	key            KeyFunc
+	failOpen       bool
+	onError        func(r *http.Request, err error)
+	onReleaseError func(r *http.Request, err error)
 }
+
+// ReleaseTimeout bounds the release of a request's lease after its handler returned (the
+// Client's own timeout, WithTimeout, bounds it too).
+const ReleaseTimeout = 2 * time.Second
 
 // KeyBy keys requests with f. Default: ClientIP() (the peer's IPv4 address or IPv6 /64; no
 // proxy is trusted).
@@ -97,9 +118,18 @@ func FailOpen(open bool) Option { return func(c *config) { c.failOpen = open } }
 // warning on slog.Default.
 func OnError(f func(r *http.Request, err error)) Option { return func(c *config) { c.onError = f } }
 
+// OnReleaseError is called, after the handler returned, for every lease the middleware failed
+// to release (see Concurrency limits in the package documentation), with the error of
+// client.Release: client.Unavailable for a release whose outcome is unknown, a *client.Error
+// otherwise (410: the lease had expired). The response is not changed. Default: a warning on
+// slog.Default.
+func OnReleaseError(f func(r *http.Request, err error)) Option {
+	return func(c *config) { c.onReleaseError = f }
+}
+
 // New returns middleware that asks c, for every request, whether it may proceed.
 func New(c *client.Client, opts ...Option) func(http.Handler) http.Handler {
-	cfg := config{key: ClientIP(), failOpen: true, onError: logError}
+	cfg := config{key: ClientIP(), failOpen: true, onError: logError, onReleaseError: logReleaseError}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -131,6 +161,10 @@ func New(c *client.Client, opts ...Option) func(http.Handler) http.Handler {
 				h.Set("RateLimit", d.RateLimit)
 			}
 			if d.Allowed {
+				if d.Lease.Token != "" {
+					// Deferred, so that a panicking handler releases too; the panic goes on.
+					defer release(c, &cfg, r, d.Lease)
+				}
 				next.ServeHTTP(w, r)
 				return
 			}
@@ -138,6 +172,17 @@ func New(c *client.Client, opts ...Option) func(http.Handler) http.Handler {
 			h.Set("Retry-After", retry)
 			writeJSON(w, http.StatusTooManyRequests, `{"error":"rate limited","retryAfterSeconds":`+retry+`}`)
 		})
+	}
+}
+
+// release ends the lease of request r after its handler returned, under a context that keeps
+// r's values but not its cancellation (the request may be gone; its places must still come
+// back), bounded by ReleaseTimeout. A failure is told to the hook.
+func release(c *client.Client, cfg *config, r *http.Request, lease client.Lease) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), ReleaseTimeout)
+	defer cancel()
+	if err := c.Release(ctx, lease); err != nil {
+		cfg.onReleaseError(r, err)
 	}
 }
 
@@ -152,6 +197,10 @@ func retryAfterSeconds(d time.Duration) int64 {
 
 func logError(r *http.Request, err error) {
 	slog.Default().WarnContext(r.Context(), "rate limit check failed", "method", r.Method, "path", r.URL.Path, "error", err)
+}
+
+func logReleaseError(r *http.Request, err error) {
+	slog.Default().WarnContext(r.Context(), "lease release failed", "method", r.Method, "path", r.URL.Path, "error", err)
 }
 
 func writeJSON(w http.ResponseWriter, status int, body string) {
