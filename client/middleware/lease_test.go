@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/limiterd/limiterd/client"
 	"github.com/limiterd/limiterd/client/middleware"
@@ -169,5 +170,104 @@ func TestFailedReleaseKeepsResponse(t *testing.T) {
 		if errs := failed.get(); len(errs) != 1 || !client.Unavailable(errs[0]) {
 			t.Errorf("release errors: %v, want one that is client.Unavailable", errs)
 		}
+	}
+}
+
+// extensions is a transport that tells granted of each extension limiterd granted (POST
+// /v1/release with "extend":true answered 200), and refused of each it refused. With steal, it
+// releases the lease before it sends an extension, as another holder of its token could: the
+// extension is then refused (409).
+type extensions struct {
+	granted, refused chan struct{}
+	steal            bool
+}
+
+func (e *extensions) RoundTrip(r *http.Request) (*http.Response, error) {
+	extend := false
+	if r.URL.Path == "/v1/release" && r.Body != nil {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			return nil, err
+		}
+		extend = strings.Contains(string(body), `"extend":true`)
+		r.Body = io.NopCloser(strings.NewReader(string(body)))
+		if extend && e.steal {
+			steal := strings.Replace(string(body), `"extend":true`, `"extend":false`, 1)
+			req, err := http.NewRequestWithContext(r.Context(), http.MethodPost, r.URL.String(), strings.NewReader(steal))
+			if err != nil {
+				return nil, err
+			}
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := http.DefaultTransport.RoundTrip(req)
+			if err != nil {
+				return nil, err
+			}
+			_ = resp.Body.Close()
+		}
+	}
+	resp, err := http.DefaultTransport.RoundTrip(r)
+	if err == nil && extend {
+		tell := e.granted
+		if resp.StatusCode != http.StatusOK {
+			tell = e.refused
+		}
+		select {
+		case tell <- struct{}{}:
+		default: // nobody waits for this one
+		}
+	}
+	return resp, err
+}
+
+// TestExtendEvery checks that ExtendEvery extends the lease while the handler runs (the place
+// stays held through extensions) and releases the newest lease when it returns: releasing the
+// first, spent by the extensions, would be refused and keep the place.
+func TestExtendEvery(t *testing.T) {
+	ext := &extensions{granted: make(chan struct{})}
+	c := startLimiterd(t, concurrencyPolicy, client.WithHTTPClient(&http.Client{Transport: ext}))
+	var failed releaseErrors
+	var inner []int
+	var h http.Handler
+	h = middleware.New(c, middleware.ExtendEvery(time.Millisecond), middleware.OnReleaseError(failed.hook))(
+		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("X-Inner") != "" {
+				return
+			}
+			<-ext.granted // the test times out if ExtendEvery extends nothing
+			<-ext.granted
+			inner = append(inner, get(h, "192.0.2.7:4711", "X-Inner", "1").Code)
+			_, _ = io.WriteString(w, "hello")
+		}))
+	for i := range 2 {
+		if w := get(h, "192.0.2.7:4711"); w.Code != 200 || w.Body.String() != "hello" {
+			t.Fatalf("request %d: %d %q, want 200 hello: the newest lease was not released", i, w.Code, w.Body)
+		}
+	}
+	if len(inner) != 2 || inner[0] != 429 || inner[1] != 429 {
+		t.Errorf("requests made from inside the handler after extensions: %v, want 429s", inner)
+	}
+	if errs := failed.get(); len(errs) != 0 {
+		t.Errorf("release errors: %v", errs)
+	}
+}
+
+// TestExtendEveryRefused checks that once an extension is refused (the lease was released by
+// another holder of its token), the middleware tells OnReleaseError, stops extending, and does
+// not release the spent lease: one error, the extension's 409.
+func TestExtendEveryRefused(t *testing.T) {
+	ext := &extensions{refused: make(chan struct{}), steal: true}
+	c := startLimiterd(t, concurrencyPolicy, client.WithHTTPClient(&http.Client{Transport: ext}))
+	var failed releaseErrors
+	h := middleware.New(c, middleware.ExtendEvery(time.Millisecond), middleware.OnReleaseError(failed.hook))(
+		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			<-ext.refused // the test times out if ExtendEvery extends nothing
+			_, _ = io.WriteString(w, "hello")
+		}))
+	if w := get(h, "192.0.2.7:4711"); w.Code != 200 || w.Body.String() != "hello" {
+		t.Fatalf("%d %q, want 200 hello", w.Code, w.Body)
+	}
+	var e *client.Error
+	if errs := failed.get(); len(errs) != 1 || !errors.As(errs[0], &e) || e.StatusCode != 409 {
+		t.Errorf("release errors: %v, want the extension's 409 alone", errs)
 	}
 }

@@ -59,9 +59,10 @@
 // told to the OnReleaseError hook and changes nothing of the response; its places come back at
 // the lease's expiry. The lease's token never reaches the response.
 //
-// The middleware does not extend leases: set the tier's leaseTimeout above the longest a
-// handler runs. A lease that expires while its handler still runs frees the place to another
-// request, and its release then fails (410).
+// By default the middleware does not extend leases: set the tier's leaseTimeout above the
+// longest a handler runs, since a lease that expires while its handler still runs frees the
+// place to another request (and its release then fails, 410). For handlers that may run
+// longer, ExtendEvery extends the lease while the handler runs.
 package middleware
 
 import (
@@ -94,6 +95,7 @@ type config struct {
 	failOpen       bool
 	onError        func(r *http.Request, err error)
 	onReleaseError func(r *http.Request, err error)
+	extendEvery    time.Duration
 }
 
 // ReleaseTimeout bounds the release of a request's lease after its handler returned (the
@@ -118,14 +120,25 @@ func FailOpen(open bool) Option { return func(c *config) { c.failOpen = open } }
 // warning on slog.Default.
 func OnError(f func(r *http.Request, err error)) Option { return func(c *config) { c.onError = f } }
 
-// OnReleaseError is called, after the handler returned, for every lease the middleware failed
-// to release (see Concurrency limits in the package documentation), with the error of
-// client.Release: client.Unavailable for a release whose outcome is unknown, a *client.Error
-// otherwise (410: the lease had expired). The response is not changed. Default: a warning on
+// OnReleaseError is called for every lease the middleware failed to release after the handler
+// returned, and every extension of ExtendEvery that failed while it ran (see Concurrency limits
+// in the package documentation), with the error of client.Release or client.Extend:
+// client.Unavailable for one whose outcome is unknown, a *client.Error otherwise (409: released
+// or extended before, 410: expired). The response is not changed. Default: a warning on
 // slog.Default.
 func OnReleaseError(f func(r *http.Request, err error)) Option {
 	return func(c *config) { c.onReleaseError = f }
 }
+
+// ExtendEvery makes the middleware extend an admitted request's lease (client.Client.Extend)
+// every d while its handler runs, and release the newest lease when it returns. Choose d well
+// below the tier's leaseTimeout (a half, say), so that a lease is extended before it expires
+// even when an extension is slow; each extension is bounded by ReleaseTimeout. A failed
+// extension is told to OnReleaseError: after one whose outcome is unknown
+// (client.Unavailable) the same lease is tried again at the next tick; after a refusal (the
+// lease expired, 410, or is no longer held, 409) extensions stop, and the lease is not
+// released. Default 0: no extension.
+func ExtendEvery(d time.Duration) Option { return func(c *config) { c.extendEvery = d } }
 
 // New returns middleware that asks c, for every request, whether it may proceed.
 func New(c *client.Client, opts ...Option) func(http.Handler) http.Handler {
@@ -163,7 +176,7 @@ func New(c *client.Client, opts ...Option) func(http.Handler) http.Handler {
 			if d.Allowed {
 				if d.Lease.Token != "" {
 					// Deferred, so that a panicking handler releases too; the panic goes on.
-					defer release(c, &cfg, r, d.Lease)
+					defer hold(c, &cfg, r, d.Lease)()
 				}
 				next.ServeHTTP(w, r)
 				return
@@ -172,6 +185,48 @@ func New(c *client.Client, opts ...Option) func(http.Handler) http.Handler {
 			h.Set("Retry-After", retry)
 			writeJSON(w, http.StatusTooManyRequests, `{"error":"rate limited","retryAfterSeconds":`+retry+`}`)
 		})
+	}
+}
+
+// hold starts extending lease every cfg.extendEvery, if set, and returns the func that stops
+// extending it and releases it: the newest lease, unless an extension was refused.
+func hold(c *client.Client, cfg *config, r *http.Request, lease client.Lease) (done func()) {
+	if cfg.extendEvery <= 0 {
+		return func() { release(c, cfg, r, lease) }
+	}
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	held := true
+	go func() {
+		defer close(stopped)
+		tick := time.NewTicker(cfg.extendEvery)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), ReleaseTimeout)
+			next, err := c.Extend(ctx, lease)
+			cancel()
+			switch {
+			case err == nil:
+				lease = next
+			case client.Unavailable(err):
+				cfg.onReleaseError(r, err)
+			default: // refused: the lease is no longer held
+				cfg.onReleaseError(r, err)
+				held = false
+				return
+			}
+		}
+	}()
+	return func() {
+		close(stop)
+		<-stopped // lease and held are the goroutine's until it is done
+		if held {
+			release(c, cfg, r, lease)
+		}
 	}
 }
 
