@@ -124,8 +124,9 @@ func OnError(f func(r *http.Request, err error)) Option { return func(c *config)
 // returned, and every extension of ExtendEvery that failed while it ran (see Concurrency limits
 // in the package documentation), with the error of client.Release or client.Extend:
 // client.Unavailable for one whose outcome is unknown, a *client.Error otherwise (409: released
-// or extended before, 410: expired). The response is not changed. Default: a warning on
-// slog.Default.
+// or extended before, 410: expired). The response is not changed. With ExtendEvery, f is called
+// from another goroutine while the handler runs: it must be safe for concurrent use. Default: a
+// warning on slog.Default.
 func OnReleaseError(f func(r *http.Request, err error)) Option {
 	return func(c *config) { c.onReleaseError = f }
 }
