@@ -67,6 +67,10 @@ func TestLeaseStatsCountEachLeaseOnce(t *testing.T) {
 		t.Fatalf("a's fourth request passed its rate of 3: %+v", d)
 	}
 	want("two more of a, one rejected by the rate", 3, 0)
+	if d, _ := m.Decide(ctx, "e", st, t0, 4, out); d.Allowed {
+		t.Fatalf("a new client's cost of 4 passed its rate of 3: %+v", d)
+	}
+	want("a new client rejected by the rate", 3, 0)
 
 	// At 30s the leases have expired, by the shortest timeout (the lease's). b's next decision
 	// drops b's; a reset of a drops a's two, expired; a reset of a live lease is no expiry.

@@ -477,6 +477,9 @@ limiterd_lease_releases_total{outcome="unknown",policy="default/llm",tier="stand
 	// alice takes both places, bob one.
 	a1, a2, b1 := acquire("alice"), acquire("alice"), acquire("bob")
 	want("three taken", 3, 0, releases(0, 0, 0, 0))
+	// The policy compiled again (a reload, an edit of another tier) keeps counting them.
+	e.Swap(compileSet(t, leasePolicy()))
+	want("reloaded", 3, 0, releases(0, 0, 0, 0))
 
 	// alice releases one, twice; extends the other.
 	if _, err := e.Release(t.Context(), a1, false); err != nil {
