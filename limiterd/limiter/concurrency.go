@@ -117,9 +117,16 @@ func (s *LeaseStats) Expired() uint64 { return s.expired.Load() }
 // count moves the count of the set's leases to stats (nil: leaves it where it is): a stack's
 // counting limit took a lease of a set that another stack, or none, counted.
 func (l *leaseSet) count(stats *LeaseStats) {
-	if stats == nil || l.stats == stats {
-		return
+	if stats != nil && l.stats != stats { // inlined: the common case is one comparison
+		l.recount(stats)
 	}
+}
+
+// recount is count's move of the counts to another LeaseStats: out of line, so that count is
+// inlined.
+//
+//go:noinline
+func (l *leaseSet) recount(stats *LeaseStats) {
 	if k := l.leases(); k > 0 {
 		if l.stats != nil {
 			l.stats.held.Add(-k)
@@ -191,6 +198,16 @@ func (l *leaseSet) live(t int64) (held int64, first int) {
 // trim drops the entries that have expired at t. It changes no decision: they hold nothing.
 // The leases among them expired without a release (LeaseStats).
 func (l *leaseSet) trim(t int64) {
+	if l.n > 0 && l.entries[l.head].expiry <= t { // l.at(0); inlined: most decisions drop nothing
+		l.trimExpired(t)
+	}
+}
+
+// trimExpired is trim, when the earliest entry has expired: out of line, so that trim is
+// inlined.
+//
+//go:noinline
+func (l *leaseSet) trimExpired(t int64) {
 	expired := int64(0)
 	for l.n > 0 && l.at(0).expiry <= t {
 		if l.at(0).seq != 0 {
