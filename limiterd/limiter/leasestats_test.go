@@ -128,3 +128,28 @@ func TestShareLeaseStats(t *testing.T) {
 		t.Errorf("held %d and %d after the client's tier changed, want 0 and 3", before.LeaseStats().Held(), other.LeaseStats().Held())
 	}
 }
+
+// TestLeaseStatsOfAClosedStore: a store closed (its policy removed, or a Local failure mode's
+// fallback no longer used) ends the leases it held, none as expired, so that a tier that
+// stays, counting on other stores, holds none of them.
+func TestLeaseStatsOfAClosedStore(t *testing.T) {
+	c, err := NewConcurrency(5, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := one(c)
+	m := NewMemory(NewBudget(0, 0))
+	t0 := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	for _, key := range []string{"a", "a", "b"} {
+		if d, _ := m.Decide(context.Background(), key, st, t0, 1, nil); !d.Allowed {
+			t.Fatal("refused")
+		}
+	}
+	if got := st.LeaseStats().Held(); got != 3 {
+		t.Fatalf("held %d, want 3", got)
+	}
+	m.Close()
+	if held, expired := st.LeaseStats().Held(), st.LeaseStats().Expired(); held != 0 || expired != 0 {
+		t.Errorf("after Close: held %d expired %d, want 0 and 0", held, expired)
+	}
+}

@@ -3,6 +3,7 @@ package limiter
 import (
 	"context"
 	"hash/maphash"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -563,6 +564,9 @@ func (m *Memory) Close() {
 		}
 		for key, s := range sh.windows {
 			bytes += windowBytes(key, s)
+			if l := leasesOf(s); l != nil {
+				l.drop(math.MinInt64) // they end with the store, none as expired
+			}
 		}
 		sh.buckets = bucketTable{seed: m.seed}
 		sh.writers = nil
