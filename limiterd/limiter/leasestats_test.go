@@ -119,6 +119,19 @@ func TestShareLeaseStats(t *testing.T) {
 	if got := after.LeaseStats().Held(); got != 2 {
 		t.Errorf("held %d, want 2", got)
 	}
+	// A stack whose leases count on another limit (a concurrency limit of a shorter timeout
+	// added) keeps counts of its own: the old limit's entries end on the old counts.
+	shorter, err := NewConcurrency(5, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edited, err := NewStack([]string{DefaultLimitName, "short"}, []RateLimiter{c, shorter})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if edited.ShareLeaseStats(before); edited.LeaseStats() == before.LeaseStats() {
+		t.Error("a stack counting on another limit shares the counts")
+	}
 	// A stack counting elsewhere (another tier) moves the client's leases to its counts.
 	other := one(c)
 	if d, _ := m.Decide(ctx, "a", other, t0, 1, nil); !d.Allowed {

@@ -104,11 +104,14 @@ func NewStack(names []string, limits []RateLimiter) (*Stack, error) {
 // for a stack without a concurrency limit.
 func (st *Stack) LeaseStats() *LeaseStats { return st.leases }
 
-// ShareLeaseStats makes the stack count its leases where from does, when both hold a
-// concurrency limit: the tier that from decided, compiled again (a policy edit), keeps its
-// counts and the leases taken before. Call it before the stack decides anything.
+// ShareLeaseStats makes the stack count its leases where from does, when both count them on a
+// concurrency limit of the same name: the tier that from decided, compiled again (a policy
+// edit), keeps its counts and the leases taken before. (When the counting limit changed, the
+// leases held under the old one are no longer counted: they would end on the other's counts.)
+// Call it before the stack decides anything.
 func (st *Stack) ShareLeaseStats(from *Stack) {
-	if st.leases != nil && from != nil && from.leases != nil && st.leases != from.leases {
+	if st.leases != nil && from != nil && from.leases != nil && st.leases != from.leases &&
+		st.names[st.counting] == from.names[from.counting] {
 		st.leases = from.leases
 	}
 }
