@@ -481,6 +481,10 @@ func descriptorStatus(res *engine.Result) *rlsv3.RateLimitResponse_DescriptorSta
 // (unit_multiplier unset when 1), named as in header fields (the tier, or "<tier>/<limit>" for a
 // limit of a stack). It is the quota and window of the limit's item of the RateLimit-Policy
 // header field, except for a calendar quota: its limit per one calendar unit (calendarUnit).
+// A concurrency limit's window is its lease timeout: Envoy's rate-limit API has no release, so
+// over gRPC an admission holds its places until the lease times out, and the limit admits at
+// most its limit per lease timeout, a rate, which is what current_limit says. (The unit is
+// approximate only as a window's is: rounded up to whole seconds.)
 func fillCurrentLimit(rl *rlsv3.RateLimitResponse_RateLimit, t *policy.Tier, i int) *rlsv3.RateLimitResponse_RateLimit {
 	limit := t.Limit(i)
 	rl.Name = t.HeaderName(i)

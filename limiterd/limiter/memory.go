@@ -3,6 +3,7 @@ package limiter
 import (
 	"context"
 	"hash/maphash"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -464,7 +465,7 @@ func (m *Memory) applyOne(key string, rl RateLimiter, now time.Time, cost int64,
 		return d, false
 	}
 	if _, ok := sh.windows[key]; ok {
-		forgetWindow(m, sh, key) // the limit changed algorithm: its usage was carried over
+		forgetWindow(m, sh, key, now) // the limit changed algorithm: its usage was carried over
 	}
 	return d, m.keepBucket(sh, key, h, &s)
 }
@@ -520,7 +521,7 @@ func (m *Memory) Reset(_ context.Context, key string, now time.Time) error {
 	}
 	if w, ok := sh.windows[key]; ok {
 		forgot(w)
-		forgetWindow(m, sh, key)
+		forgetWindow(m, sh, key, now)
 	}
 	for t, i := &sh.buckets, 0; i < len(t.slots); {
 		if t.tags[i] != 0 && isStackKeyOf(t.slots[i].key, key) {
@@ -534,7 +535,7 @@ func (m *Memory) Reset(_ context.Context, key string, now time.Time) error {
 	for k, w := range sh.windows {
 		if isStackKeyOf(k, key) {
 			forgot(w)
-			forgetWindow(m, sh, k)
+			forgetWindow(m, sh, k, now)
 		}
 	}
 	if left > 0 {
@@ -566,6 +567,9 @@ func (m *Memory) Close() {
 		}
 		for key, s := range sh.windows {
 			bytes += windowBytes(key, s)
+			if l := leasesOf(s); l != nil {
+				l.drop(math.MinInt64) // they end with the store, none as expired
+			}
 		}
 		sh.buckets = bucketTable{seed: m.seed}
 		sh.writers = nil
@@ -617,9 +621,14 @@ func forgetBucket(m *Memory, sh *memoryShard, i int) {
 	m.account(-1, -bytes)
 }
 
-// forgetWindow deletes a sliding-window or concurrency client of a shard.
-func forgetWindow(m *Memory, sh *memoryShard, key string) {
-	bytes := windowBytes(key, sh.windows[key])
+// forgetWindow deletes a sliding-window or concurrency client of a shard at now, ending its
+// leases (LeaseStats).
+func forgetWindow(m *Memory, sh *memoryShard, key string, now time.Time) {
+	s := sh.windows[key]
+	if l := leasesOf(s); l != nil {
+		l.drop(now.UnixNano())
+	}
+	bytes := windowBytes(key, s)
 	delete(sh.windows, key)
 	m.account(-1, -bytes)
 }
@@ -727,7 +736,7 @@ func (m *Memory) evict(sh *memoryShard, now time.Time, onlyFresh bool) (sampled 
 	if victimSlot >= 0 {
 		forgetBucket(m, sh, victimSlot)
 	} else {
-		forgetWindow(m, sh, victimKey)
+		forgetWindow(m, sh, victimKey, now)
 	}
 	return seen, true
 }
@@ -759,8 +768,10 @@ func (m *Memory) Sweep(now time.Time) {
 		}
 		for key, s := range sh.windows {
 			if IsFresh(s, now) {
-				forgetWindow(m, sh, key)
+				forgetWindow(m, sh, key, now)
 				m.budget.dropped.Add(1)
+			} else if l := leasesOf(s); l != nil {
+				l.trim(now.UnixNano()) // its expired leases end (LeaseStats); no decision changes
 			}
 		}
 		sh.Unlock()

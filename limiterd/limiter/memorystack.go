@@ -203,7 +203,7 @@ func (m *Memory) applyStack(key string, st *Stack, now time.Time, cost int64, o 
 				l.undo.bytes = logBytes(l.w)
 				out[i] = rl.check(l.w, now, cost) // decided below, once every limit admits
 			} else {
-				out[i] = rl.take(&l.s, now, cost, seq) // untracked: decided on a fresh state
+				out[i] = rl.take(&l.s, now, cost, seq, nil) // untracked: decided on a fresh state, counted once kept
 			}
 		case *SlidingWindow:
 			if l.w != nil {
@@ -262,14 +262,16 @@ func (m *Memory) applyStack(key string, st *Stack, now time.Time, cost int64, o 
 				continue
 			}
 			if l.other {
-				forgetWindow(m, sh, keys[i]) // the limit changed algorithm: its usage was carried over
+				forgetWindow(m, sh, keys[i], now) // the limit changed algorithm: its usage was carried over
 			}
 			added = m.keepBucket(sh, keys[i], l.h, &l.next) || added
 		case AlgorithmSlidingWindow, AlgorithmConcurrency:
 			if l.tracked {
 				if c, ok := rl.(*Concurrency); ok {
-					c.take(l.w, now, cost, seq) // admits: check did, on this state at this instant
+					c.take(l.w, now, cost, seq, st.statsOf(i)) // admits: check did, on this state at this instant
 					out[i].Lease = seq
+				} else if dropped := l.undo.s.leases; dropped != nil && l.w.leases == nil {
+					dropped.drop(now.UnixNano()) // a concurrency limit became a sliding window: its leases ended
 				}
 				added = m.accountLogGrowth(l.w, l.undo.bytes) || added
 				continue
@@ -277,6 +279,9 @@ func (m *Memory) applyStack(key string, st *Stack, now time.Time, cost int64, o 
 			if l.other {
 				j, _ := sh.buckets.find(keys[i], l.h)
 				forgetBucket(m, sh, j)
+			}
+			if l.s.leases != nil {
+				l.s.leases.count(st.statsOf(i))
 			}
 			s := new(State)
 			*s = l.s

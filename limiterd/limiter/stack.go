@@ -48,6 +48,10 @@ type Stack struct {
 	// leaseTimeout is the shortest lease timeout of the stack's concurrency limits, 0 for none:
 	// a lease of the stack expires when its first place does (Stack.LeaseExpiry).
 	leaseTimeout time.Duration
+	// leases counts the stack's leases in a memory store, on its limit counting (the concurrency
+	// limit of the shortest lease timeout, the first of them); nil without a concurrency limit.
+	leases   *LeaseStats
+	counting int
 }
 
 // NewStack returns the stack of the given limits, in order: 1 to MaxStack token buckets,
@@ -91,10 +95,38 @@ func NewStack(names []string, limits []RateLimiter) (*Stack, error) {
 	for i, rl := range limits {
 		st.algs[i] = rl.Algorithm()
 		if c, ok := rl.(*Concurrency); ok && (st.leaseTimeout == 0 || c.LeaseTimeout() < st.leaseTimeout) {
-			st.leaseTimeout = c.LeaseTimeout()
+			st.leaseTimeout, st.counting = c.LeaseTimeout(), i
 		}
 	}
+	if st.leaseTimeout > 0 {
+		st.leases = new(LeaseStats)
+	}
 	return st, nil
+}
+
+// LeaseStats returns the counts of the stack's leases in the memory stores that decide it, nil
+// for a stack without a concurrency limit.
+func (st *Stack) LeaseStats() *LeaseStats { return st.leases }
+
+// ShareLeaseStats makes the stack count its leases where from does, when both count them on a
+// concurrency limit of the same name: the tier that from decided, compiled again (a policy
+// edit), keeps its counts and the leases taken before. (When the counting limit changed, the
+// leases held under the old one are no longer counted: they would end on the other's counts.)
+// Call it before the stack decides anything.
+func (st *Stack) ShareLeaseStats(from *Stack) {
+	if st.leases != nil && from != nil && from.leases != nil && st.leases != from.leases &&
+		st.names[st.counting] == from.names[from.counting] {
+		st.leases = from.leases
+	}
+}
+
+// statsOf returns the LeaseStats that limit i counts leases on: the stack's for its counting
+// limit, else nil.
+func (st *Stack) statsOf(i int) *LeaseStats {
+	if i != st.counting {
+		return nil
+	}
+	return st.leases
 }
 
 // HasLeases reports whether the stack holds a concurrency limit: whether its admissions take
