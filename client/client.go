@@ -13,6 +13,16 @@
 // costs limiterd far less than one call each: for workers that decide for many clients at once.
 // A BatchItem's zero Cost spends 1, as Allow does; BatchItem.Peek looks without spending.
 //
+// On a tier with a concurrency limit (at most N of a client's requests in flight), an admitted
+// Decision carries a Lease that holds its places: Release it when the work is done, Extend it
+// while the work goes on; limiterd frees the places of a lease never released at its expiry.
+//
+//	d, err := c.Allow(ctx, "alice")
+//	if err == nil && d.Allowed {
+//		defer c.Release(context.WithoutCancel(ctx), d.Lease) // a release outlives ctx's cancellation
+//		...
+//	}
+//
 // A client key is any non-empty string of valid UTF-8. The Client refuses a key that is not
 // (ErrKeyNotUTF8) before sending anything, rather than let JSON turn its invalid bytes into
 // U+FFFD, which would make distinct keys share one budget. To key by binary data (a digest, an
@@ -76,6 +86,28 @@ type Decision struct {
 	// policy enables refunds (spec.refunds), the request was admitted, its cost was above 0 and
 	// its tier has a limit; "" otherwise. It is opaque and signed by limiterd.
 	Reservation string
+	// Lease is the hold an admitted decision took on the places of its tier's concurrency limit
+	// (a Concurrency tier, or a stack with a Concurrency limit): end it with Release when the
+	// work is done, or keep it with Extend while the work goes on. It is the zero Lease when
+	// no lease was taken: a rejection, a peek, a tier without a concurrency limit, or a lease
+	// that a failure mode's fallback took, which no token names.
+	Lease Lease
+}
+
+// Lease is the hold of an admitted request on the places of a concurrency limit ("at most N of
+// a client's requests in flight"). limiterd frees the places when the lease is released
+// (Client.Release) or, if it never is, at ExpiresAt, so that a caller that crashed holds
+// nothing for ever; Client.Extend keeps them for another Timeout under a new Lease. The policy
+// sets the timeout: the caller cannot choose it.
+type Lease struct {
+	// Token is the lease's opaque token, signed by limiterd; "" for no lease. It releases only
+	// the places of the policy, client and tier that took it, once.
+	Token string
+	// ExpiresAt is when the places are freed if the lease is neither released nor extended, on
+	// limiterd's clock.
+	ExpiresAt time.Time
+	// Timeout is the tier's lease timeout: how long a lease holds from its issue or extension.
+	Timeout time.Duration
 }
 
 // Limit is one limit of a stacked tier in a Decision.
@@ -158,12 +190,13 @@ func (e *unavailableError) Unwrap() error { return e.err }
 
 // Client asks limiterd for decisions. Create it with New.
 type Client struct {
-	allowURL  string
-	refundURL string
-	policy    string
-	timeout   time.Duration
-	tls       *tls.Config
-	http      *http.Client
+	allowURL   string
+	refundURL  string
+	releaseURL string
+	policy     string
+	timeout    time.Duration
+	tls        *tls.Config
+	http       *http.Client
 }
 
 // Option configures a Client.
@@ -201,7 +234,8 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 	if u.RawQuery != "" || u.Fragment != "" {
 		return nil, fmt.Errorf("limiterd base URL %q: must have no query or fragment", baseURL)
 	}
-	c := &Client{allowURL: u.JoinPath("v1", "allow").String(), refundURL: u.JoinPath("v1", "refund").String(), timeout: DefaultTimeout}
+	c := &Client{allowURL: u.JoinPath("v1", "allow").String(), refundURL: u.JoinPath("v1", "refund").String(),
+		releaseURL: u.JoinPath("v1", "release").String(), timeout: DefaultTimeout}
 	for _, o := range opts {
 		o(c)
 	}
@@ -259,6 +293,11 @@ type answer struct {
 	Limits []limitAnswer `json:"limits"`
 	// Reservation names what an admitted decision charged.
 	Reservation string `json:"reservation"`
+	// Lease, LeaseExpiresAt and LeaseTimeoutMs are the lease an admitted decision of a tier with
+	// a concurrency limit took, or an extension's new lease.
+	Lease          string `json:"lease"`
+	LeaseExpiresAt string `json:"leaseExpiresAt"`
+	LeaseTimeoutMs *int64 `json:"leaseTimeoutMs"`
 }
 
 // limitAnswer is one limit of a stacked tier in a decision.
@@ -318,6 +357,83 @@ func (c *Client) Refund(ctx context.Context, reservation string, cost int64) (De
 	return c.post(ctx, c.refundURL, body)
 }
 
+// ErrNoLease is the error, wrapped, of Release or Extend given the zero Lease (the Lease of a
+// Decision that took none): the Client refuses it without asking limiterd.
+var ErrNoLease = errors.New("no lease: the decision took none (a rejection, a peek, or a tier without a concurrency limit)")
+
+// releaseRequest is the body of POST /v1/release.
+type releaseRequest struct {
+	Lease  string `json:"lease"`
+	Extend bool   `json:"extend"`
+}
+
+// Release ends lease, the Lease of an admitted Decision, freeing its places at once: call it
+// when the request's work is done (package middleware does, when the handler returns). It
+// returns an error wrapping ErrNoLease, without asking limiterd, for the zero Lease, and an
+// *Error when limiterd refuses the release, which then changed nothing:
+//
+//   - 400: the token is malformed (or is a refund's reservation);
+//   - 403: limiterd did not sign it (forged, altered, or another deployment's);
+//   - 404: the lease's policy is no longer loaded;
+//   - 409: the lease was released or extended before (after an extension, only the new lease
+//     releases), or the policies served no longer hold it (its client changed tier, the tier's
+//     lease timeout changed, the policy was re-created or the replica restarted since);
+//   - 410: the lease expired, or its client was reset since: its places are free already;
+//   - 503: the store failed, and the release may or may not have been made.
+//
+// The Client never retries a call, a release no more than a decision. A release is safe to
+// retry with the same lease, since limiterd releases a lease once: after an error whose outcome
+// is unknown (Unavailable: a timeout, a lost connection, a 503), call Release again; a 409 then
+// means the first call released it. Not retrying is safe too: the places are freed at the
+// lease's ExpiresAt.
+func (c *Client) Release(ctx context.Context, lease Lease) error {
+	_, err := c.release(ctx, lease, false)
+	return err
+}
+
+// Extend keeps the places of lease for the tier's lease timeout from now, under the new Lease
+// it returns; lease is then spent (a Release or Extend of it answers 409): release or extend
+// the new one. Call it while the work goes on, before lease.ExpiresAt. Its errors are those of
+// Release, with the same meaning; the lease is kept only on success.
+//
+// An extension is not safe to retry blindly: if its answer is lost (Unavailable: a timeout, a
+// lost connection, a 503), limiterd may have extended the lease under a new token that nobody
+// holds. Extend with the same lease again: a new Lease means the first call had not extended
+// it; a 409 means it had, and the places stay held, by the lost lease, until a lease timeout
+// after that call, with no token left to release them sooner.
+func (c *Client) Extend(ctx context.Context, lease Lease) (Lease, error) {
+	d, err := c.release(ctx, lease, true)
+	if err != nil {
+		return Lease{}, err
+	}
+	if d.Lease.Token == "" {
+		return Lease{}, errors.New("limiterd's extension answered no lease")
+	}
+	return d.Lease, nil
+}
+
+// release POSTs a release or extension of lease and reads its answer: a peek after it, with the
+// new lease of an extension.
+func (c *Client) release(ctx context.Context, lease Lease, extend bool) (Decision, error) {
+	if lease.Token == "" {
+		return Decision{}, ErrNoLease
+	}
+	body, err := json.Marshal(releaseRequest{Lease: lease.Token, Extend: extend})
+	if err != nil { // unreachable: strings and booleans always marshal
+		return Decision{}, fmt.Errorf("encode release request: %w", err)
+	}
+	ans, err := c.send(ctx, c.releaseURL, body, maxAnswerBytes)
+	if err != nil {
+		return Decision{}, err
+	}
+	if ans.status != http.StatusOK {
+		return Decision{}, errorOf(ans.status, ans.data)
+	}
+	// The answer is a peek after the release or extension, 200 whatever it says: a peek at a
+	// limit whose places an extension kept says allowed false.
+	return decodeAnswer(ans)
+}
+
 // post sends a JSON request and reads limiterd's decision.
 func (c *Client) post(ctx context.Context, target string, body []byte) (Decision, error) {
 	ans, err := c.send(ctx, target, body, maxAnswerBytes)
@@ -373,6 +489,18 @@ func (c *Client) send(ctx context.Context, target string, body []byte, limit int
 
 // decode reads a decision answered with status 200 or 429.
 func decode(ans httpAnswer) (Decision, error) {
+	d, err := decodeAnswer(ans)
+	if err != nil {
+		return Decision{}, err
+	}
+	if d.Allowed != (ans.status == http.StatusOK) {
+		return Decision{}, fmt.Errorf("limiterd's decision says allowed=%t with status %d", d.Allowed, ans.status)
+	}
+	return d, nil
+}
+
+// decodeAnswer reads the decision of an answer, whatever its status.
+func decodeAnswer(ans httpAnswer) (Decision, error) {
 	var a answer
 	if err := json.Unmarshal(ans.data, &a); err != nil {
 		return Decision{}, fmt.Errorf("decode limiterd's decision (%d): %w", ans.status, err)
@@ -380,9 +508,6 @@ func decode(ans httpAnswer) (Decision, error) {
 	d, err := a.decision()
 	if err != nil {
 		return Decision{}, fmt.Errorf("limiterd's decision (%d) %w", ans.status, err)
-	}
-	if d.Allowed != (ans.status == http.StatusOK) {
-		return Decision{}, fmt.Errorf("limiterd's decision says allowed=%t with status %d", d.Allowed, ans.status)
 	}
 	d.RateLimitPolicy = ans.header.Get("RateLimit-Policy")
 	d.RateLimit = ans.header.Get("RateLimit")
@@ -403,6 +528,16 @@ func (a *answer) decision() (Decision, error) {
 		ResetAfter:  duration(a.ResetAfterSeconds, a.ResetAfterMs),
 		RetryAfter:  duration(a.RetryAfterSeconds, a.RetryAfterMs),
 		Reservation: a.Reservation,
+	}
+	if a.Lease != "" {
+		expires, err := time.Parse(time.RFC3339Nano, a.LeaseExpiresAt)
+		switch {
+		case err != nil:
+			return Decision{}, fmt.Errorf("has a lease without a valid \"leaseExpiresAt\": %w", err)
+		case a.LeaseTimeoutMs == nil || *a.LeaseTimeoutMs < 0:
+			return Decision{}, errors.New("has a lease without a valid \"leaseTimeoutMs\"")
+		}
+		d.Lease = Lease{Token: a.Lease, ExpiresAt: expires, Timeout: milliseconds(*a.LeaseTimeoutMs)}
 	}
 	if a.Limit != nil {
 		d.Limit = *a.Limit

@@ -144,3 +144,51 @@ func ExampleErrKeyNotUTF8() {
 	// true false
 	// true <nil>
 }
+
+// A concurrency limit admits at most so many of a client's requests at once: each admitted
+// request holds a place by its lease until it releases it (or the lease times out).
+func ExampleClient_Release() {
+	e, err := loadEngine(concurrencyPolicy) // default/jobs: 1 request per client in flight
+	if err != nil {
+		log.Fatal(err)
+	}
+	limiterd := httptest.NewServer(server.NewDecisions(e, nil))
+	defer limiterd.Close()
+	c, err := client.New(limiterd.URL, client.WithPolicy("default/jobs"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+
+	d, err := c.Allow(ctx, "alice")
+	if err != nil || !d.Allowed {
+		log.Fatal(d, err)
+	}
+	fmt.Println("admitted, lease of", d.Lease.Timeout)
+	second, err := c.Allow(ctx, "alice")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("while it runs, another request admitted:", second.Allowed)
+	// ... the work ...
+	// Release under a context that outlives a cancellation of the request's.
+	if err := c.Release(context.WithoutCancel(ctx), d.Lease); err != nil {
+		log.Print(err) // its place comes back at d.Lease.ExpiresAt anyway
+	}
+	third, err := c.Allow(ctx, "alice")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("after the release, admitted:", third.Allowed)
+
+	// A lease releases once: a second release changes nothing.
+	var e409 *client.Error
+	if err := c.Release(ctx, d.Lease); errors.As(err, &e409) && e409.StatusCode == 409 {
+		fmt.Println("released before")
+	}
+	// Output:
+	// admitted, lease of 30s
+	// while it runs, another request admitted: false
+	// after the release, admitted: true
+	// released before
+}

@@ -47,10 +47,27 @@
 // told to OnError and always answered 503 {"error":"rate limiter unavailable"}: what a request
 // carries must never make it pass unlimited. A request whose own context is done before limiterd
 // answered is dropped without an answer.
+//
+// # Concurrency limits
+//
+// On a tier with a concurrency limit (at most N of a client's requests in flight), an admitted
+// request holds its place by the decision's client.Lease while the handler runs. The middleware
+// releases it when the handler returns, also when it panics (the release is deferred, and the
+// panic goes on after it), and when the request's context was cancelled: the release is made
+// under a context of its own, which keeps the request's values but not its cancellation,
+// bounded by ReleaseTimeout. A release that fails (limiterd unavailable, the lease expired) is
+// told to the OnReleaseError hook and changes nothing of the response; its places come back at
+// the lease's expiry. The lease's token never reaches the response.
+//
+// By default the middleware does not extend leases: set the tier's leaseTimeout above the
+// longest a handler runs, since a lease that expires while its handler still runs frees the
+// place to another request (and its release then fails, 410). For handlers that may run
+// longer, ExtendEvery extends the lease while the handler runs.
 package middleware
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -74,10 +91,16 @@ type KeyFunc func(r *http.Request) (key string, ok bool)
 type Option func(*config)
 
 type config struct {
-	key      KeyFunc
-	failOpen bool
-	onError  func(r *http.Request, err error)
+	key            KeyFunc
+	failOpen       bool
+	onError        func(r *http.Request, err error)
+	onReleaseError func(r *http.Request, err error)
+	extendEvery    time.Duration
 }
+
+// ReleaseTimeout bounds the release of a request's lease after its handler returned (the
+// Client's own timeout, WithTimeout, bounds it too).
+const ReleaseTimeout = 2 * time.Second
 
 // KeyBy keys requests with f. Default: ClientIP() (the peer's IPv4 address or IPv6 /64; no
 // proxy is trusted).
@@ -97,9 +120,30 @@ func FailOpen(open bool) Option { return func(c *config) { c.failOpen = open } }
 // warning on slog.Default.
 func OnError(f func(r *http.Request, err error)) Option { return func(c *config) { c.onError = f } }
 
+// OnReleaseError is called for every lease the middleware failed to release after the handler
+// returned, and every extension of ExtendEvery that failed while it ran (see Concurrency limits
+// in the package documentation), with the error of client.Release or client.Extend:
+// client.Unavailable for one whose outcome is unknown, a *client.Error otherwise (409: released
+// or extended before, 410: expired). The response is not changed. With ExtendEvery, f is called
+// from another goroutine while the handler runs: it must be safe for concurrent use. Default: a
+// warning on slog.Default.
+func OnReleaseError(f func(r *http.Request, err error)) Option {
+	return func(c *config) { c.onReleaseError = f }
+}
+
+// ExtendEvery makes the middleware extend an admitted request's lease (client.Client.Extend)
+// every d while its handler runs, and release the newest lease when it returns. Choose d well
+// below the tier's leaseTimeout (a half, say), so that a lease is extended before it expires
+// even when an extension is slow; each extension is bounded by ReleaseTimeout. A failed
+// extension is told to OnReleaseError: after one whose outcome is unknown
+// (client.Unavailable) the same lease is tried again at the next tick; after a refusal (the
+// lease expired, 410, or is no longer held, 409) extensions stop, and the lease is not
+// released. Default 0: no extension.
+func ExtendEvery(d time.Duration) Option { return func(c *config) { c.extendEvery = d } }
+
 // New returns middleware that asks c, for every request, whether it may proceed.
 func New(c *client.Client, opts ...Option) func(http.Handler) http.Handler {
-	cfg := config{key: ClientIP(), failOpen: true, onError: logError}
+	cfg := config{key: ClientIP(), failOpen: true, onError: logError, onReleaseError: logReleaseError}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -131,6 +175,10 @@ func New(c *client.Client, opts ...Option) func(http.Handler) http.Handler {
 				h.Set("RateLimit", d.RateLimit)
 			}
 			if d.Allowed {
+				if d.Lease.Token != "" {
+					// Deferred, so that a panicking handler releases too; the panic goes on.
+					defer hold(c, &cfg, r, d.Lease)()
+				}
 				next.ServeHTTP(w, r)
 				return
 			}
@@ -138,6 +186,59 @@ func New(c *client.Client, opts ...Option) func(http.Handler) http.Handler {
 			h.Set("Retry-After", retry)
 			writeJSON(w, http.StatusTooManyRequests, `{"error":"rate limited","retryAfterSeconds":`+retry+`}`)
 		})
+	}
+}
+
+// hold starts extending lease every cfg.extendEvery, if set, and returns the func that stops
+// extending it and releases it: the newest lease, unless an extension was refused.
+func hold(c *client.Client, cfg *config, r *http.Request, lease client.Lease) (done func()) {
+	if cfg.extendEvery <= 0 {
+		return func() { release(c, cfg, r, lease) }
+	}
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	held := true
+	go func() {
+		defer close(stopped)
+		tick := time.NewTicker(cfg.extendEvery)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), ReleaseTimeout)
+			next, err := c.Extend(ctx, lease)
+			cancel()
+			switch {
+			case err == nil:
+				lease = next
+			case client.Unavailable(err):
+				cfg.onReleaseError(r, err)
+			default: // refused: the lease is no longer held
+				cfg.onReleaseError(r, err)
+				held = false
+				return
+			}
+		}
+	}()
+	return func() {
+		close(stop)
+		<-stopped // lease and held are the goroutine's until it is done
+		if held {
+			release(c, cfg, r, lease)
+		}
+	}
+}
+
+// release ends the lease of request r after its handler returned, under a context that keeps
+// r's values but not its cancellation (the request may be gone; its places must still come
+// back), bounded by ReleaseTimeout. A failure is told to the hook.
+func release(c *client.Client, cfg *config, r *http.Request, lease client.Lease) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), ReleaseTimeout)
+	defer cancel()
+	if err := c.Release(ctx, lease); err != nil {
+		cfg.onReleaseError(r, err)
 	}
 }
 
@@ -152,6 +253,10 @@ func retryAfterSeconds(d time.Duration) int64 {
 
 func logError(r *http.Request, err error) {
 	slog.Default().WarnContext(r.Context(), "rate limit check failed", "method", r.Method, "path", r.URL.Path, "error", err)
+}
+
+func logReleaseError(r *http.Request, err error) {
+	slog.Default().WarnContext(r.Context(), "lease release failed", "method", r.Method, "path", r.URL.Path, "error", err)
 }
 
 func writeJSON(w http.ResponseWriter, status int, body string) {

@@ -246,6 +246,7 @@ func newDaemon(cfg config, log *slog.Logger) (*daemon, error) {
 	tally := replicastatus.NewTally(m) // dry-run rejections per policy generation, for the replica status
 	e := engine.New(engine.Options{Budget: budget, Observer: tally, NewStore: st.newStore,
 		Reservations: signer, RefundsUnavailable: refundsUnavailable, NoTopClients: !cfg.topClients})
+	m.AddLeases(e)
 	d := &daemon{
 		log:      log,
 		metrics:  m,

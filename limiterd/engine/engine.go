@@ -147,6 +147,10 @@ type Observer interface {
 	Policy(policyID v1alpha1.PolicyID) PolicyObserver
 	// Tier returns the recorder for one tier of one policy.
 	Tier(policyID v1alpha1.PolicyID, tier string) TierObserver
+	// Leases returns the recorder of the releases of one tier with a concurrency limit, called
+	// when a policy is swapped in; and once, with policy and tier "", for the releases whose
+	// lease names no tier loaded (malformed, forged, expired, or of a policy no longer loaded).
+	Leases(policyID v1alpha1.PolicyID, tier string) LeaseObserver
 	// Forget is called when a swap removed a tier of a policy that stays, or a whole policy
 	// (tier ""): what was recorded for it can go. Decisions that started before the swap may
 	// still record on the PolicyObserver and TierObservers returned for it: what they record
@@ -164,6 +168,60 @@ type PolicyObserver interface {
 // TierObserver records one tier's decisions. It must be safe for concurrent use.
 type TierObserver interface {
 	Observe(o Outcome, elapsed time.Duration)
+}
+
+// LeaseObserver records the releases and extensions of a tier's leases (Release). It must be
+// safe for concurrent use.
+type LeaseObserver interface {
+	Release(o ReleaseOutcome)
+}
+
+// ReleaseOutcome is what a call of Release did: released, extended, or why it refused.
+type ReleaseOutcome uint8
+
+// The outcomes of Release.
+const (
+	LeaseReleased        ReleaseOutcome = iota // the lease ended, its places freed
+	LeaseExtended                              // the lease was extended: a new one holds its places
+	LeaseAlreadyReleased                       // ErrLeaseReleased
+	LeaseExpired                               // ErrLeaseExpired: its timeout passed, or its client was reset
+	LeaseUnknown                               // ErrUnknownLease, ErrUnknownPolicy
+	LeaseForged                                // ErrForgedLease
+	LeaseInvalid                               // ErrInvalidLease
+	LeaseUncertain                             // ErrReleaseUncertain: the store failed
+	leaseOutcomes                              // how many there are
+)
+
+// ReleaseOutcomes lists every ReleaseOutcome, in order.
+func ReleaseOutcomes() []ReleaseOutcome {
+	out := make([]ReleaseOutcome, leaseOutcomes)
+	for i := range out {
+		out[i] = ReleaseOutcome(i)
+	}
+	return out
+}
+
+// String returns the outcome's word, a metric's label value: released, extended,
+// already_released, expired, unknown, forged, invalid or uncertain.
+func (o ReleaseOutcome) String() string {
+	switch o {
+	case LeaseReleased:
+		return "released"
+	case LeaseExtended:
+		return "extended"
+	case LeaseAlreadyReleased:
+		return "already_released"
+	case LeaseExpired:
+		return "expired"
+	case LeaseUnknown:
+		return "unknown"
+	case LeaseForged:
+		return "forged"
+	case LeaseInvalid:
+		return "invalid"
+	case LeaseUncertain, leaseOutcomes:
+	}
+	return "uncertain"
 }
 
 // Options configure an Engine. The zero value decides from process memory with no bound on
@@ -194,11 +252,13 @@ type Options struct {
 
 // Engine decides for the loaded policies. It is safe for concurrent use.
 type Engine struct {
-	opts    Options
-	signer  *reservation.Signer
-	epochs  atomic.Uint64 // the last epoch given to a process-local store (bound.epoch)
-	current atomic.Pointer[snapshot]
-	swapMu  sync.Mutex // serialises Swap
+	opts Options
+	// unresolved records the releases whose lease names no tier loaded.
+	unresolved LeaseObserver
+	signer     *reservation.Signer
+	epochs     atomic.Uint64 // the last epoch given to a process-local store (bound.epoch)
+	current    atomic.Pointer[snapshot]
+	swapMu     sync.Mutex // serialises Swap
 }
 
 // snapshot is the loaded policies bound to their stores and observers.
@@ -214,7 +274,8 @@ type bound struct {
 	store  limiter.Store
 	local  *limiter.Memory // failure mode Local: state while the store fails
 	obs    PolicyObserver
-	tiers  []TierObserver // by Tier.Index
+	tiers  []TierObserver  // by Tier.Index
+	leases []LeaseObserver // by Tier.Index; nil for a tier without a concurrency limit
 	// epoch tells this incarnation of a process-local store (limiter.LocalStore) from those
 	// before and after it, whose refund records it does not have; 0 for a shared store, whose
 	// state and records outlive the policy's removal and re-creation.
@@ -238,6 +299,12 @@ func (NopObserver) Tier(v1alpha1.PolicyID, string) TierObserver { return NopObse
 
 // StoreError implements PolicyObserver.
 func (NopObserver) StoreError() {}
+
+// Leases implements Observer.
+func (NopObserver) Leases(v1alpha1.PolicyID, string) LeaseObserver { return NopObserver{} }
+
+// Release implements LeaseObserver.
+func (NopObserver) Release(ReleaseOutcome) {}
 
 // Forget implements Observer.
 func (NopObserver) Forget(v1alpha1.PolicyID, string) {}
@@ -264,7 +331,7 @@ func New(opts Options) *Engine {
 	if signer == nil {
 		signer = reservation.RandomSigner()
 	}
-	e := &Engine{opts: opts, signer: signer}
+	e := &Engine{opts: opts, signer: signer, unresolved: opts.Observer.Leases("", "")}
 	e.epochs.Store(rand.Uint64() >> 1) // distinct from another process's under a shared key
 	return e
 }
@@ -300,6 +367,17 @@ func (e *Engine) Swap(set *policy.Set) {
 		}
 		for _, t := range p.Tiers {
 			b.tiers = append(b.tiers, e.opts.Observer.Tier(p.ID, t.Name))
+			var leases LeaseObserver
+			if t.Stack != nil && t.Stack.HasLeases() {
+				leases = e.opts.Observer.Leases(p.ID, t.Name)
+				if prev, ok := old.lookup(p.ID); ok {
+					// The tier compiled again keeps counting the leases it took before.
+					if i := slices.IndexFunc(prev.policy.Tiers, func(pt *policy.Tier) bool { return pt.Name == t.Name }); i >= 0 && prev.policy.Tiers[i].Stack != nil {
+						t.Stack.ShareLeaseStats(prev.policy.Tiers[i].Stack)
+					}
+				}
+			}
+			b.leases = append(b.leases, leases)
 			if p.Refunds || (t.Stack != nil && t.Stack.HasLeases()) {
 				b.tierTags = append(b.tierTags, e.tierTag(p.ID, t, b.epoch))
 			} else {
@@ -400,37 +478,50 @@ func (s *snapshot) find(policyID v1alpha1.PolicyID) (*bound, error) {
 // each; a rejected one charges none (limiter.Store.Decide). Result.Limits holds each limit's
 // decision. When the store fails, Closed rejects and Open admits by every limit, and Local
 // decides the stack on its fallback.
+//
+// Decide is DecideInto with the Result returned: a caller on a hot path, which can keep the
+// Result where it uses it, calls DecideInto and spares the Result's copy.
 func (e *Engine) Decide(ctx context.Context, policyID v1alpha1.PolicyID, key string, cost int64) (Result, error) {
+	var r Result
+	err := e.DecideInto(ctx, policyID, key, cost, &r)
+	return r, err
+}
+
+// DecideInto decides as Decide does and writes the Result to *r, built there in place: a
+// Result is some 160 bytes, and returning it by value copied it on every decision. It
+// overwrites all of *r, which may hold an earlier decision; on an error *r is the zero Result.
+func (e *Engine) DecideInto(ctx context.Context, policyID v1alpha1.PolicyID, key string, cost int64, r *Result) error {
 	if cost < 0 {
-		return Result{}, ErrInvalidCost
+		*r = Result{}
+		return ErrInvalidCost
 	}
 	b, err := e.find(policyID)
 	if err != nil {
-		return Result{}, err
+		*r = Result{}
+		return err
 	}
-	return e.decide(ctx, b, key, cost), nil
+	e.decide(ctx, b, key, cost, r)
+	return nil
 }
 
-// decide decides a request of b's policy, as Decide does.
-func (e *Engine) decide(ctx context.Context, b *bound, key string, cost int64) Result {
+// decide decides a request of b's policy, as Decide does, into *r (all of it overwritten).
+func (e *Engine) decide(ctx context.Context, b *bound, key string, cost int64, r *Result) {
 	start := e.opts.Clock()
 	tier := b.policy.Resolve(key)
 	key = ClientKey(key)
-	r := Result{Policy: b.policy, Tier: tier}
-	r.Limits = limitDecisions(tier)
+	*r = Result{Policy: b.policy, Tier: tier, Limits: limitDecisions(tier)}
 	r.Decision, r.StoreError = decideOn(ctx, b.store, key, tier, start, cost, r.Limits)
 	if r.StoreError != nil {
 		r.Decision = e.degraded(ctx, b, key, tier, start, cost, r.Limits)
 	}
 	r.bind()
-	r.Outcome = outcome(&r)
-	e.reserve(b, &r, key, start, cost)
-	e.lease(b, &r, key, start, cost)
+	r.Outcome = outcome(r)
+	e.reserve(b, r, key, start, cost)
+	e.lease(b, r, key, start, cost)
 	if cost > 0 {
 		b.record(r.Outcome, key, start)
 		b.tiers[tier.Index].Observe(r.Outcome, e.opts.Clock().Sub(start))
 	}
-	return r
 }
 
 // record counts a decision (no peek) of the client stored as key in the policy's heaviest
@@ -940,6 +1031,26 @@ func (e *Engine) Sweep() {
 		}
 		if b.local != nil {
 			b.local.Sweep(now)
+		}
+	}
+}
+
+// EachLeaseTier calls yield with each loaded tier that holds a concurrency limit and is decided
+// in process memory (limiter.LocalStore), and the counts of its leases there
+// (limiter.LeaseStats). A shared store's leases are counted by the store, not here.
+func (e *Engine) EachLeaseTier(yield func(policyID v1alpha1.PolicyID, tier string, stats *limiter.LeaseStats)) {
+	s := e.current.Load()
+	if s == nil {
+		return
+	}
+	for id, b := range s.byID {
+		if _, ok := b.store.(limiter.LocalStore); !ok {
+			continue
+		}
+		for _, t := range b.policy.Tiers {
+			if t.Stack != nil && t.Stack.LeaseStats() != nil {
+				yield(id, t.Name, t.Stack.LeaseStats())
+			}
 		}
 	}
 }

@@ -29,31 +29,45 @@ var (
 // request passes and nothing is charged. It returns an error, and charges nothing, when the
 // request cannot be decided: ErrNotReady, ErrUnknownPolicy, ErrNoGateway, ErrNoKey, or the
 // error of the key sources (a *policy.HeaderError).
-func (e *Engine) DecideForwarded(ctx context.Context, policyID v1alpha1.PolicyID, r *policy.ForwardedRequest, buf []byte) (res Result, decided bool, err error) {
+//
+// The decision's Result is written to *res, in place, as DecideInto writes it; *res is the zero
+// Result unless decided.
+func (e *Engine) DecideForwarded(ctx context.Context, policyID v1alpha1.PolicyID, r *policy.ForwardedRequest, buf []byte, res *Result) (decided bool, err error) {
+	b, k, err := e.forwarded(policyID, r, buf)
+	if err != nil || b == nil {
+		*res = Result{}
+		return false, err
+	}
+	e.decide(ctx, b, k, 1, res)
+	return true, nil
+}
+
+// forwarded returns the policy and client key of DecideForwarded's request; a nil policy and no
+// error when the request passes undecided (missingKey Allow).
+func (e *Engine) forwarded(policyID v1alpha1.PolicyID, r *policy.ForwardedRequest, buf []byte) (*bound, string, error) {
 	if policyID == "" { // a gateway names its policy: never "the only one loaded"
-		return Result{}, false, fmt.Errorf("%w %q", ErrUnknownPolicy, policyID)
+		return nil, "", fmt.Errorf("%w %q", ErrUnknownPolicy, policyID)
 	}
 	b, err := e.find(policyID)
 	if err != nil {
-		return Result{}, false, err
+		return nil, "", err
 	}
 	g := b.policy.Gateway
 	if g == nil {
-		return Result{}, false, fmt.Errorf("%s: %w", policyID, ErrNoGateway)
+		return nil, "", fmt.Errorf("%s: %w", policyID, ErrNoGateway)
 	}
 	key, found, err := g.AppendKey(buf, r)
 	if err != nil {
-		return Result{}, false, err //nolint:wrapcheck // a *policy.HeaderError names the header
+		return nil, "", err //nolint:wrapcheck // a *policy.HeaderError names the header
 	}
-	k := v1alpha1.SharedGatewayKey
 	switch {
 	case found:
-		k = string(key)
+		return b, string(key), nil
 	case g.MissingKey == v1alpha1.MissingKeyAllow:
-		return Result{}, false, nil
+		return nil, "", nil
 	case g.MissingKey == v1alpha1.MissingKeyShared:
+		return b, v1alpha1.SharedGatewayKey, nil
 	default: // Reject
-		return Result{}, false, ErrNoKey
+		return nil, "", ErrNoKey
 	}
-	return e.decide(ctx, b, k, 1), true, nil
 }

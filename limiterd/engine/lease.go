@@ -67,11 +67,48 @@ func (e *Engine) lease(b *bound, r *Result, key string, now time.Time, cost int6
 // policy is no longer loaded), ErrUnknownLease (the client's tier, or its lease timeout, is no
 // longer the one that took it, or the policy's store is another incarnation), ErrLeaseReleased
 // (released or extended before), or ErrReleaseUncertain (the store failed).
+//
+// The Observer records each call's outcome (ReleaseOutcome) on the tier the lease names, or
+// with no policy and tier when it names none loaded.
 func (e *Engine) Release(ctx context.Context, token string, extend bool) (Result, error) {
+	obs := e.unresolved
+	r, err := e.release(ctx, token, extend, &obs)
+	obs.Release(releaseOutcome(err, extend))
+	return r, err
+}
+
+// releaseOutcome returns the outcome of a Release that answered err.
+func releaseOutcome(err error, extend bool) ReleaseOutcome {
+	switch {
+	case err == nil && extend:
+		return LeaseExtended
+	case err == nil:
+		return LeaseReleased
+	case errors.Is(err, ErrLeaseReleased):
+		return LeaseAlreadyReleased
+	case errors.Is(err, ErrLeaseExpired):
+		return LeaseExpired
+	case errors.Is(err, ErrUnknownLease), errors.Is(err, ErrUnknownPolicy):
+		return LeaseUnknown
+	case errors.Is(err, ErrForgedLease):
+		return LeaseForged
+	case errors.Is(err, ErrInvalidLease):
+		return LeaseInvalid
+	}
+	return LeaseUncertain
+}
+
+// release is Release; it sets *obs to the observer of the tier the lease names, once found.
+func (e *Engine) release(ctx context.Context, token string, extend bool, obs *LeaseObserver) (Result, error) {
 	now := e.opts.Clock()
 	l, err := e.signer.ParseLease(token, now)
 	switch {
 	case errors.Is(err, reservation.ErrExpired):
+		if b, ferr := e.find(v1alpha1.PolicyID(l.Policy)); ferr == nil {
+			if tier := b.chargedTier(l.Key, l.Tier); tier != nil && b.leases[tier.Index] != nil {
+				*obs = b.leases[tier.Index] // a late release: counted on its tier
+			}
+		}
 		return Result{}, fmt.Errorf("%w: %w", ErrLeaseExpired, err)
 	case errors.Is(err, reservation.ErrForged):
 		return Result{}, fmt.Errorf("%w: %w", ErrForgedLease, err)
@@ -86,6 +123,9 @@ func (e *Engine) Release(ctx context.Context, token string, extend bool) (Result
 	if tier == nil || tier.Stack == nil || !tier.Stack.HasLeases() {
 		// Say nothing of the tier: its name may be hidden (spec.tierNames).
 		return Result{}, fmt.Errorf("%w: the client is no longer in the tier that took it, the tier's lease timeout changed, or the policy was re-created since", ErrUnknownLease)
+	}
+	if o := b.leases[tier.Index]; o != nil {
+		*obs = o
 	}
 	op := limiter.OpRelease
 	if extend {

@@ -475,6 +475,11 @@ func TestCurrentLimitUnits(t *testing.T) {
 		{testsupport.TokenBucketTier("b", 1000, 1, 10*time.Minute), 1000, min, 10000},
 		{testsupport.TokenBucketTier("b", 1_000_000_000, 1_000_000_000, time.Second), 1_000_000_000, sec, 0},
 		{testsupport.TokenBucketTier("b", 366, 1, 24*time.Hour), 366, day, 366},
+		// A concurrency limit's window is its lease timeout: over gRPC, with no release, each
+		// admission holds its place that long (TestConcurrencyTierOverGRPC).
+		{concurrencyTier("c", 3, 30*time.Second), 3, sec, 30},
+		{concurrencyTier("c", 3, 2*time.Minute), 3, min, 2},
+		{concurrencyTier("c", 3, time.Millisecond), 3, sec, 0},
 		// A quota's unit is its calendar period's, one of it, whatever the zone.
 		{testsupport.QuotaTier("q", 1000, v1alpha1.CalendarPeriodDay, "Europe/Berlin"), 1000, day, 0},
 		{testsupport.QuotaTier("q", 1000, v1alpha1.CalendarPeriodDay, "America/New_York"), 1000, day, 0},

@@ -159,7 +159,8 @@ func (s *Service) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.
 		fr.Peer = a
 	}
 	var buf [256]byte
-	res, decided, err := s.engine.DecideForwarded(ctx, id, &fr, buf[:0])
+	var res engine.Result
+	decided, err := s.engine.DecideForwarded(ctx, id, &fr, buf[:0], &res)
 	switch {
 	case err != nil:
 		return s.refusal(err, id), nil

@@ -84,6 +84,86 @@ type leaseSet struct {
 	head    int          // index of the earliest entry
 	n       int          // number of entries
 	held    int64        // places of every entry, expired ones included until trimmed
+	stats   *LeaseStats  // counts the leases of the set's entries (nil: none counts them)
+}
+
+// LeaseStats counts the leases of one stack's concurrency limits in a memory store, for
+// metrics: those held, and those that expired without a release. A lease counts once, on the
+// stack's concurrency limit of the shortest lease timeout (the one its expiry is that of,
+// Stack.LeaseExpiry); places carried over from another algorithm are no lease and never count.
+//
+//   - Held: the leases taken and not yet ended. A lease ends when it is released or extended
+//     (the extended lease is then held), or when its entry is dropped: once its expiry passed,
+//     by its client's next decision, release or extension or by Memory.Sweep, or at once by a
+//     reset, an eviction or a change of algorithm. So a lease past its timeout is counted held
+//     until one of those: at most a sweep interval.
+//   - Expired: the leases whose entry was dropped after their expiry passed, never released:
+//     each is a caller that crashed, leaked it, or worked past its timeout without extending.
+//     Counted when the entry is dropped, as above, not at the instant of the expiry.
+//
+// The counts cost an atomic add per lease taken or ended, none per decision otherwise. A
+// LeaseStats is safe for concurrent use; the zero value counts from zero.
+type LeaseStats struct {
+	held    atomic.Int64
+	expired atomic.Uint64
+}
+
+// Held returns the leases held, as defined above.
+func (s *LeaseStats) Held() int64 { return s.held.Load() }
+
+// Expired returns the leases that expired without a release, as defined above.
+func (s *LeaseStats) Expired() uint64 { return s.expired.Load() }
+
+// count moves the count of the set's leases to stats (nil: leaves it where it is): a stack's
+// counting limit took a lease of a set that another stack, or none, counted.
+func (l *leaseSet) count(stats *LeaseStats) {
+	if stats != nil && l.stats != stats { // inlined: the common case is one comparison
+		l.recount(stats)
+	}
+}
+
+// recount is count's move of the counts to another LeaseStats: out of line, so that count is
+// inlined.
+//
+//go:noinline
+func (l *leaseSet) recount(stats *LeaseStats) {
+	if k := l.leases(); k > 0 {
+		if l.stats != nil {
+			l.stats.held.Add(-k)
+		}
+		stats.held.Add(k)
+	}
+	l.stats = stats
+}
+
+// leases returns how many of the set's entries are leases (not carried places).
+func (l *leaseSet) leases() int64 {
+	k := int64(0)
+	for i := range l.n {
+		if l.at(i).seq != 0 {
+			k++
+		}
+	}
+	return k
+}
+
+// drop counts the set's leases ended as its state is forgotten at t (Unix ns): those whose
+// expiry passed expired without a release.
+func (l *leaseSet) drop(t int64) {
+	if l == nil || l.stats == nil {
+		return
+	}
+	var held, expired int64
+	for i := range l.n {
+		if e := l.at(i); e.seq != 0 {
+			held++
+			if e.expiry <= t {
+				expired++
+			}
+		}
+	}
+	l.stats.held.Add(-held)
+	l.stats.expired.Add(uint64(expired))
 }
 
 // leaseEntry is one lease: its places, its expiry, and the seq that names it (Decision.Lease; 0
@@ -116,11 +196,30 @@ func (l *leaseSet) live(t int64) (held int64, first int) {
 }
 
 // trim drops the entries that have expired at t. It changes no decision: they hold nothing.
+// The leases among them expired without a release (LeaseStats).
 func (l *leaseSet) trim(t int64) {
+	if l.n > 0 && l.entries[l.head].expiry <= t { // l.at(0); inlined: most decisions drop nothing
+		l.trimExpired(t)
+	}
+}
+
+// trimExpired is trim, when the earliest entry has expired: out of line, so that trim is
+// inlined.
+//
+//go:noinline
+func (l *leaseSet) trimExpired(t int64) {
+	expired := int64(0)
 	for l.n > 0 && l.at(0).expiry <= t {
+		if l.at(0).seq != 0 {
+			expired++
+		}
 		l.held -= l.at(0).places
 		l.head = (l.head + 1) & (len(l.entries) - 1)
 		l.n--
+	}
+	if expired > 0 && l.stats != nil {
+		l.stats.held.Add(-expired)
+		l.stats.expired.Add(uint64(expired))
 	}
 }
 
@@ -146,6 +245,9 @@ func (l *leaseSet) add(expiry, places int64, seq uint64) {
 	}
 	l.n++
 	*l.at(i) = leaseEntry{expiry: expiry, places: places, seq: seq}
+	if seq != 0 && l.stats != nil {
+		l.stats.held.Add(1)
+	}
 }
 
 // remove drops the entry of the lease expiring at expiry named seq, and returns its places (0:
@@ -160,6 +262,9 @@ func (l *leaseSet) remove(expiry int64, seq uint64) int64 {
 	}
 	took := l.at(i).places
 	l.held -= took
+	if seq != 0 && l.stats != nil {
+		l.stats.held.Add(-1)
+	}
 	// Close the gap from the shorter side.
 	if i < l.n/2 {
 		for j := i; j > 0; j-- {
@@ -195,7 +300,7 @@ func (s *stamp) rlOrNil() RateLimiter {
 // limit, and then holds cost more places until now+leaseTimeout, as a lease named by a new seq
 // (Decision.Lease).
 func (c *Concurrency) Decide(s *State, now time.Time, cost int64) Decision {
-	return c.take(s, now, cost, nextLeaseSeq())
+	return c.take(s, now, cost, nextLeaseSeq(), nil)
 }
 
 // leaseSeqs counts the leases issued in the process: a lease's seq is never another's, so
@@ -205,8 +310,9 @@ var leaseSeqs atomic.Uint64
 // nextLeaseSeq returns a seq no lease of the process had (never 0).
 func nextLeaseSeq() uint64 { return leaseSeqs.Add(1) }
 
-// take is Decide with the seq of the lease it takes, when it admits.
-func (c *Concurrency) take(s *State, now time.Time, cost int64, seq uint64) Decision {
+// take is Decide with the seq of the lease it takes, when it admits, counted by stats (nil: by
+// whichever counts s's leases already, if any).
+func (c *Concurrency) take(s *State, now time.Time, cost int64, seq uint64, stats *LeaseStats) Decision {
 	d := c.check(s, now, cost)
 	if !d.Allowed {
 		return d
@@ -217,6 +323,7 @@ func (c *Concurrency) take(s *State, now time.Time, cost int64, seq uint64) Deci
 		s.leases = &leaseSet{}
 	}
 	s.leases.trim(t)
+	s.leases.count(stats)
 	s.leases.add(t+c.timeout, cost, seq)
 	s.stamp = &c.stamp
 	held, _ := s.leases.live(t)
@@ -381,8 +488,8 @@ func (c *Concurrency) Algorithm() Algorithm { return AlgorithmConcurrency }
 func (c *Concurrency) Limit() int64 { return c.limit }
 
 // Window implements RateLimiter: the lease timeout, the longest a place is held without a
-// release or an extension. (A concurrency limit admits Limit at once, not per Window: the
-// answers that name a rate are the API slice's to adapt.)
+// release or an extension. A concurrency limit admits Limit at once, not per Window, unless
+// nothing is released: then, as over Envoy's rate-limit API, it admits Limit per Window.
 func (c *Concurrency) Window() time.Duration { return time.Duration(c.timeout) }
 
 // LeaseTimeout returns how long a lease holds its places without a release or an extension.

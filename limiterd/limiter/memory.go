@@ -3,6 +3,7 @@ package limiter
 import (
 	"context"
 	"hash/maphash"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -389,29 +390,32 @@ func (m *Memory) DecideBatch(ctx context.Context, reqs []Request, now time.Time,
 // applyStacked applies o to every limit of st for key, a stack that is not Decide's fast case
 // (Stack.one, decided by applyOne), writing each limit's decision to out unless nil, and returns
 // the stack's decision; added reports that the store's bytes grew (new clients, grown logs).
-// A stack of one limit (a sliding window, a concurrency limit, or a limit not named
-// DefaultLimitName) gets working space for one limit.
+//
+// The working space is zeroed on every decision (some 240 bytes a limit), so it is sized to the
+// stack: a stack of two limits, the common one, zeroes two, not MaxStack; and the decisions'
+// array is zeroed only when the caller passes none.
 func (m *Memory) applyStacked(key string, st *Stack, now time.Time, cost int64, o op, out []Decision) (d Decision, added bool) {
-	if st.Len() == 1 {
-		var (
-			limits [1]stackLimit
-			own    [1]Decision
-		)
-		if out == nil {
-			out = own[:]
-		}
+	n := st.Len()
+	if out == nil {
+		var own [MaxStack]Decision
+		out = own[:n]
+	}
+	switch n {
+	case 1: // a sliding window, a concurrency limit, or a limit not named DefaultLimitName
+		var limits [1]stackLimit
 		added = m.applyStack(key, st, now, cost, o, limits[:], out, nil)
 		return out[0], added
+	case 2:
+		var limits [2]stackLimit
+		added = m.applyStack(key, st, now, cost, o, limits[:], out, nil)
+	case 3:
+		var limits [3]stackLimit
+		added = m.applyStack(key, st, now, cost, o, limits[:], out, nil)
+	default:
+		var limits [MaxStack]stackLimit
+		added = m.applyStack(key, st, now, cost, o, limits[:], out, nil)
 	}
-	var (
-		limits [MaxStack]stackLimit
-		own    [MaxStack]Decision
-	)
-	if out == nil {
-		out = own[:]
-	}
-	added = m.applyStack(key, st, now, cost, o, limits[:], out, nil)
-	d, _ = Combine(out[:st.Len()])
+	d, _ = Combine(out[:n])
 	return d, added
 }
 
@@ -461,7 +465,7 @@ func (m *Memory) applyOne(key string, rl RateLimiter, now time.Time, cost int64,
 		return d, false
 	}
 	if _, ok := sh.windows[key]; ok {
-		forgetWindow(m, sh, key) // the limit changed algorithm: its usage was carried over
+		forgetWindow(m, sh, key, now) // the limit changed algorithm: its usage was carried over
 	}
 	return d, m.keepBucket(sh, key, h, &s)
 }
@@ -517,7 +521,7 @@ func (m *Memory) Reset(_ context.Context, key string, now time.Time) error {
 	}
 	if w, ok := sh.windows[key]; ok {
 		forgot(w)
-		forgetWindow(m, sh, key)
+		forgetWindow(m, sh, key, now)
 	}
 	for t, i := &sh.buckets, 0; i < len(t.slots); {
 		if t.tags[i] != 0 && isStackKeyOf(t.slots[i].key, key) {
@@ -531,7 +535,7 @@ func (m *Memory) Reset(_ context.Context, key string, now time.Time) error {
 	for k, w := range sh.windows {
 		if isStackKeyOf(k, key) {
 			forgot(w)
-			forgetWindow(m, sh, k)
+			forgetWindow(m, sh, k, now)
 		}
 	}
 	if left > 0 {
@@ -563,6 +567,9 @@ func (m *Memory) Close() {
 		}
 		for key, s := range sh.windows {
 			bytes += windowBytes(key, s)
+			if l := leasesOf(s); l != nil {
+				l.drop(math.MinInt64) // they end with the store, none as expired
+			}
 		}
 		sh.buckets = bucketTable{seed: m.seed}
 		sh.writers = nil
@@ -614,9 +621,14 @@ func forgetBucket(m *Memory, sh *memoryShard, i int) {
 	m.account(-1, -bytes)
 }
 
-// forgetWindow deletes a sliding-window or concurrency client of a shard.
-func forgetWindow(m *Memory, sh *memoryShard, key string) {
-	bytes := windowBytes(key, sh.windows[key])
+// forgetWindow deletes a sliding-window or concurrency client of a shard at now, ending its
+// leases (LeaseStats).
+func forgetWindow(m *Memory, sh *memoryShard, key string, now time.Time) {
+	s := sh.windows[key]
+	if l := leasesOf(s); l != nil {
+		l.drop(now.UnixNano())
+	}
+	bytes := windowBytes(key, s)
 	delete(sh.windows, key)
 	m.account(-1, -bytes)
 }
@@ -724,7 +736,7 @@ func (m *Memory) evict(sh *memoryShard, now time.Time, onlyFresh bool) (sampled 
 	if victimSlot >= 0 {
 		forgetBucket(m, sh, victimSlot)
 	} else {
-		forgetWindow(m, sh, victimKey)
+		forgetWindow(m, sh, victimKey, now)
 	}
 	return seen, true
 }
@@ -756,8 +768,10 @@ func (m *Memory) Sweep(now time.Time) {
 		}
 		for key, s := range sh.windows {
 			if IsFresh(s, now) {
-				forgetWindow(m, sh, key)
+				forgetWindow(m, sh, key, now)
 				m.budget.dropped.Add(1)
+			} else if l := leasesOf(s); l != nil {
+				l.trim(now.UnixNano()) // its expired leases end (LeaseStats); no decision changes
 			}
 		}
 		sh.Unlock()

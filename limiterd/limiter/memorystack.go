@@ -97,11 +97,8 @@ func (m *Memory) applyStack(key string, st *Stack, now time.Time, cost int64, o 
 	out = out[:n]
 	key = storedKey(key)
 	sh, _ := m.shard(key, o == opDecide)
-	if g != nil && g.refunded != nil {
-		clear(g.refunded[:n]) // a limit that keeps nothing to refund gives nothing back
-	}
 	if sh == nil { // the store never decided: every limit is fresh
-		if o == opRefund && !m.admitRefund(key, g, now) {
+		if o == opRefund && !m.openRefund(key, g, now, n) {
 			return false
 		}
 		if g != nil && g.once.Op != OpRefund {
@@ -123,10 +120,7 @@ func (m *Memory) applyStack(key string, st *Stack, now time.Time, cost int64, o 
 	buf := scratch[:0]
 	sh.Lock()
 	defer sh.Unlock()
-	if o == opRefund && !m.admitRefund(key, g, now) {
-		return false
-	}
-	for i, rl := range st.limits {
+	for i := range st.limits { // reads only: a refund's gate is passed before any change
 		l := &limits[i]
 		if name := st.names[i]; name == DefaultLimitName {
 			keys[i] = key
@@ -137,7 +131,7 @@ func (m *Memory) applyStack(key string, st *Stack, now time.Time, cost int64, o 
 			keys[i] = unsafe.String(&buf[start], len(buf)-start)
 		}
 		l.h = sh.buckets.hash(keys[i])
-		switch rl.Algorithm() {
+		switch st.algs[i] {
 		case AlgorithmTokenBucket, AlgorithmQuota: // compact states, in the bucket table
 			if j, ok := sh.buckets.find(keys[i], l.h); ok {
 				l.s, l.slot, l.tracked = sh.unpack(sh.buckets.slots[j].state), j, true
@@ -161,6 +155,9 @@ func (m *Memory) applyStack(key string, st *Stack, now time.Time, cost int64, o 
 		}
 		return false
 	case opRefund:
+		if !m.openRefund(key, g, now, n) {
+			return false
+		}
 		var once *Once
 		if g != nil {
 			once = &g.once
@@ -206,7 +203,7 @@ func (m *Memory) applyStack(key string, st *Stack, now time.Time, cost int64, o 
 				l.undo.bytes = logBytes(l.w)
 				out[i] = rl.check(l.w, now, cost) // decided below, once every limit admits
 			} else {
-				out[i] = rl.take(&l.s, now, cost, seq) // untracked: decided on a fresh state
+				out[i] = rl.take(&l.s, now, cost, seq, nil) // untracked: decided on a fresh state, counted once kept
 			}
 		case *SlidingWindow:
 			if l.w != nil {
@@ -229,7 +226,7 @@ func (m *Memory) applyStack(key string, st *Stack, now time.Time, cost int64, o 
 		// admitted answers its state as it is.
 		for i, rl := range st.limits {
 			l := &limits[i]
-			if l.w != nil && rl.Algorithm() == AlgorithmSlidingWindow { // a concurrency limit was only checked
+			if _, sw := rl.(*SlidingWindow); sw && l.w != nil { // a concurrency limit was only checked
 				l.undo.restore(l.w)
 			}
 			if out[i].Allowed {
@@ -253,7 +250,7 @@ func (m *Memory) applyStack(key string, st *Stack, now time.Time, cost int64, o 
 	changed := false
 	for i, rl := range st.limits {
 		l := &limits[i]
-		switch rl.Algorithm() {
+		switch st.algs[i] {
 		case AlgorithmTokenBucket, AlgorithmQuota:
 			if l.tracked {
 				j := l.slot
@@ -265,14 +262,16 @@ func (m *Memory) applyStack(key string, st *Stack, now time.Time, cost int64, o 
 				continue
 			}
 			if l.other {
-				forgetWindow(m, sh, keys[i]) // the limit changed algorithm: its usage was carried over
+				forgetWindow(m, sh, keys[i], now) // the limit changed algorithm: its usage was carried over
 			}
 			added = m.keepBucket(sh, keys[i], l.h, &l.next) || added
 		case AlgorithmSlidingWindow, AlgorithmConcurrency:
 			if l.tracked {
 				if c, ok := rl.(*Concurrency); ok {
-					c.take(l.w, now, cost, seq) // admits: check did, on this state at this instant
+					c.take(l.w, now, cost, seq, st.statsOf(i)) // admits: check did, on this state at this instant
 					out[i].Lease = seq
+				} else if dropped := l.undo.s.leases; dropped != nil && l.w.leases == nil {
+					dropped.drop(now.UnixNano()) // a concurrency limit became a sliding window: its leases ended
 				}
 				added = m.accountLogGrowth(l.w, l.undo.bytes) || added
 				continue
@@ -280,6 +279,9 @@ func (m *Memory) applyStack(key string, st *Stack, now time.Time, cost int64, o 
 			if l.other {
 				j, _ := sh.buckets.find(keys[i], l.h)
 				forgetBucket(m, sh, j)
+			}
+			if l.s.leases != nil {
+				l.s.leases.count(st.statsOf(i))
 			}
 			s := new(State)
 			*s = l.s
@@ -289,6 +291,17 @@ func (m *Memory) applyStack(key string, st *Stack, now time.Time, cost int64, o 
 		changed = true
 	}
 	return added
+}
+
+// openRefund clears g's counts of what each of the n limits refunded (a limit that keeps nothing
+// to refund gives nothing back), then passes the refund's gate (admitRefund). applyStack calls
+// it on a refund only, under the client's shard lock when the shard exists, before it changes
+// anything: a decision pays nothing for refunds.
+func (m *Memory) openRefund(key string, g *refundGate, now time.Time, n int) bool {
+	if g != nil && g.refunded != nil {
+		clear(g.refunded[:n])
+	}
+	return m.admitRefund(key, g, now)
 }
 
 // applyLease releases or extends (g.once.Op) the lease issued at g.once.Issued named

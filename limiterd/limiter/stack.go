@@ -42,9 +42,16 @@ type Stack struct {
 	// the memory store decides without a stack's working space (Memory.applyOne); nil otherwise.
 	// Set once here, it spares each decision a name comparison and an interface call.
 	one RateLimiter
+	// algs are the limits' algorithms, in order: read once here, they spare the memory store's
+	// stacked decision an interface call a limit in each of its passes (Memory.applyStack).
+	algs [MaxStack]Algorithm
 	// leaseTimeout is the shortest lease timeout of the stack's concurrency limits, 0 for none:
 	// a lease of the stack expires when its first place does (Stack.LeaseExpiry).
 	leaseTimeout time.Duration
+	// leases counts the stack's leases in a memory store, on its limit counting (the concurrency
+	// limit of the shortest lease timeout, the first of them); nil without a concurrency limit.
+	leases   *LeaseStats
+	counting int
 }
 
 // NewStack returns the stack of the given limits, in order: 1 to MaxStack token buckets,
@@ -85,12 +92,41 @@ func NewStack(names []string, limits []RateLimiter) (*Stack, error) {
 	if len(limits) == 1 && names[0] == DefaultLimitName && compact(limits[0]) {
 		st.one = limits[0]
 	}
-	for _, rl := range limits {
+	for i, rl := range limits {
+		st.algs[i] = rl.Algorithm()
 		if c, ok := rl.(*Concurrency); ok && (st.leaseTimeout == 0 || c.LeaseTimeout() < st.leaseTimeout) {
-			st.leaseTimeout = c.LeaseTimeout()
+			st.leaseTimeout, st.counting = c.LeaseTimeout(), i
 		}
 	}
+	if st.leaseTimeout > 0 {
+		st.leases = new(LeaseStats)
+	}
 	return st, nil
+}
+
+// LeaseStats returns the counts of the stack's leases in the memory stores that decide it, nil
+// for a stack without a concurrency limit.
+func (st *Stack) LeaseStats() *LeaseStats { return st.leases }
+
+// ShareLeaseStats makes the stack count its leases where from does, when both count them on a
+// concurrency limit of the same name: the tier that from decided, compiled again (a policy
+// edit), keeps its counts and the leases taken before. (When the counting limit changed, the
+// leases held under the old one are no longer counted: they would end on the other's counts.)
+// Call it before the stack decides anything.
+func (st *Stack) ShareLeaseStats(from *Stack) {
+	if st.leases != nil && from != nil && from.leases != nil && st.leases != from.leases &&
+		st.names[st.counting] == from.names[from.counting] {
+		st.leases = from.leases
+	}
+}
+
+// statsOf returns the LeaseStats that limit i counts leases on: the stack's for its counting
+// limit, else nil.
+func (st *Stack) statsOf(i int) *LeaseStats {
+	if i != st.counting {
+		return nil
+	}
+	return st.leases
 }
 
 // HasLeases reports whether the stack holds a concurrency limit: whether its admissions take
@@ -131,9 +167,10 @@ func (st *Stack) Limiter(i int) RateLimiter { return st.limits[i] }
 //     once it admits it keeps admitting until something else consumes); 0 when a limit can
 //     never admit it (a cost above its limit).
 func Combine(ds []Decision) (Decision, int) {
-	allowed := true
+	allowed, lease := true, uint64(0)
 	for i := range ds {
 		allowed = allowed && ds[i].Allowed
+		lease = max(lease, ds[i].Lease) // the concurrency limits of a stack share their lease's seq
 	}
 	binding := 0
 	for i := 1; i < len(ds); i++ {
@@ -146,9 +183,7 @@ func Combine(ds []Decision) (Decision, int) {
 	if allowed {
 		d.RetryAfter = 0
 	}
-	for i := range ds { // the concurrency limits of a stack share their lease's seq
-		d.Lease = max(d.Lease, ds[i].Lease)
-	}
+	d.Lease = lease
 	return d, binding
 }
 

@@ -45,6 +45,7 @@ type Metrics struct {
 	decisions         *prometheus.CounterVec   // policy, tier, result
 	decisionLatency   *prometheus.HistogramVec // policy
 	storeErrors       *prometheus.CounterVec   // policy
+	releases          *prometheus.CounterVec   // policy, tier, outcome
 	reloads           *prometheus.CounterVec   // result
 	lastReloadSuccess prometheus.Gauge         // Unix seconds
 	filesUnwatched    prometheus.Gauge
@@ -72,6 +73,10 @@ func New(budget *limiter.Budget) *Metrics {
 			Name: "limiterd_store_errors_total",
 			Help: "Decisions whose store failed, so that the policy's failure mode decided, by policy.",
 		}, []string{"policy"}),
+		releases: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "limiterd_lease_releases_total",
+			Help: "Calls of /v1/release on a concurrency limit's lease, by policy, tier and outcome (released, extended, or refused: already_released, expired, unknown, forged, invalid, uncertain); policy and tier are empty when the lease names none loaded.",
+		}, []string{"policy", "tier", "outcome"}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "limiterd_policy_reloads_total",
 			Help: "Policy contributions applied (success) or rejected (failure: unreadable, invalid or conflicting).",
@@ -95,7 +100,7 @@ func New(budget *limiter.Budget) *Metrics {
 	m.registry.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.decisions, m.decisionLatency, m.storeErrors, m.reloads, m.lastReloadSuccess,
+		m.decisions, m.decisionLatency, m.storeErrors, m.releases, m.reloads, m.lastReloadSuccess,
 		m.filesUnwatched, m.fileWatchLosses,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "limiterd_strategies",
@@ -123,6 +128,49 @@ func New(budget *limiter.Budget) *Metrics {
 		)
 	}
 	return m
+}
+
+// LeaseSource is an engine whose in-memory leases the metrics read when scraped
+// (engine.Engine).
+type LeaseSource interface {
+	// EachLeaseTier calls yield with each loaded tier that holds a concurrency limit decided
+	// in process memory, and the counts of its leases.
+	EachLeaseTier(yield func(policyID v1alpha1.PolicyID, tier string, stats *limiter.LeaseStats))
+}
+
+// AddLeases registers the metrics of the leases that the memory stores of src hold:
+// limiterd_leases_held and limiterd_leases_expired_total, by policy and tier, read from src
+// when scraped (limiter.LeaseStats defines what they count). A policy or tier removed is no
+// longer read, so its series go with it.
+func (m *Metrics) AddLeases(src LeaseSource) {
+	m.registry.MustRegister(leaseCollector{src: src})
+}
+
+var (
+	leasesHeldDesc = prometheus.NewDesc("limiterd_leases_held",
+		"Leases of concurrency limits held in process memory, by policy and tier: taken and neither released nor dropped (a lease past its timeout counts until its client's next decision or the next sweep).",
+		[]string{"policy", "tier"}, nil)
+	leasesExpiredDesc = prometheus.NewDesc("limiterd_leases_expired_total",
+		"Leases of concurrency limits that expired without a release (callers that crashed, leaked them, or outworked their timeout), by policy and tier, counted when the memory store drops them.",
+		[]string{"policy", "tier"}, nil)
+)
+
+// leaseCollector reads the lease counts of an engine's tiers when scraped.
+type leaseCollector struct{ src LeaseSource }
+
+// Describe implements prometheus.Collector.
+func (c leaseCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- leasesHeldDesc
+	ch <- leasesExpiredDesc
+}
+
+// Collect implements prometheus.Collector.
+func (c leaseCollector) Collect(ch chan<- prometheus.Metric) {
+	c.src.EachLeaseTier(func(policyID v1alpha1.PolicyID, tier string, stats *limiter.LeaseStats) {
+		id := policyID.String()
+		ch <- prometheus.MustNewConstMetric(leasesHeldDesc, prometheus.GaugeValue, float64(stats.Held()), id, tier)
+		ch <- prometheus.MustNewConstMetric(leasesExpiredDesc, prometheus.CounterValue, float64(stats.Expired()), id, tier)
+	})
 }
 
 // SharedStore is a shared store (a Redis store's client) whose reject caches and circuit
@@ -205,6 +253,40 @@ func (m *Metrics) Tier(policyID v1alpha1.PolicyID, tier string) engine.TierObser
 	}
 }
 
+// Leases implements engine.Observer: it resolves the tier's release counters once; with policy
+// and tier "", releases of leases that name no tier loaded are counted by label lookup (a
+// refusal, off the decision path).
+func (m *Metrics) Leases(policyID v1alpha1.PolicyID, tier string) engine.LeaseObserver {
+	if policyID == "" {
+		return unresolvedLeases{m.releases}
+	}
+	o := &leaseObserver{}
+	for _, outcome := range engine.ReleaseOutcomes() {
+		o.byOutcome = append(o.byOutcome, m.releases.WithLabelValues(policyID.String(), tier, outcome.String()))
+	}
+	return o
+}
+
+// leaseObserver counts one tier's releases on children resolved at swap time.
+type leaseObserver struct {
+	byOutcome []prometheus.Counter // by engine.ReleaseOutcome
+}
+
+// Release implements engine.LeaseObserver.
+func (o *leaseObserver) Release(outcome engine.ReleaseOutcome) {
+	if int(outcome) < len(o.byOutcome) {
+		o.byOutcome[outcome].Inc()
+	}
+}
+
+// unresolvedLeases counts the releases of leases that name no tier loaded.
+type unresolvedLeases struct{ releases *prometheus.CounterVec }
+
+// Release implements engine.LeaseObserver.
+func (o unresolvedLeases) Release(outcome engine.ReleaseOutcome) {
+	o.releases.WithLabelValues("", "", outcome.String()).Inc()
+}
+
 // Policy implements engine.Observer: it resolves the policy's store-error counter once, so that
 // an error recorded by a decision that outlived the policy's removal counts on a child no longer
 // exported, rather than bringing the series back.
@@ -225,9 +307,11 @@ func (m *Metrics) Forget(id v1alpha1.PolicyID, tier string) {
 	policyID := id.String()
 	if tier != "" {
 		m.decisions.DeletePartialMatch(prometheus.Labels{"policy": policyID, "tier": tier})
+		m.releases.DeletePartialMatch(prometheus.Labels{"policy": policyID, "tier": tier})
 		return
 	}
 	m.decisions.DeletePartialMatch(prometheus.Labels{"policy": policyID})
+	m.releases.DeletePartialMatch(prometheus.Labels{"policy": policyID})
 	m.decisionLatency.DeleteLabelValues(policyID)
 	m.storeErrors.DeleteLabelValues(policyID)
 }

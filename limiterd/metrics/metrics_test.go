@@ -408,3 +408,145 @@ func TestSeriesOfRemovedPoliciesAndTiersAreDeleted(t *testing.T) {
 		t.Errorf("the series of the tier that stays were lost:\n%s", strings.Join(lines, "\n"))
 	}
 }
+
+// leasePolicy is default/llm: tier standard, at most 2 requests of a client in flight, leased
+// for a minute.
+func leasePolicy() *v1alpha1.RateLimitPolicy {
+	return &v1alpha1.RateLimitPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "llm", Namespace: "default"},
+		Spec: v1alpha1.RateLimitPolicySpec{
+			DefaultTier: "standard",
+			Tiers: []v1alpha1.Tier{{Name: "standard", Algorithm: v1alpha1.AlgorithmConcurrency,
+				Concurrency: &v1alpha1.Concurrency{Limit: 2, LeaseTimeout: metav1.Duration{Duration: time.Minute}}}},
+		},
+	}
+}
+
+// leaseMetrics are the names of the lease metrics.
+var leaseMetrics = []string{"limiterd_leases_held", "limiterd_leases_expired_total", "limiterd_lease_releases_total"}
+
+// TestLeaseMetrics follows the leases of a concurrency tier through the metrics: held while
+// neither released nor dropped, expired without a release when a decision or a sweep drops
+// them after their timeout, and every release counted by outcome.
+func TestLeaseMetrics(t *testing.T) {
+	budget := limiter.NewBudget(0, 0)
+	m := New(budget)
+	now := time.Unix(1700000000, 0)
+	e := engine.New(engine.Options{Budget: budget, Observer: m, Clock: func() time.Time { return now }})
+	m.AddLeases(e)
+	e.Swap(compileSet(t, leasePolicy()))
+	acquire := func(key string) string {
+		t.Helper()
+		r, err := e.Decide(t.Context(), "default/llm", key, 1)
+		if err != nil || !r.Allowed || r.LeaseToken == "" {
+			t.Fatalf("decide %s: allowed %v lease %q err %v", key, r.Allowed, r.LeaseToken, err)
+		}
+		return r.LeaseToken
+	}
+	want := func(what string, held, expired int, releases string) {
+		t.Helper()
+		err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(fmt.Sprintf(`
+# HELP limiterd_leases_held Leases of concurrency limits held in process memory, by policy and tier: taken and neither released nor dropped (a lease past its timeout counts until its client's next decision or the next sweep).
+# TYPE limiterd_leases_held gauge
+limiterd_leases_held{policy="default/llm",tier="standard"} %d
+# HELP limiterd_leases_expired_total Leases of concurrency limits that expired without a release (callers that crashed, leaked them, or outworked their timeout), by policy and tier, counted when the memory store drops them.
+# TYPE limiterd_leases_expired_total counter
+limiterd_leases_expired_total{policy="default/llm",tier="standard"} %d
+# HELP limiterd_lease_releases_total Calls of /v1/release on a concurrency limit's lease, by policy, tier and outcome (released, extended, or refused: already_released, expired, unknown, forged, invalid, uncertain); policy and tier are empty when the lease names none loaded.
+# TYPE limiterd_lease_releases_total counter
+`, held, expired)+releases), leaseMetrics...)
+		if err != nil {
+			t.Errorf("%s: %v", what, err)
+		}
+	}
+	// releases returns the release series of default/llm standard, with the given counts of
+	// released, extended, already_released and expired (the other outcomes stay 0).
+	releases := func(released, extended, again, expired int) string {
+		return fmt.Sprintf(`limiterd_lease_releases_total{outcome="already_released",policy="default/llm",tier="standard"} %d
+limiterd_lease_releases_total{outcome="expired",policy="default/llm",tier="standard"} %d
+limiterd_lease_releases_total{outcome="extended",policy="default/llm",tier="standard"} %d
+limiterd_lease_releases_total{outcome="forged",policy="default/llm",tier="standard"} 0
+limiterd_lease_releases_total{outcome="invalid",policy="default/llm",tier="standard"} 0
+limiterd_lease_releases_total{outcome="released",policy="default/llm",tier="standard"} %d
+limiterd_lease_releases_total{outcome="uncertain",policy="default/llm",tier="standard"} 0
+limiterd_lease_releases_total{outcome="unknown",policy="default/llm",tier="standard"} 0
+`, again, expired, extended, released)
+	}
+	want("loaded", 0, 0, releases(0, 0, 0, 0))
+
+	// alice takes both places, bob one.
+	a1, a2, b1 := acquire("alice"), acquire("alice"), acquire("bob")
+	want("three taken", 3, 0, releases(0, 0, 0, 0))
+	// The policy compiled again (a reload, an edit of another tier) keeps counting them.
+	e.Swap(compileSet(t, leasePolicy()))
+	want("reloaded", 3, 0, releases(0, 0, 0, 0))
+
+	// alice releases one, twice; extends the other.
+	if _, err := e.Release(t.Context(), a1, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Release(t.Context(), a1, false); !errors.Is(err, engine.ErrLeaseReleased) {
+		t.Fatalf("second release: %v", err)
+	}
+	now = now.Add(30 * time.Second)
+	if _, err := e.Release(t.Context(), a2, true); err != nil {
+		t.Fatal(err)
+	}
+	want("one released, one extended", 2, 0, releases(1, 1, 1, 0))
+
+	// A minute after it was taken, bob's lease is past its timeout but still counted held: it is
+	// dropped lazily. bob's next decision drops it, as expired without a release.
+	now = now.Add(30 * time.Second)
+	want("bob's lease past its timeout", 2, 0, releases(1, 1, 1, 0))
+	if _, err := e.Release(t.Context(), b1, false); !errors.Is(err, engine.ErrLeaseExpired) {
+		t.Fatalf("release of an expired lease: %v", err)
+	}
+	acquire("bob")
+	want("bob decided again", 2, 1, releases(1, 1, 1, 1))
+
+	// A minute later both leases have expired: the sweep drops them (bob's, alice's extended one).
+	now = now.Add(time.Minute)
+	e.Sweep()
+	want("swept", 0, 3, releases(1, 1, 1, 1))
+
+	// A lease that names no tier loaded counts without policy and tier: no client key, and no
+	// label an outsider chooses.
+	if _, err := e.Release(t.Context(), "not-a-lease", false); !errors.Is(err, engine.ErrInvalidLease) {
+		t.Fatalf("release of garbage: %v", err)
+	}
+	if got := testutil.ToFloat64(m.releases.WithLabelValues("", "", "invalid")); got != 1 {
+		t.Errorf("invalid releases = %v, want 1", got)
+	}
+	for _, line := range strings.Split(scrape(t, m), "\n") {
+		if strings.Contains(line, "alice") || strings.Contains(line, "bob") {
+			t.Errorf("a series carries a client key: %s", line)
+		}
+	}
+
+	// The policy goes: so do its lease series.
+	empty, err := policy.NewSet()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Swap(empty)
+	for _, line := range policyLines(t, m) {
+		if strings.Contains(line, "lease") && strings.Contains(line, `policy="default/llm"`) {
+			t.Errorf("series of a removed policy still served: %s", line)
+		}
+	}
+}
+
+func TestLeaseReleaseDoesNotAllocate(t *testing.T) {
+	m := New(nil)
+	obs := m.Leases("default/llm", "standard")
+	allocs := testing.AllocsPerRun(1000, func() {
+		obs.Release(engine.LeaseReleased)
+		obs.Release(engine.LeaseExtended)
+	})
+	if allocs != 0 {
+		t.Errorf("Release allocates %v times, want 0 (children resolved at Leases time)", allocs)
+	}
+	if got := testutil.ToFloat64(m.releases.WithLabelValues("default/llm", "standard", "released")); got < 1000 {
+		t.Errorf("released = %v, want every release counted", got)
+	}
+}

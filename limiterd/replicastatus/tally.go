@@ -108,6 +108,11 @@ func (t *Tally) Policy(policyID v1alpha1.PolicyID) engine.PolicyObserver {
 	return t.inner.Policy(policyID)
 }
 
+// Leases implements engine.Observer.
+func (t *Tally) Leases(policyID v1alpha1.PolicyID, tier string) engine.LeaseObserver {
+	return t.inner.Leases(policyID, tier)
+}
+
 // Forget implements engine.Observer. The tally itself keeps only the policies of the last set.
 func (t *Tally) Forget(policyID v1alpha1.PolicyID, tier string) { t.inner.Forget(policyID, tier) }
 

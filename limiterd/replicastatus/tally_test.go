@@ -91,6 +91,9 @@ func (c *countingObserver) Tier(policyID v1alpha1.PolicyID, tier string) engine.
 func (c *countingObserver) Policy(v1alpha1.PolicyID) engine.PolicyObserver {
 	return engine.NopObserver{}
 }
+func (c *countingObserver) Leases(v1alpha1.PolicyID, string) engine.LeaseObserver {
+	return engine.NopObserver{}
+}
 func (c *countingObserver) Forget(v1alpha1.PolicyID, string) {}
 
 type observeFunc func(engine.Outcome)

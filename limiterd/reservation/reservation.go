@@ -242,10 +242,14 @@ func (s *Signer) Parse(token string, now time.Time) (Reservation, error) {
 
 // ParseLease verifies token and returns its lease, as Parse does for a reservation: it fails
 // with ErrMalformed (a reservation's token too), ErrForged or ErrExpired (the lease's expiry at
-// or before now), wrapped.
+// or before now), wrapped. With ErrExpired it returns the lease's claim, verified, and no seq:
+// who the lease was for, to count its late release on its policy and tier.
 func (s *Signer) ParseLease(token string, now time.Time) (Lease, error) {
 	var l Lease
 	name, err := s.parse(token, now, leaseVersion, &l.Claim)
+	if errors.Is(err, ErrExpired) {
+		return Lease{Claim: l.Claim}, err
+	}
 	if err != nil {
 		return Lease{}, err
 	}

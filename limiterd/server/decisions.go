@@ -496,8 +496,8 @@ func (h *Decisions) allow(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	res, err := h.engine.Decide(r.Context(), v1alpha1.RequestedPolicyID(req.Policy), req.Key, req.Cost)
-	if err != nil {
+	var res engine.Result
+	if err = h.engine.DecideInto(r.Context(), v1alpha1.RequestedPolicyID(req.Policy), req.Key, req.Cost, &res); err != nil {
 		h.writeEngineError(w, err)
 		return
 	}

@@ -81,7 +81,8 @@ func (h *Decisions) forwardAuth(w http.ResponseWriter, r *http.Request) {
 	}
 	buf := buffers.Get().(*buffer)
 	defer buffers.Put(buf)
-	res, decided, err := h.engine.DecideForwarded(r.Context(), id, &fr, buf.b[:0])
+	var res engine.Result
+	decided, err := h.engine.DecideForwarded(r.Context(), id, &fr, buf.b[:0], &res)
 	switch {
 	case errors.Is(err, engine.ErrNoKey):
 		writeError(w, deny, err.Error())

@@ -141,6 +141,8 @@ func exportedMetrics(t testing.TB) (names, histograms map[string]bool) {
 	names, histograms = map[string]bool{}, map[string]bool{}
 	// A metric is declared as prometheus.New<Kind>[Vec|Func](prometheus.<Kind>Opts{ Name: "..." }).
 	decl := regexp.MustCompile(`(?s)prometheus\.New(Counter|Gauge|Histogram|Summary)(?:Vec|Func)?\(\s*prometheus\.\w+Opts\{\s*Name:\s*"(limiterd_[a-z0-9_]+)"`)
+	// A collector's metric is described as prometheus.NewDesc("...", (never a histogram here).
+	desc := regexp.MustCompile(`prometheus\.NewDesc\(\s*"(limiterd_[a-z0-9_]+)"`)
 	for _, f := range files {
 		if strings.HasSuffix(f, "_test.go") {
 			continue
@@ -155,8 +157,11 @@ func exportedMetrics(t testing.TB) (names, histograms map[string]bool) {
 				histograms[m[2]] = true
 			}
 		}
+		for _, m := range desc.FindAllStringSubmatch(string(b), -1) {
+			names[m[1]] = true
+		}
 	}
-	for _, want := range []string{"limiterd_decisions_total", "limiterd_tracked_clients"} {
+	for _, want := range []string{"limiterd_decisions_total", "limiterd_tracked_clients", "limiterd_leases_held"} {
 		if !names[want] {
 			t.Fatalf("found no declaration of %s in limiterd/metrics (found %v): update exportedMetrics", want, keys(names))
 		}
