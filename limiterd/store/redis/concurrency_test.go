@@ -364,6 +364,10 @@ func TestRejectCacheKeepsNoLeaseRejection(t *testing.T) {
 	policy := fmt.Sprintf("%s#%d", t.Name(), leaseRuns.Add(1))
 	a, b := cached.Store(policy), newClient(t, testOptions(addr)).Store(policy)
 	now := limitertest.T0
+	// The cache serves once the client is subscribed to the resets (invalidate.go).
+	for deadline := time.Now().Add(10 * time.Second); !cached.trust.subscribed.Load() && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
 	// The cache serves this replica: a token bucket's rejection is answered from it.
 	rate := tokenBucket(t, 1, 1, time.Hour)
 	for range 3 {
