@@ -3,14 +3,10 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
-	"io"
-	"log/slog"
 	"net/http"
-	"strings"
 	"testing"
 
-	redisstore "github.com/limiterd/limiterd/limiterd/store/redis"
+	"github.com/limiterd/limiterd/limiterd/store/redis/redistest"
 )
 
 // concurrencyPolicy has a tier of 2 requests in flight (the default) and a stack of a rate and
@@ -69,21 +65,19 @@ func TestPolicyFileWithConcurrencyOnMemory(t *testing.T) {
 	}
 }
 
-// TestPolicyFileWithConcurrencyRefusedOnRedis: on --store redis, whose scripts do not decide
-// concurrency limits yet, limiterd refuses to start (newDaemon) with a policy file holding one, naming the
-// tier and the reason, rather than serve it under the failure mode. (Redis need not be
-// reachable: the policy is refused before any decision.)
-func TestPolicyFileWithConcurrencyRefusedOnRedis(t *testing.T) {
+// TestPolicyFileConcurrencyOnRedis: on --store redis, a policy file's concurrency tier and
+// stacked concurrency limit are decided in Redis (their leases are keys there) and released
+// through /v1/release as on the memory store (checkConcurrencyReleases).
+func TestPolicyFileConcurrencyOnRedis(t *testing.T) {
 	t.Parallel()
-	file := policyFile(t, t.TempDir(), concurrencyPolicy)
-	cfg, err := parseFlags([]string{"--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--policy-file", file,
-		"--store", "redis", "--redis-addr", "127.0.0.1:1", "--store-timeout", "100ms"}, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = newDaemon(cfg, slog.New(slog.DiscardHandler))
-	if !errors.Is(err, redisstore.ErrConcurrencyUnsupported) || !strings.Contains(err.Error(), "policy default/api: tier slow:") {
-		t.Fatalf("limiterd --store redis with a Concurrency tier: %v, want ErrConcurrencyUnsupported naming policy default/api, tier slow", err)
+	redistest.Require(t)
+	srv := redistest.Start(t)
+	d := start(t, hooks{}, "--policy-file", policyFile(t, t.TempDir(), concurrencyPolicy),
+		"--store", "redis", "--redis-addr", srv.Addr(), "--store-timeout", "5s")
+	checkConcurrencyReleases(t, d.decisions)
+	// Each client's leases (alice's tier, bob's in-flight limit) and lease counter, and bob's rate.
+	if keys := srv.Do(t, "DBSIZE"); keys != "5" {
+		t.Errorf("redis holds %s keys, want 5: each client's leases and lease counter, and a rate", keys)
 	}
 }
 
@@ -113,32 +107,41 @@ func release(t *testing.T, base, lease string) (int, map[string]any) {
 func TestPolicyFileConcurrencyReleases(t *testing.T) {
 	t.Parallel()
 	d := start(t, hooks{}, "--policy-file", policyFile(t, t.TempDir(), concurrencyPolicy))
+	checkConcurrencyReleases(t, d.decisions)
+}
+
+// checkConcurrencyReleases checks, through the daemon whose decisions are served at base, that
+// concurrencyPolicy's concurrency tier and stacked concurrency limit hand out leases that POST
+// /v1/release gives back, one place each: a client at its limit is admitted again after a
+// release, and a second release of one lease is refused and frees nothing.
+func checkConcurrencyReleases(t *testing.T, base string) {
+	t.Helper()
 	for _, c := range []struct {
 		key    string
 		places int
 	}{{"alice", 2}, {"llm:bob", 3}} {
 		var leases []string
 		for i := range c.places {
-			got := decide(t, d.decisions, c.key)
+			got := decide(t, base, c.key)
 			lease, _ := got.body["lease"].(string)
 			if got.status != http.StatusOK || lease == "" {
 				t.Fatalf("%s, request %d: status %d, lease %q, want 200 with a lease (%v)", c.key, i+1, got.status, lease, got.body)
 			}
 			leases = append(leases, lease)
 		}
-		if got := decide(t, d.decisions, c.key); got.status != http.StatusTooManyRequests || got.body["lease"] != nil {
+		if got := decide(t, base, c.key); got.status != http.StatusTooManyRequests || got.body["lease"] != nil {
 			t.Fatalf("%s over its places: status %d, %v, want 429 without a lease", c.key, got.status, got.body)
 		}
-		if status, answer := release(t, d.decisions, leases[0]); status != http.StatusOK {
+		if status, answer := release(t, base, leases[0]); status != http.StatusOK {
 			t.Fatalf("%s: release: %d %v, want 200", c.key, status, answer)
 		}
-		if status, answer := release(t, d.decisions, leases[0]); status != http.StatusConflict {
+		if status, answer := release(t, base, leases[0]); status != http.StatusConflict {
 			t.Fatalf("%s: second release of one lease: %d %v, want 409", c.key, status, answer)
 		}
-		if got := decide(t, d.decisions, c.key); got.status != http.StatusOK {
+		if got := decide(t, base, c.key); got.status != http.StatusOK {
 			t.Fatalf("%s after a release: status %d, want 200 (%v)", c.key, got.status, got.body)
 		}
-		if got := decide(t, d.decisions, c.key); got.status != http.StatusTooManyRequests {
+		if got := decide(t, base, c.key); got.status != http.StatusTooManyRequests {
 			t.Fatalf("%s: the second release freed a place: status %d, want 429 (%v)", c.key, got.status, got.body)
 		}
 	}

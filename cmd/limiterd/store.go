@@ -196,32 +196,9 @@ func openStore(c storeConfig, log *slog.Logger) (*openedStore, error) {
 		"timeout", c.timeout.String(), "tls", opts.TLS != nil, "reject_cache", c.rejectCache)
 	return &openedStore{
 		newStore: func(policyID v1alpha1.PolicyID) limiter.Store { return client.Store(policyID.String()) },
-		check:    redisDecides,
 		redis:    client,
 		close:    client.Close,
 	}, nil
-}
-
-// redisDecides refuses a policy with a limit the Redis store has no script for: a Concurrency
-// limit (its scripts know token buckets, sliding windows and quotas). Served, such a tier would
-// not be decided as written: the store refuses each of its decisions
-// (redisstore.ErrConcurrencyUnsupported), which the engine hands to the policy's failure mode
-// (Open admits everything). Refused, the policy is kept out of service as an invalid one, and
-// its last good version, if any, keeps serving.
-func redisDecides(p *policy.Policy) error {
-	for _, t := range p.Tiers {
-		for i := range t.NumLimits() {
-			switch t.Limit(i).Algorithm() {
-			case limiter.AlgorithmConcurrency:
-				if t.Stacked {
-					return fmt.Errorf("tier %s, limit %s: %w", t.Name, t.Stack.Name(i), redisstore.ErrConcurrencyUnsupported)
-				}
-				return fmt.Errorf("tier %s: %w", t.Name, redisstore.ErrConcurrencyUnsupported)
-			case limiter.AlgorithmTokenBucket, limiter.AlgorithmSlidingWindow, limiter.AlgorithmQuota, limiter.AlgorithmUnlimited:
-			}
-		}
-	}
-	return nil
 }
 
 // closeIfUnused closes a store that no daemon adopted (newDaemon failed).

@@ -52,8 +52,7 @@ type Store interface {
 	// record) and not after a reset (ErrReset), on the stack's concurrency limits only: a
 	// release gives no rate unit back. It fails first with ErrNoLease (a stack without a
 	// concurrency limit, no once.Issued or no once.Lease) or ErrLeaseExpired (the lease's expiry,
-	// Stack.LeaseExpiry, is not after now). A store that does
-	// not decide concurrency limits refuses it with an error of its own.
+	// Stack.LeaseExpiry, is not after now).
 	Refund(ctx context.Context, req Request, now time.Time, once Once) (Decision, error)
 	// DecideBatch decides reqs at instant now (with the same proviso as Decide) and writes the
 	// answer to reqs[i] to out[i]; len(out) must be len(reqs). The answers are those of

@@ -77,6 +77,10 @@ end
 -- is rare, but the lean script must read it, since only Redis knows what the key holds.
 local function logOfOther(k)
   local h = redis.pcall('LRANGE', k, 0, 2)
+  if h.err ~= nil then -- a concurrency limit's leases: raw, for Go to count (leasesUsed)
+    local z = redis.pcall('ZRANGE', k, 0, -1, 'WITHSCORES')
+    if z.err == nil then return 'cc ' .. table.concat(z, ' '), nil end
+  end
   if h.err ~= nil or #h ~= 3 then return nil, nil end
   local n = (redis.call('LLEN', k) - 3) / 2
   local lastAt, lastCum = redis.call('LINDEX', k, -2), redis.call('LINDEX', k, -1)
@@ -287,7 +291,12 @@ local function swLoad(k, o)
   w.other = h.err ~= nil
   if w.other then
     local v = redis.pcall('GET', k)
-    if type(v) == 'string' then w.raw = v end
+    if type(v) == 'string' then
+      w.raw = v
+    else -- a concurrency limit's leases: raw, for Go to count (leasesUsed)
+      local z = redis.pcall('ZRANGE', k, 0, -1, 'WITHSCORES')
+      if z.err == nil then w.raw = 'cc ' .. table.concat(z, ' ') end
+    end
   end
   w.list = not w.other and #h > 0 -- a log: written over by an admission, deleted once empty
   local m = 0 -- the entries h holds
@@ -615,4 +624,177 @@ local function qtRefund(q, c)
   elseif q.converted then
     redis.call('DEL', q.k)
   end
+end
+
+-- Concurrency limits. The state at the key is a sorted set of leases, one member a lease: its
+-- score the second of its expiry (Unix seconds), its member "<ns> <seq> <places>", with ns the
+-- nanoseconds of that second in 9 digits, so that Redis orders the leases by their exact expiry
+-- (the score, then the member's bytes), as limiter.Concurrency's ring of entries. seq names the
+-- lease (limiter.Decision.Lease; 0 for places charged from another algorithm's state, which no
+-- lease names): one INCR of the client's lease counter (the key after the limits', ending
+-- LEASE_SUFFIX), so no two leases of the client share one, whichever replica took them. A lease
+-- holds its places until its expiry; the expired ones lead the set, and a write drops them.
+-- The key expires when its latest lease does (and the slack). Absent: fresh; another
+-- algorithm's state there is charged as one lease of its used units (ccConvert: a token
+-- bucket's or a quota's raw for Go, a sliding window's log here). Every duration is at most a
+-- lease timeout (24h < 2^47 ns), exact in a double.
+
+local ccMember = '^(%d+) (%d+) (%d+)$'
+
+-- ccCharge sets c's leases to one of u places expiring a lease timeout after now, which no seq
+-- names, unwritten (c.charge): another algorithm's used units (limiter.Concurrency's
+-- conversion), written by the admission that replaces that state.
+local function ccCharge(c, u)
+  c.held, c.at, c.seq, c.places, c.members = 0, {}, {}, {}, {}
+  if u > 0 then
+    c.charge, c.held = true, u
+    c.at[1], c.seq[1], c.places[1], c.members[1] = c.timeout, '0', u, false
+  end
+end
+
+-- ccLoad reads the concurrency limit at key k whose block of arguments follows ARGV[o]: its live
+-- leases at now, oldest first (c.at: each's expiry in ns after now; c.seq, c.places,
+-- c.members), the places they hold, and how many expired leases lead the set (c.dead).
+local function ccLoad(k, o)
+  local c = {k = k, o = o, cc = true, limit = tonumber(ARGV[o + CC_LIMIT]), timeout = tonumber(ARGV[o + CC_TIMEOUT]),
+    held = 0, dead = 0, at = {}, seq = {}, places = {}, members = {}}
+  local v = redis.pcall('ZRANGE', k, 0, -1, 'WITHSCORES')
+  if v.err ~= nil then -- another algorithm's state
+    c.other = true
+    local s = redis.pcall('GET', k)
+    if type(s) == 'string' then
+      c.raw = s -- a token bucket's or a quota's: Go charges its used units (ccConvert)
+    elseif type(s) == 'table' then
+      local _, used = logOfOther(k)
+      ccCharge(c, used or 0)
+    end
+    return c
+  end
+  for i = 1, #v, 2 do
+    local ns, seq, places = string.match(v[i], ccMember)
+    local dt = (tonumber(v[i + 1]) - nows) * 1e9 + tonumber(ns) - nown
+    if dt <= 0 then
+      c.dead = c.dead + 1
+    else
+      local j = #c.at + 1
+      c.at[j], c.seq[j], c.places[j], c.members[j] = dt, seq, tonumber(places), v[i]
+      c.held = c.held + c.places[j]
+    end
+  end
+  return c
+end
+
+-- ccAdmits reports whether the limit admits cost places more.
+local function ccAdmits(c, cost) return cost <= c.limit - c.held end
+
+-- ccDecision answers, at reply[at + R_*], limiter.Concurrency's decision on the leases of c for a
+-- decision of cost places, held places being held (counting them when admitted): pending tells
+-- that an admitted decision's lease, expiring a lease timeout from now, is not among c's leases.
+local function ccDecision(reply, at, c, held, cost, allowed, pending)
+  reply[at + R_ADMITTED] = allowed and ADMITTED or REJECTED
+  reply[at + R_REMAINING] = math.max(0, c.limit - held)
+  reply[at + R_RESET_AFTER], reply[at + R_RETRY_AFTER] = 0, 0
+  if held == 0 then return end
+  local last = c.at[#c.at] or 0
+  if pending then last = math.max(last, c.timeout) end
+  reply[at + R_RESET_AFTER] = last
+  if allowed or cost > c.limit then return end
+  -- Without a release, the cost fits once the earliest leases holding held+cost-limit places
+  -- have expired.
+  local need = held + cost - c.limit
+  for j = 1, #c.at do
+    need = need - c.places[j]
+    if need <= 0 then
+      reply[at + R_RETRY_AFTER] = c.at[j]
+      return
+    end
+  end
+end
+
+-- ccPeek answers whether one place is free, taking none.
+local function ccPeek(reply, at, c)
+  ccDecision(reply, at, c, c.held, 1, c.held + 1 <= c.limit, false)
+end
+
+-- ccWrite writes a lease expiring dt ns after now, named seq, of places, and returns its member.
+local function ccWrite(c, dt, seq, places)
+  local s = math.floor(dt / 1e9)
+  local ns = nown + dt - s * 1e9
+  s = nows + s
+  if ns >= 1e9 then ns, s = ns - 1e9, s + 1 end
+  local m = string.format('%09d %d %d', ns, seq, places)
+  redis.call('ZADD', c.k, s, m)
+  return m
+end
+
+-- ccInsert adds to c's leases one expiring dt ns after now, named seq, of places, after the
+-- leases of the same expiry, and writes it.
+local function ccInsert(c, dt, seq, places)
+  local j = #c.at + 1
+  while j > 1 and c.at[j - 1] > dt do j = j - 1 end
+  table.insert(c.at, j, dt)
+  table.insert(c.seq, j, tostring(seq))
+  table.insert(c.places, j, places)
+  table.insert(c.members, j, ccWrite(c, dt, seq, places))
+  c.held = c.held + places
+end
+
+-- ccTrim drops the expired leases, once, before a write; ccExpire makes the key expire when its
+-- latest lease does, and the slack.
+local function ccTrim(c)
+  if c.dead > 0 then
+    redis.call('ZREMRANGEBYRANK', c.k, 0, c.dead - 1)
+    c.dead = 0
+  end
+end
+local function ccExpire(c)
+  local last = c.at[#c.at]
+  if last then
+    redis.call('PEXPIRE', c.k, math.max(1, math.ceil(last / 1e6) + tonumber(ARGV[ARG_SLACK_MS])))
+  end
+end
+
+-- ccAdmit takes cost places under the lease seq (the stack admitted the cost): a conversion's
+-- charge first (the caller deleted the other algorithm's state), as one lease expiring a lease
+-- timeout after now that no seq names.
+local function ccAdmit(c, cost, seq)
+  ccTrim(c)
+  if c.charge then
+    c.members[1], c.charge = ccWrite(c, c.at[1], 0, c.places[1]), false
+  end
+  ccInsert(c, c.timeout, seq, cost)
+  ccExpire(c)
+end
+
+-- ccFind returns the index among c's live leases of the lease named seq, issued at (is, isn):
+-- exact tells that the instants are the caller's clock, on which the lease expires a lease
+-- timeout after it was issued (the server's clock took its own instant); nil if none.
+local function ccFind(c, seq, is, isn, exact)
+  if c.other then return nil end
+  local want = (is - nows) * 1e9 + isn - nown + c.timeout
+  for j = 1, #c.at do
+    if c.seq[j] == seq and (not exact or c.at[j] == want) then return j end
+  end
+  return nil
+end
+
+-- ccRemove drops the lease at index j, and returns its places.
+local function ccRemove(c, j)
+  local places = c.places[j]
+  ccTrim(c)
+  redis.call('ZREM', c.k, c.members[j])
+  table.remove(c.at, j)
+  table.remove(c.seq, j)
+  table.remove(c.members, j)
+  table.remove(c.places, j)
+  c.held = c.held - places
+  return places
+end
+
+-- ccConvert takes the charge Go converted the raw state from (units at the instant read, which
+-- is now's on the caller's clock), if the key still holds that state.
+local function ccConvert(c, from, units)
+  if c.raw ~= from then return end
+  c.raw = false
+  ccCharge(c, tonumber(units))
 end

@@ -44,10 +44,6 @@ func (s *Store) DecideBatch(ctx context.Context, reqs []limiter.Request, now tim
 			out[i] = limiter.Answer{Err: limiter.ErrInvalidCost}
 			continue
 		}
-		if r.Stack.HasLeases() { // refused before Redis, alone
-			out[i] = limiter.Answer{Err: fmt.Errorf("redis store: policy %s: %w", s.policy, ErrConcurrencyUnsupported)}
-			continue
-		}
 		if s.cache != nil && r.Cost > 0 {
 			if d, ok := s.cache.get(r.Key, r.Stack, r.Cost, now, r.Limits); ok {
 				s.c.cacheHits.Add(1)

@@ -2,14 +2,17 @@
 -- stack of its one limit), decided all or nothing in one atomic step, by the functions of
 -- algorithms.lua. See the package documentation for the design.
 --
--- KEYS     one per limit, in the stack's order: its state (all on the client's slot)
+-- KEYS     one per limit, in the stack's order: its state (all on the client's slot); then, for
+--          a stack with a concurrency limit, the client's lease counter (ending LEASE_SUFFIX)
 -- ARGV     named by the ARG_ locals: the mode (MODE_DECIDE, MODE_PEEK reads
 --          only, MODE_REFUND returns the cost to every limit, clamped, and answers as a peek
---          after it), now (s, n; "" for s: the server's clock, TIME), the cost (a peek's is 1),
+--          after it, MODE_RELEASE and MODE_EXTEND end or extend the lease that the cost argument
+--          names, "<seq> <s> <ns>", its seq and issued instant, on the concurrency limits), now (s, n; "" for s: the server's clock, TIME), the cost (a peek's is 1),
 --          the milliseconds added to a key's expiry and the sliding windows' rebase threshold;
 --          then one block a limit: its algorithm (L_ALGORITHM) and fingerprint, then its
---          parameters, named by the TB_ locals (TB_ARGS in all), the SW_ locals (SW_ARGS) or
---          the QT_ locals (QT_ARGS: a quota's limit and the bounds of its expected period);
+--          parameters, named by the TB_ locals (TB_ARGS in all), the SW_ locals (SW_ARGS), the
+--          QT_ locals (QT_ARGS: a quota's limit and the bounds of its expected period) or the CC_
+--          locals (CC_ARGS: a concurrency limit's places and lease timeout in ns);
 --          then, for limits whose state other parameters or another algorithm wrote, one block
 --          of CONVERT_ARGS each, named by the C_ locals: the limit (1-based), the state read (as
 --          the script answered it) and what Go converted it to, used only if the key still holds
@@ -26,7 +29,10 @@
 --          written: a decision would start a quota's period at a now outside the bounds passed;
 --          Go passes those of the period that holds NOW, and calls again. OUTCOME_REFUNDED
 --          adds one element a limit after the blocks: what a sliding window's refund added to
---          its remaining units (0 for the other algorithms).
+--          its remaining units (0 for the other algorithms); OUTCOME_RELEASED one element a limit:
+--          the places a concurrency limit freed or moved (0 for the others). With the lease
+--          counter, every answer but OUTCOME_CONVERT and OUTCOME_PERIOD ends with one element
+--          more: the seq of the lease an admission or an extension took (0: none).
 --
 -- A decision reads every limit, then writes every limit's new state if every limit admits the
 -- cost (replacing a state that another algorithm left under a limit's key, whose used units it
@@ -35,6 +41,14 @@
 -- dropped, no other algorithm's state deleted (a rejected request charges no limit, as
 -- limiter.Memory.Decide).
 
+-- The client's lease counter, after the limits' keys of a stack with a concurrency limit (no
+-- limit's key ends with LEASE_SUFFIX).
+local LEASE_KEY = KEYS[#KEYS]
+if LEASE_KEY and string.sub(LEASE_KEY, -#LEASE_SUFFIX) == LEASE_SUFFIX then
+  table.remove(KEYS)
+else
+  LEASE_KEY = false
+end
 local n = #KEYS
 if #ARGV < ARGS or n < 1 or n > MAX_LIMITS then
   return redis.error_reply('decide: ' .. #ARGV .. ' arguments and ' .. n .. ' keys')
@@ -85,7 +99,7 @@ end
 -- decided writes limit l's new state (a token bucket's if tb) if the stack admits the cost
 -- (all), deleting first a state that another algorithm left under its key (converted: its used
 -- units are charged to l), and answers its block after at.
-local function decided(reply, at, l, tb, all)
+local function decided(reply, at, l, tb, all, seq)
   if l.other and all then redis.call('DEL', l.k) end
   if l.qt then
     qtReply(reply, at, l) -- the state decided on
@@ -93,6 +107,9 @@ local function decided(reply, at, l, tb, all)
   elseif tb then
     tbReply(reply, at, l) -- the state decided on
     if all then tbSet(l.k, l.fp, l.xs, l.xn, l.xf) end
+  elseif l.cc then
+    ccDecision(reply, at, l, l.held + cost, cost, true, true)
+    ccAdmit(l, cost, seq)
   elseif all then
     local used = l.used
     swAdmit(l, cost)
@@ -135,8 +152,9 @@ if n == 1 and mode == MODE_DECIDE then
   end
 end
 
--- Read every limit.
+-- Read every limit. A release or an extension answers the other limits as a peek, of one unit.
 cost = tonumber(ARGV[ARG_COST])
+if mode == MODE_RELEASE or mode == MODE_EXTEND then cost = 1 end
 local limits, o = {}, ARGS
 for i = 1, n do
   local algorithm = ARGV[o + L_ALGORITHM]
@@ -150,6 +168,9 @@ for i = 1, n do
   elseif algorithm == ALGORITHM_QUOTA then
     limits[i] = qtLoad(KEYS[i], o)
     o = o + QT_ARGS
+  elseif algorithm == ALGORITHM_CONCURRENCY then
+    limits[i] = ccLoad(KEYS[i], o)
+    o = o + CC_ARGS
   else
     return redis.error_reply('decide: limit ' .. i .. ' has algorithm ' .. tostring(algorithm))
   end
@@ -164,6 +185,8 @@ for c = o, #ARGV - 1, CONVERT_ARGS do
     tbConvert(l, ARGV[c + C_FROM], ARGV[c + C_S], ARGV[c + C_N], ARGV[c + C_F])
   elseif l.qt then
     qtConvert(l, ARGV[c + C_FROM], ARGV[c + C_END], ARGV[c + C_USED])
+  elseif l.cc then
+    ccConvert(l, ARGV[c + C_FROM], ARGV[c + C_UNITS])
   else
     swConvert(l, ARGV[c + C_FROM], ARGV[c + C_S], ARGV[c + C_N], ARGV[c + C_UNITS])
   end
@@ -178,6 +201,23 @@ reply[REPLY_NOW_S], reply[REPLY_NOW_N] = nows, nown
 local at = {REPLY_LIMITS - 1, REPLY_LIMITS - 1 + LIMIT_REPLY, REPLY_LIMITS - 1 + 2 * LIMIT_REPLY, REPLY_LIMITS - 1 + 3 * LIMIT_REPLY}
 local convert = false
 for i = 1, n do convert = convert or limits[i].raw end
+-- ended puts the seq of the lease taken (0: none) after the element at, when the stack has a
+-- concurrency limit, and returns the reply.
+local function ended(last, seq)
+  if LEASE_KEY then reply[last + 1], reply[last + 2] = seq, nil end
+  return reply
+end
+-- leaseSeq takes the next seq of the client's lease counter, which lives as long as the longest
+-- lease it names, and the slack.
+local function leaseSeq()
+  local ms = 0
+  for i = 1, n do if limits[i].cc then ms = math.max(ms, limits[i].timeout) end end
+  ms = math.ceil(ms / 1e6) + tonumber(ARGV[ARG_SLACK_MS])
+  local seq = redis.call('INCR', LEASE_KEY)
+  if redis.call('PTTL', LEASE_KEY) < ms then redis.call('PEXPIRE', LEASE_KEY, ms) end
+  return seq
+end
+local size = REPLY_LIMITS - 1 + n * LIMIT_REPLY
 -- A conversion (Go converts the raw states first; nothing is written) and a peek (what one unit
 -- would get) answer each limit's state as it is.
 if convert or mode == MODE_PEEK then
@@ -190,11 +230,14 @@ if convert or mode == MODE_PEEK then
       qtReply(reply, at[i], l)
     elseif l.raw then
       reply[at[i] + R_STATE], reply[at[i] + R_RAW] = STATE_RAW, l.raw
+    elseif l.cc then
+      ccPeek(reply, at[i], l)
     else
       swReply(reply, at[i], l, cost, not convert and swAdmits(l, cost))
     end
   end
-  return reply
+  if convert then return reply end
+  return ended(size, 0)
 end
 
 if mode == MODE_REFUND then
@@ -214,6 +257,8 @@ if mode == MODE_REFUND then
     elseif l.qt then
       qtReply(reply, at[i], l) -- the state before the refund: Go refunds on it as Refund does
       qtRefund(l, cost)
+    elseif l.cc then
+      ccPeek(reply, at[i], l) -- a refund gives no place back
     elseif l.other then
       swReply(reply, at[i], l, 1, swAdmits(l, 1))
     else
@@ -223,7 +268,45 @@ if mode == MODE_REFUND then
       reply[gained + i] = reply[at[i] + R_REMAINING] - before
     end
   end
-  return reply
+  return ended(gained + n, 0)
+end
+
+if mode == MODE_RELEASE or mode == MODE_EXTEND then
+  -- The lease named by the cost argument ("<seq> <s> <ns>": its seq and the instant it was
+  -- issued) is ended or moved on each concurrency limit that holds it, under one new seq; the
+  -- other limits answer a peek. After the limits' blocks, one element a limit: the places freed
+  -- or moved. Nothing is written when no limit holds it.
+  reply[REPLY_OUTCOME] = OUTCOME_RELEASED
+  local seq, is, isn = string.match(ARGV[ARG_COST], '^(%d+) (%-?%d+) (%d+)$')
+  if not seq then return redis.error_reply('decide: lease ' .. ARGV[ARG_COST]) end
+  local exact, found, next = ARGV[ARG_NOW_S] ~= '', {}, 0
+  for i = 1, n do
+    local l = limits[i]
+    if l.cc then found[i] = ccFind(l, seq, tonumber(is), tonumber(isn), exact) end
+    if found[i] and next == 0 and mode == MODE_EXTEND then next = leaseSeq() end
+  end
+  for i = 1, n do
+    local l = limits[i]
+    reply[size + i] = 0
+    if l.tb then
+      tbReply(reply, at[i], l)
+    elseif l.qt then
+      qtReply(reply, at[i], l)
+    elseif l.cc then
+      if found[i] then
+        local places = ccRemove(l, found[i])
+        if next ~= 0 then ccInsert(l, l.timeout, next, places) end
+        ccExpire(l)
+        reply[size + i] = places
+      elseif not l.other then
+        ccTrim(l) -- as limiter.Concurrency's release, which drops the expired leases first
+      end
+      ccPeek(reply, at[i], l)
+    else
+      swReply(reply, at[i], l, 1, swAdmits(l, 1))
+    end
+  end
+  return ended(size + n, next)
 end
 
 -- Decide on every limit; write them all only if every one admits.
@@ -241,18 +324,29 @@ for i = 1, n do
     l.admits = tbAdmits(l)
   elseif l.qt then
     l.admits = qtAdmits(l, cost)
+  elseif l.cc then
+    l.admits = ccAdmits(l, cost)
+    -- The expired leases are dropped, admitted or not, as limiter.Concurrency's check drops
+    -- them: a clock stepping back later finds them gone in both stores.
+    if not l.other then ccTrim(l) end
   else
     l.admits = swAdmits(l, cost)
   end
   all = all and l.admits
 end
 reply[REPLY_OUTCOME] = all and OUTCOME_ADMITTED or OUTCOME_REJECTED
+local seq = 0
+if all and LEASE_KEY then seq = leaseSeq() end
 for i = 1, n do
   local l = limits[i]
   if l.tb or l.qt or all then
-    decided(reply, at[i], l, l.tb, all)
+    decided(reply, at[i], l, l.tb, all, seq)
+  elseif l.cc and l.admits then
+    ccDecision(reply, at[i], l, l.held, 1, true, false) -- as it is: nothing taken
+  elseif l.cc then
+    ccDecision(reply, at[i], l, l.held, cost, false, false)
   else
     swReply(reply, at[i], l, cost, l.admits) -- whether it admits the cost on its own
   end
 end
-return reply
+return ended(size, seq)

@@ -111,6 +111,16 @@
 //   - Quota: a string "<fingerprint> <end> <used>", the end of the counted period in Unix
 //     seconds and the units used in it, expiring at the period's end (plus the slack): about
 //     100 bytes a client.
+//   - Concurrency: a sorted set of leases, one member a lease, "<ns> <seq> <places>" scored by
+//     the second of its expiry (so ordered by its exact expiry), expiring with the latest lease
+//     (plus the slack): at most limit live leases, and the expired ones that the next write
+//     drops, each a member of about 20 bytes and its score. Beside it, the client's lease
+//     counter (its key and "#lease"), whose INCR names each lease (limiter.Decision.Lease): no
+//     two leases of a client share a seq, whichever replica took them, so a release or an
+//     extension through any replica names one lease. A reset leaves the counter. The script
+//     computes a concurrency limit's decision itself (every duration is at most a lease
+//     timeout, 24h, exact in a double) and answers it as a sliding window's, with the lease's
+//     seq at the end of its reply.
 //
 // The state of one client is bounded: its keys are the prefix, the escaped policy ID and
 // client key (each byte escaped to at most 3: at most 3 KiB for a 1,024-byte client key) and

@@ -88,6 +88,9 @@ func fingerprint(rl limiter.RateLimiter) string {
 		// field or the state's.
 		limit, period, loc := rl.Params()
 		return fmt.Sprintf("qt:%d:%d:%s", limit, period, url.QueryEscape(loc.String()))
+	case *limiter.Concurrency:
+		limit, timeout := rl.Params()
+		return fmt.Sprintf("cc:%d:%d", limit, int64(timeout))
 	default:
 		return "unlimited"
 	}

@@ -20,7 +20,9 @@ import (
 // of the charge refunded (s, n). A record present answers the status refundedStatus and changes
 // nothing; else a reset mark at or after the charge's instant answers resetStatus and changes
 // nothing (the reset deleted the charge); a refund made (outcome outcomeRefunded, not a
-// conversion request) writes the record in the same script call.
+// conversion request) writes the record in the same script call. A lease's release or
+// extension (modeRelease, modeExtend) passes an empty expiry: it keeps no record (the lease's
+// member in its limits' sets is its record), and the record's key is not read.
 var onceScripts = joinScripts(algorithmsSource, entry{rest: onceEntry})
 
 // onceEntry is the entry script of onceScripts: decide.lua's, within the record's check and write.
@@ -32,7 +34,7 @@ func onceEntryOf(decide string) string {
 	return `-- Refund: decide.lua with the record of a refund and the check of the client's resets.
 local RESET_KEY, ISSUED_N, ISSUED_S = table.remove(KEYS), tonumber(table.remove(ARGV)), tonumber(table.remove(ARGV))
 local ONCE_KEY, ONCE_TTL_MS = table.remove(KEYS), table.remove(ARGV)
-if redis.call('EXISTS', ONCE_KEY) == 1 then return redis.status_reply('` + refundedStatus + `') end
+if ONCE_TTL_MS ~= '' and redis.call('EXISTS', ONCE_KEY) == 1 then return redis.status_reply('` + refundedStatus + `') end
 local reset = redis.call('GET', RESET_KEY)
 if reset then
   local rs, rn = string.match(reset, '^(-?%d+) (%d+)$')
@@ -44,7 +46,7 @@ end
 local reply = (function()
 ` + decide + `
 end)()
-if type(reply) == 'table' and reply[REPLY_OUTCOME] == OUTCOME_REFUNDED then
+if ONCE_TTL_MS ~= '' and type(reply) == 'table' and reply[REPLY_OUTCOME] == OUTCOME_REFUNDED then
   redis.call('SET', ONCE_KEY, '1', 'PX', ONCE_TTL_MS)
 end
 return reply
@@ -92,24 +94,52 @@ func refundSuffix(id [16]byte) string { return "#refund:" + hex.EncodeToString(i
 // ServerClock the refund is made at the server's time. With a reject cache, the refund then
 // tells every replica to forget the client's cached rejection, as Reset does, since the client
 // may now be admitted before the cached retry time. A cost below 1 is refused with
-// limiter.ErrInvalidCost before Redis, recording nothing, and so are a stack with a
-// concurrency limit and a lease's release or extension (limiter.Once.Op), with
-// ErrConcurrencyUnsupported: the scripts do not decide concurrency limits yet.
+// limiter.ErrInvalidCost before Redis, recording nothing.
+//
+// A lease's release or extension (limiter.Once.Op) keeps no record, as limiter.Memory: it fails
+// first with limiter.ErrNoLease or limiter.ErrLeaseExpired (before Redis), then with
+// limiter.ErrReset as a refund would, then ends or moves, in the same script call, the lease
+// named by once.Lease in each concurrency limit's set of leases; a lease that no limit holds
+// any more (released, extended, expired or dropped by a reset) fails with limiter.ErrRefunded,
+// changing nothing. On the caller's clock a limit's lease is also the one expiring a lease
+// timeout after once.Issued, as in memory; on the server's clock its seq alone names it (the
+// lease counter gives no seq twice to a client).
 func (s *Store) Refund(ctx context.Context, req limiter.Request, now time.Time, once limiter.Once) (limiter.Decision, error) {
 	if req.Cost < 1 {
 		return limiter.Decision{}, limiter.ErrInvalidCost
-	}
-	if req.Stack.HasLeases() || once.Op != limiter.OpRefund {
-		return limiter.Decision{}, fmt.Errorf("redis store: policy %s: %v: %w", s.policy, once.Op, ErrConcurrencyUnsupported)
 	}
 	now = limiter.ClampInstant(now)
 	if !once.Issued.IsZero() {
 		once.Issued = limiter.ClampInstant(once.Issued)
 	}
+	m := modeRefund
+	switch once.Op {
+	case limiter.OpRefund:
+	case limiter.OpRelease, limiter.OpExtend:
+		if !req.Stack.HasLeases() || once.Issued.IsZero() || once.Lease == 0 {
+			return limiter.Decision{}, limiter.ErrNoLease
+		}
+		if !req.Stack.LeaseExpiry(once.Issued).After(now) {
+			return limiter.Decision{}, limiter.ErrLeaseExpired
+		}
+		m = modeRelease
+		if once.Op == limiter.OpExtend {
+			m = modeExtend
+		}
+	default:
+		return limiter.Decision{}, fmt.Errorf("redis store: policy %s: unknown operation %v", s.policy, once.Op)
+	}
 	st, out := req.Stack, req.Limits
 	// The grace covers the clock skew between this replica and one that judges the reservation
-	// valid later, and a refund's delay (limiter.RefundRecordGrace).
+	// valid later, and a refund's delay (limiter.RefundRecordGrace). A lease keeps no record.
 	ttl := strconv.FormatInt(max(1, ceilMS(once.Until.Sub(now)+limiter.RefundRecordGrace)+ceilMS(s.c.opts.ExpirySlack)), 10)
+	if m != modeRefund {
+		ttl = ""
+	}
+	refunded := req.Refunded
+	if refunded == nil && m != modeRefund {
+		refunded = make([]int64, st.Len()) // whether a limit held the lease
+	}
 	issuedS, issuedN := issuedArgs(&once)
 	spent, void := false, false // a record or reset mark found is Redis answering: no failure for the breaker
 	d, err := s.throughBreaker(ctx, req.Key, func(ctx context.Context) (limiter.Decision, error) {
@@ -117,10 +147,13 @@ func (s *Store) Refund(ctx context.Context, req limiter.Request, now time.Time, 
 		if err != nil {
 			return limiter.Decision{}, err
 		}
-		c := s.newCall(req.Key, st, now, req.Cost, modeRefund)
-		c.refundOf, c.refundAt, c.refunded = &once, now, req.Refunded
+		c := s.newCall(req.Key, st, now, req.Cost, m)
+		c.refundOf, c.refundAt, c.refunded, c.lease = &once, now, refunded, once.Lease
 		k := s.key(req.Key)
 		record, mark := k+refundSuffix(once.ID), k+resetSuffix
+		if m != modeRefund {
+			record = k + leaseSuffix // not read: no record
+		}
 		d, err := c.converge(out, func() ([]rueidis.RedisMessage, error) {
 			msg, err := s.lib.once.of(c).lua.Exec(ctx, cn, append(c.keys[:len(c.keys):len(c.keys)], record, mark),
 				append(s.callArgs(c), ttl, issuedS, issuedN)).ToMessage()
@@ -153,7 +186,17 @@ func (s *Store) Refund(ctx context.Context, req limiter.Request, now time.Time, 
 	case err == nil && void:
 		return limiter.Decision{}, limiter.ErrReset
 	case err != nil:
-		return limiter.Decision{}, fmt.Errorf("redis store: policy %s: refund: %w", s.policy, err)
+		return limiter.Decision{}, fmt.Errorf("redis store: policy %s: %v: %w", s.policy, once.Op, err)
+	}
+	if m != modeRefund {
+		// The rejections of a stack with a concurrency limit are never cached (rejectCache):
+		// nothing to forget.
+		for _, p := range refunded[:st.Len()] {
+			if p > 0 {
+				return d, nil
+			}
+		}
+		return limiter.Decision{}, limiter.ErrRefunded // no limit holds the lease
 	}
 	s.refunded(ctx, req.Key)
 	return d, nil

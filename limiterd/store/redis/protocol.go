@@ -23,6 +23,11 @@ const (
 	modeDecide mode = "d"
 	modePeek   mode = "p"
 	modeRefund mode = "r"
+	// modeRelease ends the lease named by the cost argument on the stack's concurrency limits,
+	// and modeExtend moves it to a lease timeout from now under a new seq: in the once script
+	// only, which passes the lease's instant (limiter.OpRelease, limiter.OpExtend).
+	modeRelease mode = "l"
+	modeExtend  mode = "x"
 )
 
 // The algorithms of a limit's block (ALGORITHM_*).
@@ -30,6 +35,7 @@ const (
 	algTokenBucket   = "tb"
 	algSlidingWindow = "sw"
 	algQuota         = "qt"
+	algConcurrency   = "cc"
 )
 
 // The script's arguments (ARG_*), before the limits' blocks.
@@ -78,6 +84,19 @@ const (
 	qtEnd                        // and its end
 	qtArgs                       // the number of arguments of the block
 )
+
+// A concurrency limit's block of arguments.
+const (
+	ccLimit   = limitParams + iota // the places
+	ccTimeout                      // the lease timeout, nanoseconds
+	ccArgs                         // the number of arguments of the block
+)
+
+// leaseSuffix follows a client's key (Store.key) in the Redis key of its lease counter, the last
+// key of a call on a stack with a concurrency limit: on the client's slot, no limit's key (a
+// limit's name has no '#'), no refund's record and not the reset mark. A reset leaves it (no
+// lease's seq is taken twice), and it expires when the longest lease it named would.
+const leaseSuffix = "#lease"
 
 // A conversion's block (C_*), after the limits' blocks: a limit's state that other parameters
 // or another algorithm wrote, converted by Go (a conversion never gives usage back).
@@ -133,6 +152,7 @@ const (
 	outcomeRefunded = 3 // refunded; a token bucket's state is the one before the refund
 	outcomePeeked   = 4 // peeked
 	outcomePeriod   = 5 // a quota needs its period's bounds at the instant answered: Go computes them, and calls again
+	outcomeReleased = 6 // a lease released or extended (modeRelease, modeExtend), then peeked
 
 	stateFresh   = 0 // no state
 	stateTAT     = 1 // replyTATS, replyTATN, replyTATF
@@ -155,6 +175,10 @@ func protocolNames() map[string]string {
 	text("MODE_DECIDE", string(modeDecide))
 	text("MODE_PEEK", string(modePeek))
 	text("MODE_REFUND", string(modeRefund))
+	text("MODE_RELEASE", string(modeRelease))
+	text("MODE_EXTEND", string(modeExtend))
+	text("ALGORITHM_CONCURRENCY", algConcurrency)
+	text("LEASE_SUFFIX", leaseSuffix)
 	text("ALGORITHM_TOKEN_BUCKET", algTokenBucket)
 	text("ALGORITHM_SLIDING_WINDOW", algSlidingWindow)
 	text("ALGORITHM_QUOTA", algQuota)
@@ -183,6 +207,9 @@ func protocolNames() map[string]string {
 	index("QT_START", qtStart)
 	index("QT_END", qtEnd)
 	value("QT_ARGS", qtArgs)
+	index("CC_LIMIT", ccLimit)
+	index("CC_TIMEOUT", ccTimeout)
+	value("CC_ARGS", ccArgs)
 	index("C_LIMIT", convertLimit)
 	index("C_FROM", convertFrom)
 	index("C_S", convertS)
@@ -215,6 +242,7 @@ func protocolNames() map[string]string {
 	value("OUTCOME_REFUNDED", outcomeRefunded)
 	value("OUTCOME_PEEKED", outcomePeeked)
 	value("OUTCOME_PERIOD", outcomePeriod)
+	value("OUTCOME_RELEASED", outcomeReleased)
 	value("STATE_FRESH", stateFresh)
 	value("STATE_TAT", stateTAT)
 	value("STATE_RAW", stateRaw)

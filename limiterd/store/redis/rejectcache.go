@@ -109,8 +109,11 @@ func sameStack(a, b *limiter.Stack) bool {
 // put remembers the decision d of cost units by st, decided at now with each limit's decision in
 // limits (nil: not known, and nothing is remembered), if it is a rejection that waiting cures
 // (RetryAfter > 0), unless the trust epoch moved from epoch, read before the decision was made.
+// A stack with a concurrency limit is never remembered: a release, on any replica and at any
+// time, frees places before the retry time (the earliest lease's expiry), and releases are the
+// rule there, not the exception that a refund is.
 func (c *rejectCache) put(key string, st *limiter.Stack, cost int64, now time.Time, d limiter.Decision, limits []limiter.Decision, epoch uint64) {
-	if d.Allowed || d.RetryAfter <= 0 || len(limits) < st.Len() {
+	if d.Allowed || d.RetryAfter <= 0 || len(limits) < st.Len() || st.HasLeases() {
 		return
 	}
 	e := rejection{st: st, cost: cost, at: now, d: d, until: now.Add(d.RetryAfter)}

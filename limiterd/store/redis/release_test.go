@@ -24,9 +24,13 @@ var (
 	previousDecide string
 
 	previousLibrary = library{
-		decide: joinScripts(previousAlgorithms, entryHead(previousDecide)),
-		once:   joinScripts(previousAlgorithms, entry{rest: onceEntryOf(previousDecide)}),
+		decide: joinScripts(previousWithSections, entryHead(previousDecide)),
+		once:   joinScripts(previousWithSections, entry{rest: onceEntryOf(previousDecide)}),
 	}
+	// previousWithSections is the previous library with an empty section for each algorithm it
+	// did not know (its release refused their policies on Redis), so that it joins as the
+	// current one does.
+	previousWithSections = previousAlgorithms + "\n-- Concurrency limits. (none: the previous release refused them)\n"
 )
 
 // previousStore returns the store of policy on c that a replica of the previous release runs:

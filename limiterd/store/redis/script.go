@@ -58,7 +58,8 @@ const (
 	withTokenBucket algorithms = 1 << iota
 	withSlidingWindow
 	withQuota
-	withAll = withTokenBucket | withSlidingWindow | withQuota
+	withConcurrency
+	withAll = withTokenBucket | withSlidingWindow | withQuota | withConcurrency
 )
 
 // The lines that start the library's sections, in their order: before the first, what every
@@ -72,13 +73,14 @@ var sections = [...]struct {
 	first bool
 }{
 	{"\n-- Token buckets. ", withTokenBucket, false, true},
-	{"\n-- Sliding-window logs read by the other algorithms.", withTokenBucket | withQuota, false, false},
+	{"\n-- Sliding-window logs read by the other algorithms.", withTokenBucket | withQuota | withConcurrency, false, false},
 	{"\n-- Token buckets: a limit of the general way", withTokenBucket, false, false},
 	{"\n-- Token buckets: conversions and refunds", withTokenBucket, true, false},
 	{"\n-- Sliding windows. ", withSlidingWindow, false, false},
 	{"\n-- Sliding windows: conversions and refunds", withSlidingWindow, true, false},
 	{"\n-- Quotas. ", withQuota, false, false},
 	{"\n-- Quotas: conversions and refunds", withQuota, true, false},
+	{"\n-- Concurrency limits. ", withConcurrency, false, false},
 }
 
 // script is the decision script of one set of algorithms.
@@ -95,7 +97,7 @@ type scripts [withAll + 1][2]script
 // of returns the script of a call: of its limits' algorithms, full when it refunds or carries
 // a conversion.
 func (s *scripts) of(c *call) *script {
-	if c.mode == modeRefund || c.converts != nil {
+	if c.mode == modeRefund || c.mode == modeRelease || c.mode == modeExtend || c.converts != nil {
 		return &s[c.algorithms][1]
 	}
 	return &s[c.algorithms][0]

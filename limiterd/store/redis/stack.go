@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -19,16 +20,14 @@ import (
 // With ServerClock, now is ignored: the decision is made at the Redis server's time. With a
 // reject cache (Options.RejectCache), a rejection is remembered for the client and the stack's
 // limits until the first retry time of its rejecting limits, and the same decision (same cost,
-// same limits) is answered without Redis meanwhile; peeks are never answered from it. A
-// negative cost is refused with limiter.ErrInvalidCost before Redis (no store fault), a stack
-// with a concurrency limit with ErrConcurrencyUnsupported (no store fault either). An
-// instant past the ends of limiter.ClampInstant is decided at that end, on either clock.
+// same limits) is answered without Redis meanwhile; peeks are never answered from it, nor are
+// the decisions of a stack with a concurrency limit (rejectCache.put). A negative cost is
+// refused with limiter.ErrInvalidCost before Redis (no store fault). An instant past the ends
+// of limiter.ClampInstant is decided at that end, on either clock. An admission by a stack with
+// a concurrency limit names its lease in Decision.Lease (the client's lease counter's next seq).
 func (s *Store) Decide(ctx context.Context, key string, st *limiter.Stack, now time.Time, cost int64, out []limiter.Decision) (limiter.Decision, error) {
 	if cost < 0 {
 		return limiter.Decision{}, limiter.ErrInvalidCost
-	}
-	if st.HasLeases() {
-		return limiter.Decision{}, fmt.Errorf("redis store: policy %s: %w", s.policy, ErrConcurrencyUnsupported)
 	}
 	now = limiter.ClampInstant(now)
 	m, cost := decideMode(cost)
@@ -106,8 +105,11 @@ type call struct {
 	refundOf *limiter.Once
 	refundAt time.Time
 	// refunded, unless nil, receives what a refund added to each limit's remaining units
-	// (limiter.Request.Refunded).
+	// (limiter.Request.Refunded), or the places a release or an extension freed or moved.
 	refunded []int64
+	// lease names the lease a release or an extension ends (limiter.Once.Lease), passed with
+	// its issued instant (refundOf) as the cost argument.
+	lease uint64
 
 	algorithms algorithms // of the limits: the script that decides them
 }
@@ -123,9 +125,10 @@ type conversion struct {
 }
 
 func (s *Store) newCall(key string, st *limiter.Stack, now time.Time, cost int64, mode mode) *call {
-	c := &call{st: st, keys: make([]string, st.Len()), mode: mode, cost: cost}
+	n := st.Len()
+	c := &call{st: st, keys: make([]string, n, n+1), mode: mode, cost: cost}
 	k := s.key(key)
-	for i := range c.keys {
+	for i := range n {
 		c.keys[i] = k + limitSuffix(st.Name(i))
 		switch st.Limiter(i).Algorithm() {
 		case limiter.AlgorithmTokenBucket:
@@ -134,10 +137,13 @@ func (s *Store) newCall(key string, st *limiter.Stack, now time.Time, cost int64
 			c.algorithms |= withQuota
 		case limiter.AlgorithmSlidingWindow:
 			c.algorithms |= withSlidingWindow
-		case limiter.AlgorithmConcurrency, limiter.AlgorithmUnlimited:
-			// Neither reaches a call: Decide, DecideBatch and Refund refuse a stack with a
-			// concurrency limit (ErrConcurrencyUnsupported), and a stack holds no Unlimited.
+		case limiter.AlgorithmConcurrency:
+			c.algorithms |= withConcurrency
+		case limiter.AlgorithmUnlimited: // a stack holds none
 		}
+	}
+	if st.HasLeases() {
+		c.keys = append(c.keys, k+leaseSuffix) // the client's lease counter, last
 	}
 	c.nowS, c.nowN = s.c.nowArgs(now)
 	c.periodAt = now
@@ -171,7 +177,9 @@ func (s *Store) callArgs(c *call) []string {
 			size += qtArgs
 		case limiter.AlgorithmSlidingWindow:
 			size += swArgs
-		case limiter.AlgorithmConcurrency, limiter.AlgorithmUnlimited: // no call holds one (newCall)
+		case limiter.AlgorithmConcurrency:
+			size += ccArgs
+		case limiter.AlgorithmUnlimited: // a stack holds none
 		}
 		if c.converts != nil && c.converts[i].from != "" {
 			size += convertArgs
@@ -180,6 +188,10 @@ func (s *Store) callArgs(c *call) []string {
 	a := make([]string, args, size)
 	a[argMode], a[argNowS], a[argNowN] = string(c.mode), c.nowS, c.nowN
 	a[argCost], a[argSlackMS], a[argRebase] = strconv.FormatInt(c.cost, 10), s.c.slackMS, s.c.rebase
+	if c.mode == modeRelease || c.mode == modeExtend { // the lease: its seq and issued instant
+		sec, ns := issuedArgs(c.refundOf)
+		a[argCost] = strconv.FormatUint(c.lease, 10) + " " + sec + " " + ns
+	}
 	for i := range n {
 		rl := c.st.Limiter(i)
 		p := s.c.prepare(rl)
@@ -195,6 +207,8 @@ func (s *Store) callArgs(c *call) []string {
 		case *limiter.Quota:
 			start, end := quotaPeriodArgs(rl, p, c.periodAt)
 			a = append(a, algQuota, p.fp, p.limit, start, end)
+		case *limiter.Concurrency:
+			a = append(a, algConcurrency, p.fp, p.limit, p.window)
 		}
 	}
 	for i := range c.converts {
@@ -215,7 +229,7 @@ func (c *call) answer(arr []rueidis.RedisMessage, out []limiter.Decision) (d lim
 	}
 	n := c.st.Len()
 	size := replyLimits + n*limitReply
-	if len(arr) != size && (c.mode != modeRefund || len(arr) != size+n) {
+	if len(arr) < size {
 		return d, false, fmt.Errorf("decision script: malformed answer: %d elements for %d limits", len(arr), n)
 	}
 	head, err := integers(arr, replyLimits)
@@ -223,18 +237,38 @@ func (c *call) answer(arr []rueidis.RedisMessage, out []limiter.Decision) (d lim
 		return d, false, fmt.Errorf("decision script: malformed answer: %w", err)
 	}
 	outcome := head[replyOutcome]
-	// A refund's answer adds, after the blocks, what each sliding window's refund gave back.
+	// A refund's answer adds, after the blocks, what each sliding window's refund gave back, a
+	// release's or an extension's the places each concurrency limit freed or moved; and on a
+	// stack with a concurrency limit, every answer but a request for conversions or periods
+	// ends with the seq of the lease taken (0: none).
 	var gained []int64
-	if outcome == outcomeRefunded {
-		if len(arr) != size+n {
-			return d, false, fmt.Errorf("decision script: malformed answer: %d elements for a refund of %d limits", len(arr), n)
-		}
-		if gained, err = integers(arr[size:], n); err != nil {
+	want := size
+	if outcome == outcomeRefunded || outcome == outcomeReleased {
+		want += n
+	}
+	leases := c.st.HasLeases() && outcome != outcomeConvert && outcome != outcomePeriod
+	if leases {
+		want++
+	}
+	if len(arr) != want {
+		return d, false, fmt.Errorf("decision script: malformed answer: %d elements for %d limits, outcome %d", len(arr), n, outcome)
+	}
+	if want > size {
+		if gained, err = integers(arr[size:], want-size); err != nil {
 			return d, false, fmt.Errorf("decision script: malformed answer: %w", err)
 		}
-	} else if len(arr) != size {
-		return d, false, fmt.Errorf("decision script: malformed answer: %d elements for %d limits", len(arr), n)
 	}
+	var seq int64 // the lease taken
+	if leases {
+		if seq = gained[len(gained)-1]; seq < 0 {
+			return d, false, fmt.Errorf("decision script: malformed answer: lease %d", seq)
+		}
+		gained = gained[:len(gained)-1]
+	}
+	if len(gained) == 0 {
+		gained = nil
+	}
+	leaseOp := c.mode == modeRelease || c.mode == modeExtend
 	var refunded [limiter.MaxStack]int64
 	decides := c.mode == modeDecide
 	switch {
@@ -248,7 +282,8 @@ func (c *call) answer(arr []rueidis.RedisMessage, out []limiter.Decision) (d lim
 		c.periodAt = at
 		return d, false, nil
 	case decides && (outcome == outcomeAdmitted || outcome == outcomeRejected),
-		c.mode == modePeek && outcome == outcomePeeked, c.mode == modeRefund && outcome == outcomeRefunded:
+		c.mode == modePeek && outcome == outcomePeeked, c.mode == modeRefund && outcome == outcomeRefunded,
+		leaseOp && outcome == outcomeReleased:
 	default:
 		return d, false, fmt.Errorf("decision script: outcome %d in mode %s", outcome, c.mode)
 	}
@@ -271,8 +306,8 @@ func (c *call) answer(arr []rueidis.RedisMessage, out []limiter.Decision) (d lim
 			}
 			states[i] = b.state
 			m := c.mode
-			if m == modeRefund && b.charged {
-				m = modePeek // another algorithm's state, converted: nothing to refund
+			if m == modeRefund && b.charged || leaseOp {
+				m = modePeek // another algorithm's state, converted: nothing to refund; a release touches no rate
 			}
 			state := b.state
 			if m == modeRefund && c.refundOf != nil && c.refundOf.Cost > 0 {
@@ -297,15 +332,17 @@ func (c *call) answer(arr []rueidis.RedisMessage, out []limiter.Decision) (d lim
 			}
 			states[i] = b.state
 			m := c.mode
-			if m == modeRefund && b.charged {
-				m = modePeek // a sliding window's log, converted: nothing to refund
+			if m == modeRefund && b.charged || leaseOp {
+				m = modePeek // a sliding window's log, converted: nothing to refund; a release touches no rate
 			}
 			state := b.state
 			out[i] = applyQuota(rl, &state, at, c.cost, m)
 			if m == modeRefund {
 				refunded[i] = max(0, out[i].Remaining-rl.Peek(&b.state, at).Remaining)
 			}
-		case *limiter.SlidingWindow:
+		case *limiter.SlidingWindow, *limiter.Concurrency:
+			// A concurrency limit's block is a sliding window's: its decision, computed by the
+			// script, or another algorithm's state to charge first.
 			if outcome == outcomeConvert {
 				raw, err := slidingWindowRaw(block)
 				if err != nil {
@@ -333,6 +370,9 @@ func (c *call) answer(arr []rueidis.RedisMessage, out []limiter.Decision) (d lim
 			if gained != nil {
 				refunded[i] = max(0, gained[i])
 			}
+			if _, ok := rl.(*limiter.Concurrency); ok && seq > 0 && (decides && out[i].Allowed || leaseOp && refunded[i] > 0) {
+				out[i].Lease = uint64(seq) // an admission's lease, shared by the stack's, or an extension's
+			}
 		}
 		allowed = allowed && out[i].Allowed
 	}
@@ -348,7 +388,7 @@ func (c *call) answer(arr []rueidis.RedisMessage, out []limiter.Decision) (d lim
 		}
 		if !allowed { // nothing was charged: a bucket that admitted answers its state as it is
 			for i := range n {
-				if rl := c.st.Limiter(i); rl.Algorithm() != limiter.AlgorithmSlidingWindow && out[i].Allowed {
+				if rl := c.st.Limiter(i); compactState(rl) && out[i].Allowed {
 					out[i] = limiter.UnchargedDecision(rl, &states[i], at)
 				}
 			}
@@ -359,6 +399,13 @@ func (c *call) answer(arr []rueidis.RedisMessage, out []limiter.Decision) (d lim
 	}
 	d, _ = limiter.Combine(out[:n])
 	return d, true, nil
+}
+
+// compactState reports whether Go derives rl's decision from the state the script answers (a
+// token bucket, a quota), not the script (a sliding window, a concurrency limit).
+func compactState(rl limiter.RateLimiter) bool {
+	a := rl.Algorithm()
+	return a == limiter.AlgorithmTokenBucket || a == limiter.AlgorithmQuota
 }
 
 // convert sets limit i's conversion for the next call.
@@ -429,6 +476,9 @@ func tokenBucketState(block []rueidis.RedisMessage, rl *limiter.TokenBucket) (to
 // fresh.
 func conversionOf(rl *limiter.TokenBucket, b tokenBucketBlock, at time.Time) conversion {
 	raw := *b.raw
+	if used, ok := leasesUsed(raw, at); ok {
+		b.used = used
+	}
 	if b.used > 0 {
 		charged := rl.Charged(b.used, at)
 		return conversion{from: raw, args: limbs(charged.TAT())}
@@ -462,6 +512,8 @@ func chargeOf(raw string, sec, ns int64, at time.Time) conversion {
 	var used int64
 	if old, known := parseState(raw); known {
 		used = limiter.UsedUnits(old, at)
+	} else if u, ok := leasesUsed(raw, at); ok {
+		used = u
 	}
 	return conversion{from: raw, args: [3]string{strconv.FormatInt(sec, 10), strconv.FormatInt(ns, 10), strconv.FormatInt(used, 10)}}
 }
@@ -492,6 +544,9 @@ func quotaState(block []rueidis.RedisMessage, rl *limiter.Quota) (tokenBucketBlo
 // seconds.
 func quotaConversionOf(rl *limiter.Quota, b tokenBucketBlock, at time.Time) conversion {
 	raw := *b.raw
+	if used, ok := leasesUsed(raw, at); ok {
+		b.used = used
+	}
 	var st limiter.State
 	switch old, known := parseState(raw); {
 	case b.used > 0:
@@ -505,6 +560,32 @@ func quotaConversionOf(rl *limiter.Quota, b tokenBucketBlock, at time.Time) conv
 		return conversion{from: raw} // fresh
 	}
 	return conversion{from: raw, args: [3]string{strconv.FormatInt(floorDiv(end, int64(time.Second)), 10), strconv.FormatUint(used, 10), ""}}
+}
+
+// leasesUsed reads a raw state that a concurrency limit wrote, as a script answers it ("cc", then
+// each lease's member, "<ns> <seq> <places>", and score, the second of its expiry: ccLoad), and
+// returns the places its leases hold at at, which another algorithm is charged
+// (limiter.Concurrency's usedUnits); false for another state.
+func leasesUsed(raw string, at time.Time) (int64, bool) {
+	f := strings.Fields(raw)
+	if len(f) == 0 || f[0] != "cc" || (len(f)-1)%4 != 0 {
+		return 0, false
+	}
+	t := at.UnixNano()
+	var used int64
+	for i := 1; i < len(f); i += 4 {
+		ns, err1 := strconv.ParseInt(f[i], 10, 64)
+		places, err2 := strconv.ParseInt(f[i+2], 10, 64)
+		sec, err3 := strconv.ParseInt(f[i+3], 10, 64)
+		if err := errors.Join(err1, err2, err3); err != nil || places < 0 || ns < 0 || ns >= 1e9 ||
+			sec > math.MaxInt64/int64(time.Second)-1 || sec < math.MinInt64/int64(time.Second)+1 {
+			return 0, false
+		}
+		if sec*1e9+ns > t {
+			used += places
+		}
+	}
+	return used, true
 }
 
 // floorDiv returns a/b rounded down (b > 0).

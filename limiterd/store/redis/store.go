@@ -133,12 +133,6 @@ var (
 	ErrNotConnected = errors.New("not connected to redis")
 	// ErrClosed: the Client was closed.
 	ErrClosed = errors.New("redis client closed")
-	// ErrConcurrencyUnsupported: a decision, refund, release or extension by a stack with a
-	// concurrency limit (limiter.Concurrency), which the store's scripts do not decide yet. It
-	// is refused before Redis, changing nothing, and is no fault of Redis's (the circuit
-	// breaker does not count it).
-	ErrConcurrencyUnsupported = errors.New("the Redis store does not decide Concurrency limits yet: " +
-		"decide this policy on the memory store (--store memory)")
 	// errInconsistent: the script and the Go code disagree on a decision; a bug.
 	errInconsistent = errors.New("script and limiter disagree on admission")
 	// errContended: the state of a client kept changing while its conversion was written.
@@ -556,6 +550,10 @@ func (c *Client) prepare(rl limiter.RateLimiter) *prepared {
 		runtime.AddCleanup(rl, c.forgetPrepared, id)
 	case *limiter.Quota:
 		p.limit = strconv.FormatInt(rl.Limit(), 10)
+		runtime.AddCleanup(rl, c.forgetPrepared, id)
+	case *limiter.Concurrency:
+		limit, timeout := rl.Params()
+		p.limit, p.window = strconv.FormatInt(limit, 10), strconv.FormatInt(int64(timeout), 10)
 		runtime.AddCleanup(rl, c.forgetPrepared, id)
 	}
 	q, _ := c.prepared.LoadOrStore(id, p)
