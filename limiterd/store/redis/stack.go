@@ -336,7 +336,7 @@ func (c *call) answer(arr []rueidis.RedisMessage, out []limiter.Decision) (d lim
 				m = modePeek // a sliding window's log, converted: nothing to refund; a release touches no rate
 			}
 			state := b.state
-			out[i] = applyQuota(rl, &state, at, c.cost, m)
+			out[i] = applyOn(rl, &state, at, c.cost, m)
 			if m == modeRefund {
 				refunded[i] = max(0, out[i].Remaining-rl.Peek(&b.state, at).Remaining)
 			}
@@ -595,16 +595,4 @@ func floorDiv(a, b int64) int64 {
 		q--
 	}
 	return q
-}
-
-// applyQuota decides, peeks or refunds on a quota's state st at at, as mode says.
-func applyQuota(rl *limiter.Quota, st *limiter.State, at time.Time, cost int64, mode mode) limiter.Decision {
-	switch mode {
-	case modePeek:
-		return rl.Peek(st, at)
-	case modeRefund:
-		return rl.Refund(st, at, cost)
-	case modeDecide:
-	}
-	return rl.Decide(st, at, cost)
 }

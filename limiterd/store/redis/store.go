@@ -587,9 +587,17 @@ func stateAtTAT(rl *limiter.TokenBucket, tat []rueidis.RedisMessage) (limiter.St
 	return rl.StateAt(ints[0]*1e9+ints[1], uint64(ints[2])), nil
 }
 
-// applyOn answers a decision, peek or refund (mode) on a token bucket's state as the script
-// read it at; the script has already applied it to Redis's copy exactly so.
-func applyOn(rl *limiter.TokenBucket, st *limiter.State, at time.Time, cost int64, mode mode) limiter.Decision {
+// stateful is a limiter whose decision, peek and refund the Go code replays on the state a
+// script read: the token bucket and the quota.
+type stateful interface {
+	Decide(st *limiter.State, at time.Time, cost int64) limiter.Decision
+	Peek(st *limiter.State, at time.Time) limiter.Decision
+	Refund(st *limiter.State, at time.Time, cost int64) limiter.Decision
+}
+
+// applyOn answers a decision, peek or refund (mode) on a token bucket's or a quota's state as
+// the script read it at; the script has already applied it to Redis's copy exactly so.
+func applyOn[L stateful](rl L, st *limiter.State, at time.Time, cost int64, mode mode) limiter.Decision {
 	switch mode {
 	case modePeek:
 		return rl.Peek(st, at)
