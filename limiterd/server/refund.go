@@ -1,10 +1,12 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"strconv"
 
+	"github.com/limiterd/limiterd/limiterd/engine"
 	"github.com/limiterd/limiterd/limiterd/internal/jsonscan"
 	"github.com/limiterd/limiterd/limiterd/reservation"
 )
@@ -93,6 +95,15 @@ func DecodeRefundRequest(body []byte) (RefundRequest, error) {
 // refund serves POST /v1/refund: it answers 200 with the decision JSON of a peek after the
 // refund (see the package documentation), or an error.
 func (h *Decisions) refund(w http.ResponseWriter, r *http.Request) {
+	servePost(h, w, r, DecodeRefundRequest, func(ctx context.Context, req RefundRequest) (engine.Result, error) {
+		return h.engine.Refund(ctx, req.Reservation, req.Cost)
+	})
+}
+
+// servePost serves a POST whose JSON body decode reads (400 when it cannot) and act carries out
+// on the engine: 200 with the decision JSON of act's answer, or act's error as writeEngineError
+// words it. The body is read within the handler's bounds (readBody).
+func servePost[Req any](h *Decisions, w http.ResponseWriter, r *http.Request, decode func([]byte) (Req, error), act func(context.Context, Req) (engine.Result, error)) {
 	if r.Method != http.MethodPost {
 		w.Header()["Allow"] = allowPost
 		writeError(w, http.StatusMethodNotAllowed, "use POST")
@@ -111,12 +122,12 @@ func (h *Decisions) refund(w http.ResponseWriter, r *http.Request) {
 		writeError(w, status, err.Error())
 		return
 	}
-	req, err := DecodeRefundRequest(buf.b)
+	req, err := decode(buf.b)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	res, err := h.engine.Refund(r.Context(), req.Reservation, req.Cost)
+	res, err := act(r.Context(), req)
 	if err != nil {
 		h.writeEngineError(w, err)
 		return

@@ -1,9 +1,11 @@
 package server
 
 import (
+	"context"
 	"net/http"
 	"strconv"
 
+	"github.com/limiterd/limiterd/limiterd/engine"
 	"github.com/limiterd/limiterd/limiterd/internal/jsonscan"
 	"github.com/limiterd/limiterd/limiterd/reservation"
 )
@@ -87,34 +89,7 @@ func DecodeReleaseRequest(body []byte) (ReleaseRequest, error) {
 // release or extension, with "released" or "extended" and, for an extension, the new lease
 // (see the package documentation), or an error.
 func (h *Decisions) release(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPost {
-		w.Header()["Allow"] = allowPost
-		writeError(w, http.StatusMethodNotAllowed, "use POST")
-		return
-	}
-	buf := buffers.Get().(*buffer)
-	defer buffers.Put(buf)
-	var (
-		taken  int64
-		status int
-		err    error
-	)
-	buf.b, taken, status, err = h.readBody(w, r, buf.b[:0])
-	defer h.bodies.give(taken)
-	if err != nil {
-		writeError(w, status, err.Error())
-		return
-	}
-	req, err := DecodeReleaseRequest(buf.b)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	res, err := h.engine.Release(r.Context(), req.Lease, req.Extend)
-	if err != nil {
-		h.writeEngineError(w, err)
-		return
-	}
-	h.setLegacyHeaders(w, &res)
-	writeAnswer(w, &res, http.StatusOK)
+	servePost(h, w, r, DecodeReleaseRequest, func(ctx context.Context, req ReleaseRequest) (engine.Result, error) {
+		return h.engine.Release(ctx, req.Lease, req.Extend)
+	})
 }
