@@ -848,7 +848,7 @@ func (e *Engine) Refund(ctx context.Context, token string, amount int64) (Result
 	if !refundable(tier, rsv.Cost, rsv.At, now) {
 		return Result{}, fmt.Errorf("%w: the units it charged have refilled", ErrReservationExpired)
 	}
-	r := Result{Policy: b.policy, Tier: tier, Outcome: Allowed}
+	r := Result{Policy: b.policy, Tier: tier}
 	r.Limits = limitDecisions(tier)
 	r.Refunded = make([]int64, tier.Stack.Len())
 	req := limiter.Request{Key: rsv.Key, Stack: tier.Stack, Cost: amount, Limits: r.Limits, Refunded: r.Refunded}
@@ -869,13 +869,7 @@ func (e *Engine) Refund(ctx context.Context, token string, amount int64) (Result
 		return Result{}, fmt.Errorf("%w: %w", ErrRefundUncertain, err)
 	}
 	r.bind()
-	switch {
-	case r.Allowed:
-	case tier.DryRun:
-		r.Outcome, r.Allowed = DryRunRejected, true
-	default:
-		r.Outcome = Rejected
-	}
+	r.Outcome = outcome(&r)
 	return r, nil
 }
 

@@ -131,7 +131,7 @@ func (e *Engine) release(ctx context.Context, token string, extend bool, obs *Le
 	if extend {
 		op = limiter.OpExtend
 	}
-	r := Result{Policy: b.policy, Tier: tier, Outcome: Allowed}
+	r := Result{Policy: b.policy, Tier: tier}
 	r.Limits = limitDecisions(tier)
 	var places [limiter.MaxStack]int64
 	req := limiter.Request{Key: l.Key, Stack: tier.Stack, Cost: l.Cost, Limits: r.Limits, Refunded: places[:]}
@@ -150,13 +150,7 @@ func (e *Engine) release(ctx context.Context, token string, extend bool, obs *Le
 		return Result{}, fmt.Errorf("%w: %w", ErrReleaseUncertain, err)
 	}
 	r.bind()
-	switch {
-	case r.Allowed:
-	case tier.DryRun:
-		r.Outcome, r.Allowed = DryRunRejected, true
-	default:
-		r.Outcome = Rejected
-	}
+	r.Outcome = outcome(&r)
 	moved := int64(0)
 	for _, p := range places[:tier.Stack.Len()] {
 		moved = max(moved, p)
